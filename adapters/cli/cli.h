@@ -1,0 +1,12 @@
+/* The autocompress command: one function per subcommand, each in its own file. */
+#ifndef AC_CLI_H
+#define AC_CLI_H
+
+/* Each returns the process exit code: 0 on success, 1 on a failure it has reported,
+ * 2 on a usage error. argv[0] is the subcommand name. */
+int cli_contract(int argc, char **argv);
+int cli_info(int argc, char **argv);
+int cli_logits(int argc, char **argv);
+int cli_generate(int argc, char **argv);
+
+#endif

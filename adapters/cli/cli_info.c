@@ -1,0 +1,117 @@
+/* autocompress info --model DIR: load a checkpoint and describe it. */
+#include "cli.h"
+#include "cli_args.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "autocompress/model.h"
+#include "autocompress/safetensors.h"
+
+static void info_usage(FILE *out)
+{
+    fprintf(out,
+            "usage: autocompress info --model DIR\n"
+            "\n"
+            "Loads DIR/config.json and its safetensors (checking every tensor's name and\n"
+            "shape) and prints the architecture, parameter counts and weight bytes.\n");
+}
+
+/* 1234567 -> "1,234,567" */
+static const char *grouped(int64_t v, char *buf, size_t size)
+{
+    char digits[32];
+    snprintf(digits, sizeof digits, "%" PRId64, v);
+    size_t n = strlen(digits), o = 0;
+    for (size_t i = 0; i < n && o + 2 < size; i++) {
+        if (i > 0 && digits[i - 1] != '-' && (n - i) % 3 == 0)
+            buf[o++] = ',';
+        buf[o++] = digits[i];
+    }
+    buf[o] = '\0';
+    return buf;
+}
+
+static void print_bytes(const char *label, uint64_t bytes)
+{
+    char g[32];
+    printf("  %-22s %s bytes (%.2f GiB)\n", label, grouped((int64_t)bytes, g, sizeof g),
+           (double)bytes / (1024.0 * 1024.0 * 1024.0));
+}
+
+/* The stored bytes per dtype, skipping what the loader ignores (mtp.*). */
+static int print_checkpoint_bytes(const char *dir)
+{
+    ac_safetensors_set *set;
+    if (ac_safetensors_index_open(dir, &set) != AC_OK) {
+        fprintf(stderr, "autocompress info: %s\n", ac_error_message());
+        return 1;
+    }
+    uint64_t per_dtype[AC_DTYPE_COUNT] = {0}, total = 0;
+    size_t tensors[AC_DTYPE_COUNT] = {0};
+    for (size_t i = 0; i < ac_safetensors_set_count(set); i++) {
+        const ac_tensor_view *v = ac_safetensors_set_at(set, i);
+        if (strstr(v->name, "mtp.") == v->name || strstr(v->name, ".mtp."))
+            continue;
+        per_dtype[v->dtype] += v->nbytes;
+        tensors[v->dtype]++;
+        total += v->nbytes;
+    }
+    print_bytes("in the checkpoint:", total);
+    for (int d = 0; d < AC_DTYPE_COUNT; d++)
+        if (tensors[d])
+            printf("    %-20s %zu tensors, %" PRIu64 " bytes\n", ac_dtype_name((ac_dtype)d), tensors[d],
+                   per_dtype[d]);
+    printf("  %-22s %zu\n", "safetensors files:", ac_safetensors_set_shard_count(set));
+    ac_safetensors_set_close(set);
+    return 0;
+}
+
+int cli_info(int argc, char **argv)
+{
+    const char *dir = NULL;
+    for (int i = 1; i < argc; i++) {
+        int missing = 0;
+        const char *v;
+        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+            info_usage(stdout);
+            return 0;
+        }
+        if ((v = cli_flag_value(argc, argv, &i, "--model", &missing))) {
+            dir = v;
+            continue;
+        }
+        if (missing)
+            fprintf(stderr, "autocompress info: --model needs a directory\n");
+        else
+            fprintf(stderr, "autocompress info: unknown argument '%s'\n", argv[i]);
+        info_usage(stderr);
+        return 2;
+    }
+    if (!dir) {
+        fprintf(stderr, "autocompress info: --model DIR is required\n");
+        info_usage(stderr);
+        return 2;
+    }
+    ac_model *model;
+    if (ac_model_load(dir, &model) != AC_OK) {
+        fprintf(stderr, "autocompress info: %s\n", ac_error_message());
+        return 1;
+    }
+    const ac_arch *arch = ac_model_arch(model);
+    printf("model: %s\n", dir);
+    ac_arch_print(arch, stdout);
+    ac_param_counts c = ac_arch_param_counts(arch);
+    char g1[32], g2[32], g3[32];
+    printf("parameters: total %s, active %s, embedding %s\n", grouped(c.total, g1, sizeof g1),
+           grouped(c.active, g2, sizeof g2), grouped(c.embedding, g3, sizeof g3));
+    size_t count;
+    ac_model_arena(model, &count);
+    printf("weights:\n");
+    int rc = print_checkpoint_bytes(dir);
+    print_bytes("in f32 (loaded):", (uint64_t)count * sizeof(float));
+    ac_model_free(model);
+    fflush(stdout);
+    return rc;
+}

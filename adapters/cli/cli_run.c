@@ -1,0 +1,186 @@
+/* autocompress logits / generate: run a checkpoint on token ids with the CPU engine. */
+#include "cli.h"
+#include "cli_args.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "autocompress/model.h"
+#include "autocompress/npy.h"
+#include "autocompress/runtime.h"
+#include "autocompress/sample.h"
+
+typedef struct {
+    const char *model_dir;
+    const char *ids_text;
+    const char *out_path;
+    long long max_tokens;
+    double temperature;
+    double top_p;
+    long long seed;
+} run_args;
+
+static int usage_error(const char *command, const char *message)
+{
+    fprintf(stderr, "autocompress %s: %s\n", command, message);
+    if (!strcmp(command, "logits"))
+        fprintf(stderr, "usage: autocompress logits --model DIR --ids 1,2,3 [--out FILE.npy]\n");
+    else
+        fprintf(stderr, "usage: autocompress generate --model DIR --ids 1,2,3 --max-tokens N [--temperature T] [--top-p P] [--seed S]\n");
+    return 2;
+}
+
+static int report(const char *command, ac_status st)
+{
+    fprintf(stderr, "autocompress %s: %s\n", command, ac_error_message());
+    return st == AC_ERR_INVALID ? 2 : 1;
+}
+
+static int parse_run_args(int argc, char **argv, run_args *a)
+{
+    const char *command = argv[0];
+    *a = (run_args){.max_tokens = 16, .temperature = 0.0, .top_p = 1.0, .seed = 0};
+    for (int i = 1; i < argc; i++) {
+        int missing = 0;
+        const char *v;
+        ac_status st = AC_OK;
+        long long n;
+        if ((v = cli_flag_value(argc, argv, &i, "--model", &missing)))
+            a->model_dir = v;
+        else if ((v = cli_flag_value(argc, argv, &i, "--ids", &missing)))
+            a->ids_text = v;
+        else if ((v = cli_flag_value(argc, argv, &i, "--out", &missing)))
+            a->out_path = v;
+        else if ((v = cli_flag_value(argc, argv, &i, "--max-tokens", &missing)))
+            st = cli_parse_int("--max-tokens", v, 0, 1 << 20, &a->max_tokens);
+        else if ((v = cli_flag_value(argc, argv, &i, "--temperature", &missing)))
+            st = cli_parse_float("--temperature", v, &a->temperature);
+        else if ((v = cli_flag_value(argc, argv, &i, "--top-p", &missing)))
+            st = cli_parse_float("--top-p", v, &a->top_p);
+        else if ((v = cli_flag_value(argc, argv, &i, "--seed", &missing)))
+            st = cli_parse_int("--seed", v, 0, INT64_MAX, &n), a->seed = n;
+        else if (missing)
+            return usage_error(command, "a flag is missing its value");
+        else {
+            char message[256];
+            snprintf(message, sizeof message, "unknown argument '%s'", argv[i]);
+            return usage_error(command, message);
+        }
+        if (missing)
+            return usage_error(command, "a flag is missing its value");
+        if (st != AC_OK)
+            return usage_error(command, ac_error_message());
+    }
+    if (!a->model_dir || !a->ids_text)
+        return usage_error(command, "--model and --ids are required");
+    if (a->temperature < 0 || a->top_p <= 0 || a->top_p > 1)
+        return usage_error(command, "--temperature must be >= 0 and --top-p in (0, 1]");
+    return 0;
+}
+
+/* The loaded pieces every run needs, freed together. */
+typedef struct {
+    ac_model *model;
+    ac_runtime *runtime;
+    ac_cache *cache;
+    int32_t *ids;
+    int n_ids;
+} run_state;
+
+static void run_state_free(run_state *r)
+{
+    ac_cache_free(r->cache);
+    ac_runtime_free(r->runtime);
+    ac_model_free(r->model);
+    free(r->ids);
+}
+
+static ac_status run_state_open(const run_args *a, run_state *r)
+{
+    *r = (run_state){0};
+    ac_status st = cli_parse_ids(a->ids_text, &r->ids, &r->n_ids);
+    if (st == AC_OK)
+        st = ac_model_load(a->model_dir, &r->model);
+    if (st == AC_OK)
+        st = ac_runtime_create(r->model, &r->runtime);
+    if (st == AC_OK)
+        st = ac_cache_create(r->model, &r->cache);
+    return st;
+}
+
+int cli_logits(int argc, char **argv)
+{
+    run_args a;
+    int rc = parse_run_args(argc, argv, &a);
+    if (rc)
+        return rc;
+    run_state r;
+    ac_status st = run_state_open(&a, &r);
+    float *logits = NULL;
+    int V = 0;
+    if (st == AC_OK) {
+        V = ac_model_arch(r.model)->vocab;
+        logits = malloc((size_t)r.n_ids * V * sizeof *logits);
+        st = logits ? AC_OK : ac_fail(AC_ERR_NOMEM, "out of memory for logits");
+    }
+    if (st == AC_OK) {
+        const int32_t *tokens[1] = {r.ids};
+        ac_cache *caches[1] = {r.cache};
+        ac_batch batch = {.n_seqs = 1, .tokens = tokens, .n_tokens = &r.n_ids, .caches = caches};
+        st = ac_runtime_forward(r.runtime, &batch, AC_LOGITS_ALL, logits);
+    }
+    int64_t shape[2] = {r.n_ids, V};
+    if (st == AC_OK && a.out_path)
+        st = ac_npy_write_f32(a.out_path, logits, 2, shape);
+    if (st == AC_OK) {
+        printf("logits shape [%lld, %lld]%s%s\n", (long long)shape[0], (long long)shape[1], a.out_path ? " -> " : "",
+               a.out_path ? a.out_path : "");
+        if (!a.out_path)
+            for (int t = 0; t < r.n_ids; t++)
+                printf("position %d: argmax %d\n", t, ac_argmax(logits + (size_t)t * V, V));
+    }
+    free(logits);
+    run_state_free(&r);
+    return st == AC_OK ? 0 : report(argv[0], st);
+}
+
+int cli_generate(int argc, char **argv)
+{
+    run_args a;
+    int rc = parse_run_args(argc, argv, &a);
+    if (rc)
+        return rc;
+    run_state r;
+    ac_status st = run_state_open(&a, &r);
+    float *logits = NULL, *work = NULL;
+    int V = 0;
+    if (st == AC_OK) {
+        V = ac_model_arch(r.model)->vocab;
+        logits = malloc((size_t)V * sizeof *logits);
+        work = malloc(2 * (size_t)V * sizeof *work);
+        st = logits && work ? AC_OK : ac_fail(AC_ERR_NOMEM, "out of memory for logits");
+    }
+    ac_sampler sampler;
+    ac_sampler_init(&sampler, (float)a.temperature, (float)a.top_p, (uint64_t)a.seed);
+    const int32_t *tokens[1] = {r.ids};
+    int n_new = r.n_ids;
+    ac_cache *caches[1] = {r.cache};
+    int32_t next = 0;
+    for (long long step = 0; st == AC_OK && step < a.max_tokens; step++) {
+        ac_batch batch = {.n_seqs = 1, .tokens = tokens, .n_tokens = &n_new, .caches = caches};
+        st = ac_runtime_forward(r.runtime, &batch, AC_LOGITS_LAST, logits);
+        if (st != AC_OK)
+            break;
+        next = ac_sample(&sampler, logits, V, work);
+        printf("%s%d", step ? "," : "", next);
+        tokens[0] = &next;
+        n_new = 1;
+    }
+    if (st == AC_OK)
+        printf("\n");
+    free(logits);
+    free(work);
+    run_state_free(&r);
+    return st == AC_OK ? 0 : report(argv[0], st);
+}

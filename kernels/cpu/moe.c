@@ -1,0 +1,71 @@
+#include "kernels/kernels.h"
+
+#include <math.h>
+
+/* Indices of the k largest values of v[0..n) into out (k <= n), largest first. Values
+ * equal to -INFINITY are never preferred over finite ones. n is small (experts). */
+static void top_k_indices(const float *v, int n, int k, int32_t *out)
+{
+    for (int j = 0; j < k; j++) {
+        int best = -1;
+        for (int i = 0; i < n; i++) {
+            int taken = 0;
+            for (int q = 0; q < j; q++)
+                taken |= out[q] == i;
+            if (!taken && (best < 0 || v[i] > v[best]))
+                best = i;
+        }
+        out[j] = best;
+    }
+}
+
+enum { MAX_EXPERTS = 1024 };
+
+void ac_k_moe_route(ac_kctx *ctx, int T, int E, const float *logits, const float *bias,
+                    int n_group, int topk_group, int top_k, int norm, float scale, int32_t *idx,
+                    float *weight)
+{
+    (void)ctx;
+    int per_group = E / n_group;
+#pragma omp parallel for schedule(static) if (T > 16)
+    for (int t = 0; t < T; t++) {
+        float score[MAX_EXPERTS], choice[MAX_EXPERTS], group_score[MAX_EXPERTS];
+        int32_t best[MAX_EXPERTS];
+        const float *lt = logits + (size_t)t * E;
+        for (int e = 0; e < E; e++) {
+            score[e] = 1.0f / (1.0f + expf(-lt[e]));
+            choice[e] = score[e] + bias[e];
+        }
+        if (n_group > 1) {
+            for (int g = 0; g < n_group; g++) {
+                int32_t two[2];
+                int m = per_group < 2 ? per_group : 2;
+                top_k_indices(choice + g * per_group, per_group, m, two);
+                group_score[g] = 0.0f;
+                for (int j = 0; j < m; j++)
+                    group_score[g] += choice[g * per_group + two[j]];
+            }
+            top_k_indices(group_score, n_group, topk_group, best);
+            /* experts of groups left out can never be chosen */
+            for (int g = 0; g < n_group; g++) {
+                int kept = 0;
+                for (int j = 0; j < topk_group; j++)
+                    kept |= best[j] == g;
+                if (!kept)
+                    for (int e = g * per_group; e < (g + 1) * per_group; e++)
+                        choice[e] = -INFINITY;
+            }
+        }
+        int32_t *it = idx + (size_t)t * top_k;
+        float *wt = weight + (size_t)t * top_k;
+        top_k_indices(choice, E, top_k, it);
+        float sum = 0.0f;
+        for (int j = 0; j < top_k; j++) {
+            wt[j] = score[it[j]];
+            sum += wt[j];
+        }
+        float factor = norm ? scale / (sum + 1e-20f) : scale;
+        for (int j = 0; j < top_k; j++)
+            wt[j] *= factor;
+    }
+}

@@ -1,0 +1,174 @@
+/* Deployment contracts: the hardware, workload shape, targets, search space and token
+ * budgets one compression run must meet, read from a libconfig file.
+ *
+ * A contract file has these groups (examples/contracts/ has six complete ones):
+ *
+ *   name = "rtx5070-npc";                       required, 1..127 characters
+ *   hardware = {                                required
+ *     device = "cuda:0";                        required: "cpu" or "cuda:N" (first device)
+ *     name = "RTX 5070";                        optional label
+ *     threads = 0;                              optional, >= 0, 0 = all cores (default 0)
+ *     memory_gib = 12.0;                        optional, > 0: memory of one device
+ *     count = 1;                                optional, >= 1 (default 1)
+ *     tensor_parallel = 1; data_parallel = 1;   optional, >= 1 (default 1); tp * dp == count
+ *   };
+ *   workload = {                                required
+ *     batch = 1;                                required, >= 1 (sequences per device)
+ *     cached_tokens = 0;                        optional, >= 0 (default 0)
+ *     input_tokens = 2048;                      required, >= 1
+ *     output_tokens = 256;                      optional, >= 0 (default 0)
+ *   };
+ *   targets = {                                 required, at least one entry, each > 0
+ *     latency_ms = 750.0;                       end-to-end latency of one request
+ *     throughput_tok_s = 7330.0;                output tokens per second per device
+ *     memory_gib = 4.0;                         serving memory per device
+ *   };
+ *   parent = { name = "..."; latency_ms = 1147.0; memory_gib = 8.76;
+ *              throughput_tok_s = 4922.0; };    optional group, every entry optional, > 0
+ *   search_space = {                            required
+ *     hidden_sizes   = [1920, 1792, 1280];      required lists, strictly descending,
+ *     routed_experts = [128, 96, 64, 32];         values > 0, 1..32 entries; a
+ *     routed_ffn     = [960, 704, 0];             one-entry list fixes that axis.
+ *     shared_ffn     = [3712, 2688, 0];           routed_ffn and shared_ffn may end in
+ *                                                 0, meaning "remove".
+ *     mamba_heads = { values = [64];            required group; values as above;
+ *                     scope = "per_layer";      optional "global" | "per_layer" (default
+ *                                                 "global");
+ *                     remove = true; };         optional, default false; true needs
+ *                                                 "mamba" in removable
+ *     removable = ["mamba", "moe"];             optional; layer kinds the search may drop
+ *                                                 ("mamba", "moe", "mlp", "attention", no
+ *                                                 repeats); omitted, [] or () = depth fixed
+ *   };
+ *   budgets = { search_tokens = 4180000000L;    optional group, entries optional, >= 0;
+ *               kd_tokens = 30000000000L; };      int or int64 ('L' suffix) values
+ *
+ * Integer fields reject floats and strings; float fields accept integers. An integer
+ * literal that does not fit 32 bits must carry libconfig's L suffix (libconfig 1.5 would
+ * otherwise wrap it silently; the loader rejects it instead). Unknown keys are errors in
+ * every group. Every error message reads "FILE:LINE: message"; for a missing entry, and
+ * for a rule between entries (tp * dp != count, no target), LINE is the line of the
+ * enclosing group (1 for the top level); for a bad list element, the element's line.
+ * targets.memory_gib may not exceed hardware.memory_gib when both are given. */
+#ifndef AUTOCOMPRESS_CONTRACT_H
+#define AUTOCOMPRESS_CONTRACT_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "autocompress/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+enum {
+    AC_CONTRACT_NAME_MAX = 128,      /* bytes of a name, label or path, with the NUL */
+    AC_CONTRACT_MAX_CANDIDATES = 32, /* entries of one search axis */
+    AC_CONTRACT_MAX_FILE_BYTES = 1 << 20
+};
+
+typedef enum { AC_DEVICE_CPU = 0, AC_DEVICE_CUDA = 1 } ac_device_kind;
+
+typedef enum { AC_SCOPE_GLOBAL = 0, AC_SCOPE_PER_LAYER = 1 } ac_search_scope;
+
+/* One search axis: `count` candidate values, strictly descending. */
+typedef struct {
+    int count;
+    int values[AC_CONTRACT_MAX_CANDIDATES];
+} ac_candidates;
+
+typedef struct {
+    char device[AC_CONTRACT_NAME_MAX]; /* as written: "cpu" or "cuda:N" */
+    ac_device_kind kind;
+    int index;                       /* N of "cuda:N", the first of `count` devices; 0 for cpu */
+    char name[AC_CONTRACT_NAME_MAX]; /* label such as "RTX 5070"; "" when not given */
+    int threads;                     /* host threads, 0 = all cores */
+    bool has_memory;
+    double memory_gib;               /* memory of one device, when has_memory */
+    int count;                       /* devices, tensor_parallel * data_parallel */
+    int tensor_parallel;
+    int data_parallel;
+} ac_contract_hardware;
+
+typedef struct {
+    int batch;             /* concurrent sequences per device (per data-parallel rank) */
+    int64_t cached_tokens; /* context already in the cache before the request */
+    int64_t input_tokens;  /* prompt tokens prefilled by the request */
+    int64_t output_tokens; /* tokens decoded */
+} ac_contract_workload;
+
+/* Measured or target costs; each value is meaningful only when its flag is set. */
+typedef struct {
+    bool has_latency;
+    double latency_ms;       /* end-to-end latency of one request (at most, for a target) */
+    bool has_throughput;
+    double throughput_tok_s; /* output tokens per second per device (at least) */
+    bool has_memory;
+    double memory_gib;       /* serving memory per device (at most) */
+} ac_contract_costs;
+
+typedef struct {
+    bool present;                    /* the file has a parent group */
+    char name[AC_CONTRACT_NAME_MAX]; /* "" when not given */
+    ac_contract_costs cost;          /* the parent's measured costs */
+} ac_contract_parent;
+
+typedef struct {
+    ac_candidates values;
+    ac_search_scope scope; /* one head count for all layers, or one per Mamba layer */
+    bool remove;           /* "remove the layer" is one more choice on this axis */
+} ac_contract_mamba_heads;
+
+typedef struct {
+    bool mamba, moe, mlp, attention; /* layer kinds the search may remove */
+} ac_contract_removable;
+
+typedef struct {
+    ac_candidates hidden_sizes;   /* global */
+    ac_contract_mamba_heads mamba_heads;
+    ac_candidates routed_experts; /* per MoE layer */
+    ac_candidates routed_ffn;     /* per MoE layer; 0 allowed */
+    ac_candidates shared_ffn;     /* per MoE layer; 0 allowed */
+    ac_contract_removable removable;
+} ac_contract_search_space;
+
+typedef struct {
+    bool has_search_tokens;
+    int64_t search_tokens; /* tokens for architecture search */
+    bool has_kd_tokens;
+    int64_t kd_tokens;     /* tokens for knowledge-distillation recovery */
+} ac_contract_budgets;
+
+typedef struct {
+    char name[AC_CONTRACT_NAME_MAX];
+    char source[AC_CONTRACT_NAME_MAX]; /* the path or name_for_errors it was read from */
+    ac_contract_hardware hardware;
+    ac_contract_workload workload;
+    ac_contract_costs targets; /* at least one flag is set */
+    ac_contract_parent parent;
+    ac_contract_search_space search;
+    ac_contract_budgets budgets;
+} ac_contract;
+
+/* Reads and validates the contract at `path`. AC_ERR_IO (message names the path) when
+ * the file cannot be read; AC_ERR_INVALID with "FILE:LINE: message" when it is malformed.
+ * `*out` is fully written on success and zeroed on failure. */
+ac_status ac_contract_load(const char *path, ac_contract *out);
+
+/* The same for contract text in memory; `name_for_errors` (NULL: "<string>") stands in
+ * for FILE in messages and fills out->source. @include paths resolve against the
+ * current directory. */
+ac_status ac_contract_parse_string(const char *text, const char *name_for_errors, ac_contract *out);
+
+/* Writes every field of `c` in a human-readable form. */
+void ac_contract_print(const ac_contract *c, FILE *out);
+
+const char *ac_device_kind_name(ac_device_kind kind);
+const char *ac_search_scope_name(ac_search_scope scope);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

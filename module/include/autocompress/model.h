@@ -1,0 +1,43 @@
+/* A model in memory: one ac_arch and one f32 weight arena. */
+#ifndef AUTOCOMPRESS_MODEL_H
+#define AUTOCOMPRESS_MODEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "autocompress/arch.h"
+#include "autocompress/dtype.h"
+#include "autocompress/status.h"
+
+typedef struct ac_model ac_model;
+
+/* One named parameter: a view into the arena, named as in Hugging Face checkpoints
+ * without the "model."/"backbone." prefix (e.g. "layers.3.mixer.in_proj.weight"). */
+typedef struct {
+    char name[96];
+    float *data;
+    int ndim;
+    int64_t shape[3];
+    size_t count;
+} ac_param;
+
+/* A model with the given architecture and all weights zero. */
+ac_status ac_model_create(const ac_arch *arch, ac_model **model);
+/* Loads DIR/config.json (nemotron_h or nemotron_h_puzzle) and its safetensors (single
+ * file or sharded), converting every weight to f32. */
+ac_status ac_model_load(const char *dir, ac_model **model);
+/* Writes DIR/config.json (the puzzle form when layers differ) and DIR/model.safetensors
+ * with weights in `dtype` (F32 or BF16; norms, A_log, D, dt_bias and the router's
+ * correction bias always F32). */
+ac_status ac_model_save(const ac_model *model, const char *dir, ac_dtype dtype);
+void ac_model_free(ac_model *model);
+
+const ac_arch *ac_model_arch(const ac_model *model);
+/* Every parameter in checkpoint order; routed experts appear one tensor per expert. */
+size_t ac_model_param_count(const ac_model *model);
+const ac_param *ac_model_param(const ac_model *model, size_t i);
+const ac_param *ac_model_find_param(const ac_model *model, const char *name);
+/* The arena: every weight, contiguous (optimizers and checkpoints walk it whole). */
+float *ac_model_arena(ac_model *model, size_t *count);
+
+#endif

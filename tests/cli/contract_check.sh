@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# `autocompress contract check`: exit codes, the printout, and FILE:LINE errors on stderr.
+# Usage: contract_check.sh AUTOCOMPRESS_BINARY SOURCE_DIR
+set -u
+cli=$1
+src=$2
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+fail() {
+    echo "FAIL: $*" >&2
+    exit 1
+}
+
+# run EXPECTED_RC ARGS...: runs the binary, stdout to $tmp/out, stderr to $tmp/err
+run() {
+    local want=$1
+    shift
+    "$cli" "$@" >"$tmp/out" 2>"$tmp/err"
+    local rc=$?
+    [ "$rc" -eq "$want" ] || fail "autocompress $*: exit $rc, want $want; stderr: $(cat "$tmp/err")"
+}
+
+[ -x "$cli" ] || fail "no autocompress binary at $cli (did the build link it?)"
+
+examples=$src/examples/contracts
+bad=$src/tests/contracts/bad
+
+# the six examples parse, each is printed
+run 0 contract check "$examples"/*.cfg
+for name in rtx5070-npc rtx5080-coding h100-datacenter cpu-latency cpu-long-context cpu-throughput; do
+    grep -q "^contract $name " "$tmp/out" || fail "no printout for $name"
+done
+[ -s "$tmp/err" ] && fail "stderr not empty for valid contracts: $(cat "$tmp/err")"
+run 0 contract check "$examples/h100-datacenter.cfg"
+grep -q ">= 7330" "$tmp/out" || fail "h100 printout lacks the throughput target"
+grep -q "data_parallel    8" "$tmp/out" || fail "h100 printout lacks data_parallel 8"
+
+# one bad file among good ones: exit 1, the good one still printed, the error names FILE:LINE
+run 1 contract check "$examples/rtx5070-npc.cfg" "$bad/bad-device.cfg" "$examples/cpu-latency.cfg"
+grep -q "^contract rtx5070-npc " "$tmp/out" || fail "good contract not printed before the bad one"
+grep -q "^contract cpu-latency " "$tmp/out" || fail "good contract not printed after the bad one"
+[[ $(head -n 1 "$tmp/err") == "$bad/bad-device.cfg:4: "*gpu0* ]] || fail "bad-device error: $(cat "$tmp/err")"
+
+# every malformed contract is rejected with FILE:LINE: on stderr
+count=0
+for f in "$bad"/*.cfg; do
+    run 1 contract check "$f"
+    [[ $(head -n 1 "$tmp/err") =~ ^"$f":[0-9]+:\  ]] || fail "$f: error lacks FILE:LINE: $(cat "$tmp/err")"
+    count=$((count + 1))
+done
+[ "$count" -ge 12 ] || fail "only $count malformed contracts under $bad"
+
+# a missing file fails and is named
+run 1 contract check "$tmp/absent.cfg"
+grep -qF "$tmp/absent.cfg" "$tmp/err" || fail "missing file not named: $(cat "$tmp/err")"
+
+# usage errors
+run 2 contract check
+run 2 contract
+run 2 contract frobnicate "$examples/rtx5070-npc.cfg"
+grep -q "unknown subcommand" "$tmp/err" || fail "unknown subcommand not reported"
+run 0 contract --help
+grep -q "contract check FILE" "$tmp/out" || fail "help text"
+
+echo "contract_check: ok ($count malformed contracts rejected)"
