@@ -49,7 +49,9 @@ void ac_k_ssd_scan(ac_kctx *ctx, int T, int H, int P, int N, int G, const float 
 
 /* Causal GQA attention of one sequence: n_new queries at positions past..past+n_new-1
  * over keys 0..past+n_new-1 held in k_cache / v_cache [n_kv, cap, hd]. Query head h
- * reads KV head h / (n_heads / n_kv). q and out [n_new, n_heads*hd]. */
+ * reads KV head h / (n_heads / n_kv). q and out [n_new, n_heads*hd]. The workspace
+ * holds ac_k_attention_workspace(past + n_new) bytes. */
+size_t ac_k_attention_workspace(int total_tokens);
 void ac_k_attention(ac_kctx *ctx, int n_new, int past, int n_heads, int n_kv, int hd,
                     const float *q, int ldq, const float *k_cache, const float *v_cache, int cap,
                     float scale, float *out, int ldout);

@@ -23,7 +23,7 @@ if [ -z "$build_dir" ]; then
   if [ "$sanitize" = ON ]; then build_dir="$root/build-sanitize"; else build_dir="$root/build"; fi
 fi
 
-packages=(build-essential cmake pkg-config libopenblas-dev libconfig-dev libcjson-dev
+packages=(build-essential cmake pkg-config libopenblas-openmp-dev libconfig-dev libcjson-dev
           libcmocka-dev gnuplot-nox curl)
 missing=()
 for p in "${packages[@]}"; do

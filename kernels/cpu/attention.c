@@ -1,20 +1,20 @@
 #include "kernels/kernels.h"
 
 #include <math.h>
-#include <stdlib.h>
+#include <omp.h>
 
 /* One (head, query) pair at a time: scores over the visible keys, a max-shifted softmax
- * in f32, then the weighted sum of values. Scores live in a per-thread row. */
+ * in f32, then the weighted sum of values. Each thread keeps its scores in its own row of
+ * the workspace, which holds omp_get_max_threads() rows of past + n_new floats. */
 void ac_k_attention(ac_kctx *ctx, int n_new, int past, int n_heads, int n_kv, int hd,
                     const float *q, int ldq, const float *k_cache, const float *v_cache, int cap,
                     float scale, float *out, int ldout)
 {
-    (void)ctx;
     int group = n_heads / n_kv;
     int total = past + n_new;
 #pragma omp parallel
     {
-        float *scores = malloc((size_t)total * sizeof *scores);
+        float *scores = (float *)ctx->workspace + (size_t)omp_get_thread_num() * total;
 #pragma omp for collapse(2) schedule(dynamic, 4)
         for (int h = 0; h < n_heads; h++)
             for (int i = 0; i < n_new; i++) {
@@ -27,6 +27,7 @@ void ac_k_attention(ac_kctx *ctx, int n_new, int past, int n_heads, int n_kv, in
                 for (int j = 0; j < visible; j++) {
                     const float *kj = K + (size_t)j * hd;
                     float dot = 0.0f;
+#pragma omp simd reduction(+ : dot)
                     for (int c = 0; c < hd; c++)
                         dot += qi[c] * kj[c];
                     scores[j] = dot * scale;
@@ -48,6 +49,10 @@ void ac_k_attention(ac_kctx *ctx, int n_new, int past, int n_heads, int n_kv, in
                         oi[c] += p * vj[c];
                 }
             }
-        free(scores);
     }
+}
+
+size_t ac_k_attention_workspace(int total_tokens)
+{
+    return (size_t)omp_get_max_threads() * (size_t)total_tokens * sizeof(float);
 }

@@ -19,6 +19,7 @@ static void top_k_indices(const float *v, int n, int k, int32_t *out)
     }
 }
 
+/* the engine's limit (AC_MAX_EXPERTS in arch.h) */
 enum { MAX_EXPERTS = 1024 };
 
 void ac_k_moe_route(ac_kctx *ctx, int T, int E, const float *logits, const float *bias,

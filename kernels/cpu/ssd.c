@@ -25,6 +25,7 @@ void ac_k_ssd_scan(ac_kctx *ctx, int T, int H, int P, int N, int G, const float 
                 float *sp = s + (size_t)p * N;
                 float dx = d * xt[p];
                 float acc = 0.0f;
+#pragma omp simd reduction(+ : acc)
                 for (int n = 0; n < N; n++) {
                     sp[n] = decay * sp[n] + dx * Bt[n];
                     acc += sp[n] * Ct[n];

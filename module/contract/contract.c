@@ -264,7 +264,7 @@ static ac_status read_candidates(const reader *r, const config_setting_t *group,
     for (int i = 0; i < n; i++) {
         const config_setting_t *e = config_setting_get_elem(list, (unsigned)i);
         char item[288];
-        long long v;
+        long long v = 0;
         snprintf(item, sizeof item, "%s[%d]", full, i);
         st = int_value(r, e, item, lo, INT_MAX, &v);
         if (st != AC_OK)

@@ -177,13 +177,12 @@ static ac_status get_bool(const reader *r, const char *key, const char *alias, i
 
 static ac_status refuse_true(const reader *r, const char *key, const char *what)
 {
-    int v;
+    int v = 0;
     ac_status st = get_bool(r, key, NULL, 0, &v);
     if (st != AC_OK)
         return st;
     if (v)
-        return rfail(r, AC_ERR_UNSUPPORTED, "%s%s is true: %s is not supported", r->entry ? "block_configs entry " : "",
-                     key, what);
+        return rfail(r, AC_ERR_UNSUPPORTED, "%s is true: %s is not supported", key, what);
     return AC_OK;
 }
 
@@ -438,7 +437,7 @@ static ac_status read_globals(reader *r, ac_arch *arch)
 
 static ac_status check_layer_count(const reader *r, int n, const char *what)
 {
-    int declared;
+    int declared = n;
     found f;
     ac_status st = get_int(r, "num_hidden_layers", NULL, 1, n, 1, &declared, &f);
     if (st != AC_OK)
@@ -565,8 +564,8 @@ ac_status ac_config_json_parse(const char *text, const char *source, ac_arch *ar
         }
         char near[24];
         size_t k = 0;
-        for (const char *p = at; *p && *p != '\n' && k + 1 < sizeof near; p++)
-            near[k++] = *p;
+        for (const char *p = at; *p && k + 1 < sizeof near; p++)
+            near[k++] = (*p == '\n' || *p == '\r' || *p == '\t') ? ' ' : *p;
         near[k] = '\0';
         return rfail(&r, AC_ERR_INVALID, "invalid JSON at line %d, column %d (near '%s')", line, column, near);
     }

@@ -109,6 +109,8 @@ static ac_status validate_mamba(int i, const ac_block_dims *b)
 {
     if (b->mamba_heads <= 0)
         return LAYER_FAIL(i, b, "mamba_heads must be positive, got %d", b->mamba_heads);
+    if (b->mamba_heads > AC_MAX_MAMBA_HEADS)
+        return LAYER_FAIL(i, b, "mamba_heads %d exceeds the engine's limit of %d", b->mamba_heads, AC_MAX_MAMBA_HEADS);
     if (b->mamba_head_dim <= 0)
         return LAYER_FAIL(i, b, "mamba_head_dim must be positive, got %d", b->mamba_head_dim);
     if (b->mamba_groups <= 0)
@@ -147,6 +149,8 @@ static ac_status validate_moe(int i, const ac_block_dims *b)
 {
     if (b->n_experts <= 0)
         return LAYER_FAIL(i, b, "n_experts must be positive, got %d", b->n_experts);
+    if (b->n_experts > AC_MAX_EXPERTS)
+        return LAYER_FAIL(i, b, "n_experts %d exceeds the engine's limit of %d", b->n_experts, AC_MAX_EXPERTS);
     if (b->top_k <= 0)
         return LAYER_FAIL(i, b, "top_k must be positive, got %d", b->top_k);
     if (b->top_k > b->n_experts)

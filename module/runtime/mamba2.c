@@ -24,7 +24,7 @@ void ac_mamba2_forward(ac_runtime *rt, int layer, const ac_seqs *seqs, const flo
     float *xbc = ac_scratch(rt, (size_t)T * conv);   /* after conv + SiLU: x | B | C */
     float *dt = ac_scratch(rt, (size_t)T * H);
     float *y = ac_scratch(rt, (size_t)T * dI);
-    float A[1024];
+    float A[AC_MAX_MAMBA_HEADS];
     for (int h = 0; h < H; h++)
         A[h] = -expf(w->A_log[h]);
 

@@ -11,14 +11,13 @@ size_t ac_moe_scratch_per_token(const ac_arch *arch, const ac_block_dims *b)
            (size_t)b->shared_ffn;
 }
 
-enum { MAX_EXPERTS = 1024 };
 
 /* Counting sort of the T*k (token, expert) pairs by expert: expert e's tokens are
  * rows[start[e] .. start[e+1]), each with its routing weight. */
 static void group_by_expert(int T, int k, int E, const int32_t *idx, const float *weight,
                             int *start, int32_t *rows, float *row_weight)
 {
-    int fill[MAX_EXPERTS + 1];
+    int fill[AC_MAX_EXPERTS + 1];
     memset(start, 0, (size_t)(E + 1) * sizeof *start);
     for (int i = 0; i < T * k; i++)
         start[idx[i] + 1]++;
@@ -49,7 +48,7 @@ void ac_moe_forward(ac_runtime *rt, int layer, const ac_seqs *seqs, const float 
     float *xe = ac_scratch(rt, (size_t)T * D);
     float *he = ac_scratch(rt, (size_t)T * I);
     float *oe = ac_scratch(rt, (size_t)T * D);
-    int start[MAX_EXPERTS + 1];
+    int start[AC_MAX_EXPERTS + 1];
 
     ac_k_linear(&rt->kctx, T, E, D, xn, D, w->router, 0.0f, logits, E);
     ac_k_moe_route(&rt->kctx, T, E, logits, w->router_bias, b->n_group, b->topk_group, k,

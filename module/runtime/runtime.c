@@ -40,6 +40,7 @@ void ac_runtime_free(ac_runtime *runtime)
     free(runtime->xn);
     free(runtime->mix);
     free(runtime->scratch);
+    free(runtime->workspace);
     free(runtime->offset);
     free(runtime->len);
     free(runtime);
@@ -85,6 +86,23 @@ static ac_status reserve_tokens(ac_runtime *rt, int T, int n_seqs)
     rt->mix = bufs[2];
     rt->scratch = bufs[3];
     rt->capacity_tokens = T;
+    return AC_OK;
+}
+
+/* Grows the kernel workspace for sequences of up to `longest` tokens. */
+static ac_status reserve_workspace(ac_runtime *rt, int longest)
+{
+    size_t need = ac_k_attention_workspace(longest);
+    if (need <= rt->workspace_bytes)
+        return AC_OK;
+    void *grown = malloc(need);
+    if (!grown)
+        return ac_fail(AC_ERR_NOMEM, "runtime: cannot allocate %zu bytes of attention workspace", need);
+    free(rt->workspace);
+    rt->workspace = grown;
+    rt->workspace_bytes = need;
+    rt->kctx.workspace = grown;
+    rt->kctx.workspace_bytes = need;
     return AC_OK;
 }
 
@@ -140,10 +158,15 @@ ac_status ac_runtime_forward(ac_runtime *rt, const ac_batch *batch, ac_logits_mo
     ac_status st = check_batch(rt, batch);
     if (st != AC_OK)
         return st;
-    int T = 0;
-    for (int s = 0; s < batch->n_seqs; s++)
+    int T = 0, longest = 0;
+    for (int s = 0; s < batch->n_seqs; s++) {
+        int after = ac_cache_tokens(batch->caches[s]) + batch->n_tokens[s];
         T += batch->n_tokens[s];
+        longest = after > longest ? after : longest;
+    }
     st = reserve_tokens(rt, T, batch->n_seqs);
+    if (st == AC_OK)
+        st = reserve_workspace(rt, longest);
     for (int s = 0; st == AC_OK && s < batch->n_seqs; s++)
         st = ac_cache_reserve(batch->caches[s], ac_cache_tokens(batch->caches[s]) + batch->n_tokens[s]);
     if (st != AC_OK)

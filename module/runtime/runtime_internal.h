@@ -38,6 +38,8 @@ struct ac_runtime {
     float *mix;            /* [T, D] block output */
     float *scratch;        /* per-block temporaries, reset every block */
     size_t scratch_used;
+    void *workspace;       /* kernel workspace (attention scores), grown to the longest sequence */
+    size_t workspace_bytes;
     int *offset, *len;     /* [n_seqs] */
     int seqs_capacity;
 };

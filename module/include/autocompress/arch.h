@@ -9,6 +9,9 @@
 
 #include "autocompress/status.h"
 
+/* Per-layer limits of the engine (router and decay tables live on the stack). */
+enum { AC_MAX_MAMBA_HEADS = 1024, AC_MAX_EXPERTS = 1024 };
+
 typedef enum { AC_BLOCK_MAMBA = 0, AC_BLOCK_ATTENTION, AC_BLOCK_MLP, AC_BLOCK_MOE } ac_block_kind;
 
 typedef struct {
