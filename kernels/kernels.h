@@ -75,5 +75,111 @@ void ac_k_scatter_add_rows(ac_kctx *ctx, int n, int D, const float *src, const i
 void ac_k_relu2(ac_kctx *ctx, size_t n, float *x);
 /* y += x */
 void ac_k_add(ac_kctx *ctx, size_t n, const float *x, float *y);
+/* x[r, c] *= mask[c] (a soft mask over columns). */
+void ac_k_mul_columns(ac_kctx *ctx, int rows, int cols, const float *mask, float *x, int ldx);
+/* out[c] += sum_r a[r, c] * b[r, c] (a column mask's gradient). */
+void ac_k_column_dot(ac_kctx *ctx, int rows, int cols, const float *a, int lda, const float *b, int ldb, float *out);
+
+/* ---- backward ops: gradients for training. "+=" marks an accumulated output. ---- */
+
+/* For C = A @ W^T: dA = dC @ W + beta_dA * dA (dA may be NULL), dW += dC^T @ A (dW may
+ * be NULL). A [M, K], W [N, K], dC [M, N]. */
+void ac_k_linear_backward(ac_kctx *ctx, int M, int N, int K, const float *A, int lda, const float *W,
+                          const float *dC, int lddc, float beta_dA, float *dA, int ldda, float *dW);
+/* For y = rmsnorm(x) * w: dx = dL/dx (overwritten; may not alias dy), dw += (may be NULL). */
+void ac_k_rmsnorm_backward(ac_kctx *ctx, int rows, int dim, const float *x, int ldx, const float *w, float eps,
+                           const float *dy, int lddy, float *dx, int lddx, float *dw);
+/* For x = relu(pre)^2: grad (dL/dx on entry) becomes dL/dpre. */
+void ac_k_relu2_backward(ac_kctx *ctx, size_t n, const float *pre, float *grad);
+
+/* Cross-entropy of rows of logits against targets: row_loss[r] = -log softmax(logits)[target];
+ * dlogits (may alias logits; NULL: loss only) becomes scale * (softmax - onehot). Rows
+ * whose target is < 0 get loss 0 and zero gradient. The caller sums row_loss in order,
+ * so the total is the same bits whatever the thread count. */
+void ac_k_cross_entropy(ac_kctx *ctx, int rows, int V, const float *logits, const int32_t *targets, float scale,
+                        float *dlogits, double *row_loss);
+/* Distillation: row_loss[r] = tau^2 KL(softmax(t/tau) || softmax(s/tau)); dlogits (may
+ * alias student; NULL: loss only) becomes scale * tau * (p_s - p_t). */
+void ac_k_kd_loss(ac_kctx *ctx, int rows, int V, const float *student, const float *teacher, float tau, float scale,
+                  float *dlogits, double *row_loss);
+/* One AdamW step (decoupled weight decay) on n weights; `step` counts from 1:
+ *   m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2;  w -= lr (wd w + m_hat / (sqrt(v_hat) + eps)) */
+void ac_k_adamw(ac_kctx *ctx, size_t n, float *w, const float *g, float *m, float *v, float lr, float beta1,
+                float beta2, float eps, float weight_decay, int step);
+/* sum of squares of x (for the global gradient norm), in double. */
+double ac_k_sum_squares(ac_kctx *ctx, size_t n, const float *x);
+/* x *= s */
+void ac_k_scale(ac_kctx *ctx, size_t n, float s, float *x);
+
+/* ---- Mamba2 backward ---- */
+
+/* ac_k_ssd_scan that keeps every state, for the backward: starts from state0 [H, P, N]
+ * (NULL: zeros; not modified) and writes states [T, H, P, N], states[t] being s after
+ * step t. Other arguments as ac_k_ssd_scan. */
+void ac_k_ssd_scan_save(ac_kctx *ctx, int T, int H, int P, int N, int G, const float *x, int ldx,
+                        const float *B, const float *C, int ldbc, const float *dt, const float *A,
+                        const float *Dskip, const float *state0, float *states, float *y, int ldy);
+/* Backward of ac_k_ssd_scan_save, given dy = dL/dy [T, H*P] (lddy), the same inputs,
+ * state0 and the states it wrote: dx [T, H*P] (lddx), dB and dC [T, G*N] (lddbc) and
+ * ddt [T, H] are overwritten; dA and dD [H] += (either may be NULL). No gradient goes
+ * to state0. work: caller scratch of H * (2T + 1) * N floats. */
+void ac_k_ssd_scan_backward(ac_kctx *ctx, int T, int H, int P, int N, int G, const float *x, int ldx,
+                            const float *B, const float *C, int ldbc, const float *dt, const float *A,
+                            const float *Dskip, const float *state0, const float *states, const float *dy,
+                            int lddy, float *dx, int lddx, float *dB, float *dC, int lddbc, float *ddt, float *dA,
+                            float *dD, float *work);
+/* x[t, h*P + p] *= mask[h] (a soft mask over heads of P channels; the forward uses it). */
+void ac_k_mul_heads(ac_kctx *ctx, int T, int H, int P, const float *mask, float *x, int ldx);
+/* For out = mask[h] * y per head: dmask[h] += sum over t, p of dy * y (dmask may be
+ * NULL), then dy (dL/dout on entry) becomes dL/dy = mask[h] * dy. */
+void ac_k_mul_heads_backward(ac_kctx *ctx, int T, int H, int P, const float *mask, const float *y, int ldy,
+                             float *dy, int lddy, float *dmask);
+/* For dt = max(softplus(raw + bias), dt_min): draw [T, H] (lddraw) = dL/draw, overwritten
+ * (zero where dt was clamped); dbias [H] += (may be NULL). ddt [T, H]. */
+void ac_k_softplus_dt_backward(ac_kctx *ctx, int T, int H, const float *raw, int ldraw, const float *bias,
+                               float dt_min, const float *ddt, float *draw, int lddraw, float *dbias);
+/* Backward of ac_k_conv1d_silu for one sequence: x are the raw inputs it read and state
+ * [C, K-1] the state before the call (NULL: zeros). Given dy [T, C] (lddy): dx [T, C]
+ * (lddx, may not alias dy) = dL/dx, overwritten; dw [C, K] and dbias [C] += (either may
+ * be NULL). No gradient goes to the state. */
+void ac_k_conv1d_silu_backward(ac_kctx *ctx, int T, int C, int K, const float *x, int ldx, const float *w,
+                               const float *bias, const float *state, const float *dy, int lddy, float *dx,
+                               int lddx, float *dw, float *dbias);
+/* Backward of ac_k_gated_rmsnorm: given dout (lddout), dy (lddy) and dz (lddz) are
+ * overwritten (neither may alias an input); dw [dim] += (may be NULL). rstd: caller
+ * scratch of rows * (dim / group_size) floats. */
+void ac_k_gated_rmsnorm_backward(ac_kctx *ctx, int rows, int dim, int group_size, const float *y, int ldy,
+                                 const float *z, int ldz, const float *w, float eps, const float *dout, int lddout,
+                                 float *dy, int lddy, float *dz, int lddz, float *dw, float *rstd);
+
+/* ---- attention and MoE backward ---- */
+
+/* Backward of causal GQA attention for one sequence of L tokens that starts empty
+ * (training), keys and values in rows: q, datt = dL/d(attention output), out, dq
+ * [L, n_heads*hd] (ldq); k, v, dk, dv [L, n_kv*hd] (ldkv). Scores are recomputed row
+ * by row (nothing T^2 is kept). Writes out (the forward's output, recomputed), dq, dk,
+ * dv (all overwritten) and stats [L, 2*n_heads] (per query and head: the softmax's log
+ * normaliser, then sum_c datt*out). The workspace holds ac_k_attention_workspace(L). */
+void ac_k_attention_backward(ac_kctx *ctx, int L, int n_heads, int n_kv, int hd, const float *q, int ldq,
+                             const float *k, const float *v, int ldkv, const float *datt, float scale,
+                             float *out, float *stats, float *dq, float *dk, float *dv);
+
+/* Backward of ac_k_moe_route's weights. The selection is piecewise constant and passes
+ * no gradient (neither does the bias): from dweight = dL/dweight [T, top_k] of the chosen
+ * idx, dlogits [T, E] = dL/dlogits is overwritten, zero for the experts not chosen. */
+void ac_k_moe_route_backward(ac_kctx *ctx, int T, int E, const float *logits, int top_k, int norm,
+                             float scale, const int32_t *idx, const float *dweight, float *dlogits);
+
+/* Backward of one expert's share of the combine, dst[rows[i]] += weight[i] * mask * y[i]
+ * (mask: one float, NULL for 1). For i < n, with d = <dout[rows[i]], y[i]>:
+ * dweight[pair[i]] = mask * d (overwritten); *dmask += sum_i weight[i] d (dmask may be
+ * NULL); dy[i] = weight[i] * mask * dout[rows[i]] (dy may alias y). */
+void ac_k_moe_combine_backward(ac_kctx *ctx, int n, int D, const float *dout, int lddout, const int32_t *rows,
+                               const float *y, const float *weight, const float *mask, const int32_t *pair,
+                               float *dweight, float *dmask, float *dy);
+
+/* Backward of ac_k_gather_rows: dsrc[rows[i]] += ddst[i]; rows distinct within one call. */
+void ac_k_gather_rows_backward(ac_kctx *ctx, int n, int D, const float *ddst, const int32_t *rows, float *dsrc,
+                               int lddsrc);
 
 #endif

@@ -8,5 +8,8 @@ int cli_contract(int argc, char **argv);
 int cli_info(int argc, char **argv);
 int cli_logits(int argc, char **argv);
 int cli_generate(int argc, char **argv);
+int cli_train(int argc, char **argv);
+int cli_distill(int argc, char **argv);
+int cli_tokenize(int argc, char **argv);
 
 #endif

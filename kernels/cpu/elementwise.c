@@ -12,25 +12,37 @@ void ac_k_relu2(ac_kctx *ctx, size_t n, float *x)
     }
 }
 
+void ac_k_relu2_backward(ac_kctx *ctx, size_t n, const float *pre, float *grad)
+{
+    (void)ctx;
+#pragma omp parallel for schedule(static) if (n > 65536)
+    for (size_t i = 0; i < n; i++)
+        grad[i] = pre[i] > 0.0f ? 2.0f * pre[i] * grad[i] : 0.0f;
+}
+
+void ac_k_mul_columns(ac_kctx *ctx, int rows, int cols, const float *mask, float *x, int ldx)
+{
+    (void)ctx;
+#pragma omp parallel for schedule(static) if ((long)rows * cols > 65536)
+    for (int r = 0; r < rows; r++)
+        for (int c = 0; c < cols; c++)
+            x[(size_t)r * ldx + c] *= mask[c];
+}
+
+void ac_k_column_dot(ac_kctx *ctx, int rows, int cols, const float *a, int lda, const float *b, int ldb, float *out)
+{
+    (void)ctx;
+    for (int r = 0; r < rows; r++)
+        for (int c = 0; c < cols; c++)
+            out[c] += a[(size_t)r * lda + c] * b[(size_t)r * ldb + c];
+}
+
 void ac_k_add(ac_kctx *ctx, size_t n, const float *x, float *y)
 {
     (void)ctx;
 #pragma omp parallel for schedule(static) if (n > 65536)
     for (size_t i = 0; i < n; i++)
         y[i] += x[i];
-}
-
-void ac_k_softplus_dt(ac_kctx *ctx, int T, int H, const float *raw, int ldraw, const float *bias,
-                      float dt_min, float *dt)
-{
-    (void)ctx;
-    for (int t = 0; t < T; t++)
-        for (int h = 0; h < H; h++) {
-            float v = raw[(size_t)t * ldraw + h] + bias[h];
-            /* torch's softplus switches to the identity above 20 */
-            float sp = v > 20.0f ? v : log1pf(expf(v));
-            dt[(size_t)t * H + h] = sp < dt_min ? dt_min : sp;
-        }
 }
 
 void ac_k_gather_rows(ac_kctx *ctx, int n, int D, const float *src, int ldsrc, const int32_t *rows,

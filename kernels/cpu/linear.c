@@ -19,3 +19,15 @@ void ac_k_linear(ac_kctx *ctx, int M, int N, int K, const float *A, int lda, con
     }
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, N, K, 1.0f, A, lda, W, K, beta, C, ldc);
 }
+
+void ac_k_linear_backward(ac_kctx *ctx, int M, int N, int K, const float *A, int lda, const float *W,
+                          const float *dC, int lddc, float beta_dA, float *dA, int ldda, float *dW)
+{
+    (void)ctx;
+    if (M == 0)
+        return;
+    if (dA)
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, K, N, 1.0f, dC, lddc, W, K, beta_dA, dA, ldda);
+    if (dW)
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, N, K, M, 1.0f, dC, lddc, A, lda, 1.0f, dW, K);
+}

@@ -70,3 +70,77 @@ void ac_k_moe_route(ac_kctx *ctx, int T, int E, const float *logits, const float
             wt[j] *= factor;
     }
 }
+
+/* w_j = scale s_j / Z with Z = sum_l s_l + 1e-20 (norm) or w_j = scale s_j, s = sigmoid:
+ *   dL/ds_j = (scale / Z) (dw_j - sum_l dw_l s_l / Z)   or   scale dw_j,
+ *   dL/dlogit_j = dL/ds_j s_j (1 - s_j). */
+void ac_k_moe_route_backward(ac_kctx *ctx, int T, int E, const float *logits, int top_k, int norm,
+                             float scale, const int32_t *idx, const float *dweight, float *dlogits)
+{
+    (void)ctx;
+#pragma omp parallel for schedule(static) if (T > 16)
+    for (int t = 0; t < T; t++) {
+        float s[MAX_EXPERTS];
+        const float *lt = logits + (size_t)t * E;
+        const int32_t *it = idx + (size_t)t * top_k;
+        const float *gt = dweight + (size_t)t * top_k;
+        float *dt = dlogits + (size_t)t * E;
+        float sum = 0.0f, gs = 0.0f;
+        for (int j = 0; j < top_k; j++) {
+            s[j] = 1.0f / (1.0f + expf(-lt[it[j]]));
+            sum += s[j];
+            gs += gt[j] * s[j];
+        }
+        for (int e = 0; e < E; e++)
+            dt[e] = 0.0f;
+        float z = sum + 1e-20f;
+        for (int j = 0; j < top_k; j++) {
+            float ds = norm ? scale / z * (gt[j] - gs / z) : scale * gt[j];
+            dt[it[j]] = ds * s[j] * (1.0f - s[j]);
+        }
+    }
+}
+
+/* The dot products run in parallel over rows into dweight; the mask's gradient then sums
+ * them in row order, so a run repeats bit for bit. */
+void ac_k_moe_combine_backward(ac_kctx *ctx, int n, int D, const float *dout, int lddout, const int32_t *rows,
+                               const float *y, const float *weight, const float *mask, const int32_t *pair,
+                               float *dweight, float *dmask, float *dy)
+{
+    (void)ctx;
+    float m = mask ? *mask : 1.0f;
+#pragma omp parallel for schedule(static) if ((long)n * D > 65536)
+    for (int i = 0; i < n; i++) {
+        const float *g = dout + (size_t)rows[i] * lddout;
+        const float *yi = y + (size_t)i * D;
+        float *dyi = dy + (size_t)i * D;
+        float d = 0.0f;
+        for (int c = 0; c < D; c++)
+            d += g[c] * yi[c];
+        dweight[pair[i]] = d;
+        float f = weight[i] * m;
+        for (int c = 0; c < D; c++)
+            dyi[c] = f * g[c];
+    }
+    float acc = 0.0f;
+    for (int i = 0; i < n; i++) {
+        float d = dweight[pair[i]];
+        acc += weight[i] * d;
+        dweight[pair[i]] = m * d;
+    }
+    if (dmask)
+        *dmask += acc;
+}
+
+void ac_k_gather_rows_backward(ac_kctx *ctx, int n, int D, const float *ddst, const int32_t *rows, float *dsrc,
+                               int lddsrc)
+{
+    (void)ctx;
+#pragma omp parallel for schedule(static) if (n > 64)
+    for (int i = 0; i < n; i++) {
+        const float *s = ddst + (size_t)i * D;
+        float *d = dsrc + (size_t)rows[i] * lddsrc;
+        for (int c = 0; c < D; c++)
+            d[c] += s[c];
+    }
+}

@@ -19,27 +19,37 @@ void ac_k_rmsnorm(ac_kctx *ctx, int rows, int dim, const float *x, int ldx, cons
     }
 }
 
-static inline float silu(float v) { return v / (1.0f + expf(-v)); }
-
-void ac_k_gated_rmsnorm(ac_kctx *ctx, int rows, int dim, int group_size, const float *y, int ldy,
-                        const float *z, int ldz, const float *w, float eps, float *out, int ldout)
+/* With r = rsqrt(mean(x^2) + eps) and g = dy * w: dx = r g - x r^3 mean(g x). */
+void ac_k_rmsnorm_backward(ac_kctx *ctx, int rows, int dim, const float *x, int ldx, const float *w, float eps,
+                           const float *dy, int lddy, float *dx, int lddx, float *dw)
 {
     (void)ctx;
 #pragma omp parallel for schedule(static)
     for (int r = 0; r < rows; r++) {
-        const float *yr = y + (size_t)r * ldy;
-        const float *zr = z + (size_t)r * ldz;
-        float *outr = out + (size_t)r * ldout;
-        for (int g0 = 0; g0 < dim; g0 += group_size) {
-            double sum = 0.0;
-            for (int i = g0; i < g0 + group_size; i++) {
-                float u = yr[i] * silu(zr[i]);
-                outr[i] = u;
-                sum += (double)u * u;
-            }
-            float inv = 1.0f / sqrtf((float)(sum / group_size) + eps);
-            for (int i = g0; i < g0 + group_size; i++)
-                outr[i] = w[i] * (outr[i] * inv);
+        const float *xr = x + (size_t)r * ldx;
+        const float *dyr = dy + (size_t)r * lddy;
+        float *dxr = dx + (size_t)r * lddx;
+        double sum = 0.0, gx = 0.0;
+        for (int i = 0; i < dim; i++) {
+            sum += (double)xr[i] * xr[i];
+            gx += (double)dyr[i] * w[i] * xr[i];
         }
+        float inv = 1.0f / sqrtf((float)(sum / dim) + eps);
+        float coef = (float)(gx / dim) * inv * inv * inv;
+        for (int i = 0; i < dim; i++)
+            dxr[i] = inv * dyr[i] * w[i] - coef * xr[i];
+    }
+    if (!dw)
+        return;
+    /* the weight gradient sums over rows: one pass, no races */
+    for (int r = 0; r < rows; r++) {
+        const float *xr = x + (size_t)r * ldx;
+        const float *dyr = dy + (size_t)r * lddy;
+        double sum = 0.0;
+        for (int i = 0; i < dim; i++)
+            sum += (double)xr[i] * xr[i];
+        float inv = 1.0f / sqrtf((float)(sum / dim) + eps);
+        for (int i = 0; i < dim; i++)
+            dw[i] += dyr[i] * xr[i] * inv;
     }
 }

@@ -35,3 +35,170 @@ void ac_k_ssd_scan(ac_kctx *ctx, int T, int H, int P, int N, int G, const float 
         }
     }
 }
+
+/* ---- training: the scan keeping every state, its backward, and the head mask ---- */
+
+void ac_k_ssd_scan_save(ac_kctx *ctx, int T, int H, int P, int N, int G, const float *x, int ldx,
+                        const float *B, const float *C, int ldbc, const float *dt, const float *A,
+                        const float *Dskip, const float *state0, float *states, float *y, int ldy)
+{
+    (void)ctx;
+    int heads_per_group = H / G;
+    size_t step = (size_t)H * P * N; /* floats from one step's states to the next */
+#pragma omp parallel for schedule(static) if ((long)T * H * P * N > 32768)
+    for (int h = 0; h < H; h++) {
+        int g = h / heads_per_group;
+        for (int t = 0; t < T; t++) {
+            float d = dt[(size_t)t * H + h];
+            float decay = expf(d * A[h]);
+            const float *xt = x + (size_t)t * ldx + (size_t)h * P;
+            const float *Bt = B + (size_t)t * ldbc + (size_t)g * N;
+            const float *Ct = C + (size_t)t * ldbc + (size_t)g * N;
+            float *yt = y + (size_t)t * ldy + (size_t)h * P;
+            float *s = states + (size_t)t * step + (size_t)h * P * N;
+            const float *prev = t > 0 ? s - step : state0 ? state0 + (size_t)h * P * N : NULL;
+            for (int p = 0; p < P; p++) {
+                float *sp = s + (size_t)p * N;
+                float dx = d * xt[p];
+                float acc = 0.0f;
+                if (prev) {
+                    const float *pp = prev + (size_t)p * N;
+#pragma omp simd reduction(+ : acc)
+                    for (int n = 0; n < N; n++) {
+                        sp[n] = decay * pp[n] + dx * Bt[n];
+                        acc += sp[n] * Ct[n];
+                    }
+                } else {
+#pragma omp simd reduction(+ : acc)
+                    for (int n = 0; n < N; n++) {
+                        sp[n] = decay * 0.0f + dx * Bt[n];
+                        acc += sp[n] * Ct[n];
+                    }
+                }
+                yt[p] = acc + Dskip[h] * xt[p];
+            }
+        }
+    }
+}
+
+/* Per head (in parallel), per channel p, backwards in time with the carried state
+ * gradient g[n] = dL/ds_{t+1}[p, n] * exp(dt_{t+1} A) (N floats of the work buffer):
+ *   ds_t   = dy_t[p] C_t + g
+ *   dx_t   = D dy_t[p] + dt_t (ds_t . B_t)
+ *   ddt_t += x_t[p] (ds_t . B_t) + A exp(dt_t A) (ds_t . s_{t-1})
+ *   dA    += dt_t exp(dt_t A) (ds_t . s_{t-1});  dD += dy_t[p] x_t[p]
+ *   dB_t  += dt_t x_t[p] ds_t;  dC_t += dy_t[p] s_t
+ * dB and dC go to the head's own rows of the work buffer, summed over the heads of each
+ * group afterwards, so no two threads write one float. */
+void ac_k_ssd_scan_backward(ac_kctx *ctx, int T, int H, int P, int N, int G, const float *x, int ldx,
+                            const float *B, const float *C, int ldbc, const float *dt, const float *A,
+                            const float *Dskip, const float *state0, const float *states, const float *dy,
+                            int lddy, float *dx, int lddx, float *dB, float *dC, int lddbc, float *ddt, float *dA,
+                            float *dD, float *work)
+{
+    (void)ctx;
+    int heads_per_group = H / G;
+    size_t step = (size_t)H * P * N;
+    size_t head_work = (size_t)(2 * T + 1) * N; /* dB rows [T, N], dC rows [T, N], carry [N] */
+#pragma omp parallel for schedule(static) if ((long)T * H * P * N > 16384)
+    for (int h = 0; h < H; h++) {
+        int g = h / heads_per_group;
+        float *wdB = work + (size_t)h * head_work;
+        float *wdC = wdB + (size_t)T * N;
+        float *carry = wdC + (size_t)T * N;
+        for (size_t i = 0; i < (size_t)2 * T * N; i++)
+            wdB[i] = 0.0f;
+        for (int t = 0; t < T; t++)
+            ddt[(size_t)t * H + h] = 0.0f;
+        float a_sum = 0.0f, d_sum = 0.0f;
+        for (int p = 0; p < P; p++) {
+            for (int n = 0; n < N; n++)
+                carry[n] = 0.0f;
+            for (int t = T - 1; t >= 0; t--) {
+                float d = dt[(size_t)t * H + h];
+                float decay = expf(d * A[h]);
+                float xp = x[(size_t)t * ldx + (size_t)h * P + p];
+                float gy = dy[(size_t)t * lddy + (size_t)h * P + p];
+                const float *Bt = B + (size_t)t * ldbc + (size_t)g * N;
+                const float *Ct = C + (size_t)t * ldbc + (size_t)g * N;
+                const float *st = states + (size_t)t * step + ((size_t)h * P + p) * N;
+                const float *prev = t > 0 ? st - step : state0 ? state0 + ((size_t)h * P + p) * N : NULL;
+                float *rB = wdB + (size_t)t * N, *rC = wdC + (size_t)t * N;
+                float dsB = 0.0f, dsS = 0.0f, dxp = d * xp;
+#pragma omp simd reduction(+ : dsB)
+                for (int n = 0; n < N; n++) {
+                    float ds = gy * Ct[n] + carry[n];
+                    dsB += ds * Bt[n];
+                    rB[n] += dxp * ds;
+                    rC[n] += gy * st[n];
+                    carry[n] = ds; /* scaled by decay below, once ds . s_{t-1} is taken */
+                }
+                if (prev) {
+#pragma omp simd reduction(+ : dsS)
+                    for (int n = 0; n < N; n++)
+                        dsS += carry[n] * prev[n];
+                }
+                for (int n = 0; n < N; n++)
+                    carry[n] *= decay;
+                dx[(size_t)t * lddx + (size_t)h * P + p] = Dskip[h] * gy + d * dsB;
+                ddt[(size_t)t * H + h] += xp * dsB + A[h] * decay * dsS;
+                a_sum += d * decay * dsS;
+                d_sum += gy * xp;
+            }
+        }
+        if (dA)
+            dA[h] += a_sum;
+        if (dD)
+            dD[h] += d_sum;
+    }
+    /* dB_t and dC_t of group g: the sum of its heads' rows */
+#pragma omp parallel for schedule(static) if ((long)T * H * N > 65536)
+    for (int t = 0; t < T; t++)
+        for (int g = 0; g < G; g++) {
+            float *oB = dB + (size_t)t * lddbc + (size_t)g * N;
+            float *oC = dC + (size_t)t * lddbc + (size_t)g * N;
+            for (int n = 0; n < N; n++) {
+                float sb = 0.0f, sc = 0.0f;
+                for (int h = g * heads_per_group; h < (g + 1) * heads_per_group; h++) {
+                    const float *wdB = work + (size_t)h * head_work;
+                    sb += wdB[(size_t)t * N + n];
+                    sc += wdB[(size_t)(T + t) * N + n];
+                }
+                oB[n] = sb;
+                oC[n] = sc;
+            }
+        }
+}
+
+void ac_k_mul_heads(ac_kctx *ctx, int T, int H, int P, const float *mask, float *x, int ldx)
+{
+    (void)ctx;
+#pragma omp parallel for schedule(static) if ((long)T * H * P > 65536)
+    for (int t = 0; t < T; t++)
+        for (int h = 0; h < H; h++) {
+            float m = mask[h];
+            float *xh = x + (size_t)t * ldx + (size_t)h * P;
+            for (int p = 0; p < P; p++)
+                xh[p] *= m;
+        }
+}
+
+void ac_k_mul_heads_backward(ac_kctx *ctx, int T, int H, int P, const float *mask, const float *y, int ldy,
+                             float *dy, int lddy, float *dmask)
+{
+    (void)ctx;
+#pragma omp parallel for schedule(static) if ((long)T * H * P > 65536)
+    for (int h = 0; h < H; h++) {
+        float m = mask[h], sum = 0.0f;
+        for (int t = 0; t < T; t++) {
+            const float *yh = y + (size_t)t * ldy + (size_t)h * P;
+            float *dh = dy + (size_t)t * lddy + (size_t)h * P;
+            for (int p = 0; p < P; p++) {
+                sum += dh[p] * yh[p];
+                dh[p] *= m;
+            }
+        }
+        if (dmask)
+            dmask[h] += sum;
+    }
+}

@@ -46,6 +46,36 @@ void ac_runtime_free(ac_runtime *runtime)
     free(runtime);
 }
 
+static size_t block_backward_scratch_per_token(const ac_arch *a, const ac_block_dims *b)
+{
+    switch (b->kind) {
+    case AC_BLOCK_MAMBA: return ac_mamba2_backward_scratch_per_token(a, b);
+    case AC_BLOCK_ATTENTION: return ac_attention_backward_scratch_per_token(a, b);
+    case AC_BLOCK_MLP: return ac_mlp_backward_scratch_per_token(a, b);
+    case AC_BLOCK_MOE: return ac_moe_backward_scratch_per_token(a, b);
+    }
+    return 0;
+}
+
+static ac_status reserve_tokens(ac_runtime *rt, int T, int n_seqs);
+static ac_status reserve_workspace(ac_runtime *rt, int longest);
+
+ac_status ac_runtime_reserve_training(ac_runtime *rt, int total_tokens, int n_seqs)
+{
+    const ac_arch *a = &rt->model->arch;
+    size_t need = rt->scratch_per_token;
+    for (int i = 0; i < a->n_layers; i++) {
+        size_t b = block_backward_scratch_per_token(a, &a->layers[i]);
+        need = b > need ? b : need;
+    }
+    if (need > rt->scratch_per_token) {
+        rt->scratch_per_token = need;
+        rt->capacity_tokens = 0; /* regrow every buffer at the new per-token size */
+    }
+    ac_status st = reserve_tokens(rt, total_tokens, n_seqs);
+    return st == AC_OK ? reserve_workspace(rt, total_tokens) : st;
+}
+
 float *ac_scratch(ac_runtime *rt, size_t count)
 {
     float *p = rt->scratch + rt->scratch_used;
@@ -133,10 +163,10 @@ static void run_block(ac_runtime *rt, int layer, const ac_seqs *seqs, const floa
 {
     rt->scratch_used = 0;
     switch (rt->model->arch.layers[layer].kind) {
-    case AC_BLOCK_MAMBA: ac_mamba2_forward(rt, layer, seqs, xn, out); break;
-    case AC_BLOCK_ATTENTION: ac_attention_forward(rt, layer, seqs, xn, out); break;
-    case AC_BLOCK_MLP: ac_mlp_forward(rt, layer, seqs, xn, out); break;
-    case AC_BLOCK_MOE: ac_moe_forward(rt, layer, seqs, xn, out); break;
+    case AC_BLOCK_MAMBA: ac_mamba2_forward(rt, layer, seqs, xn, NULL, out); break;
+    case AC_BLOCK_ATTENTION: ac_attention_forward(rt, layer, seqs, xn, NULL, out); break;
+    case AC_BLOCK_MLP: ac_mlp_forward(rt, layer, seqs, xn, NULL, out); break;
+    case AC_BLOCK_MOE: ac_moe_forward(rt, layer, seqs, xn, NULL, out); break;
     }
 }
 

@@ -31,6 +31,8 @@ ac_status ac_model_load(const char *dir, ac_model **model);
  * correction bias always F32). */
 ac_status ac_model_save(const ac_model *model, const char *dir, ac_dtype dtype);
 void ac_model_free(ac_model *model);
+/* Random weights for training from scratch (deterministic in seed); std for matrices. */
+void ac_model_init_random(ac_model *model, uint64_t seed, float std);
 
 const ac_arch *ac_model_arch(const ac_model *model);
 /* Every parameter in checkpoint order; routed experts appear one tensor per expert. */

@@ -1,0 +1,49 @@
+#include "kernels/kernels.h"
+
+#include <math.h>
+
+void ac_k_adamw(ac_kctx *ctx, size_t n, float *w, const float *g, float *m, float *v, float lr, float beta1,
+                float beta2, float eps, float weight_decay, int step)
+{
+    (void)ctx;
+    float c1 = 1.0f - powf(beta1, (float)step);
+    float c2 = 1.0f - powf(beta2, (float)step);
+#pragma omp parallel for schedule(static) if (n > 65536)
+    for (size_t i = 0; i < n; i++) {
+        m[i] = beta1 * m[i] + (1.0f - beta1) * g[i];
+        v[i] = beta2 * v[i] + (1.0f - beta2) * g[i] * g[i];
+        float m_hat = m[i] / c1;
+        float v_hat = v[i] / c2;
+        w[i] -= lr * (weight_decay * w[i] + m_hat / (sqrtf(v_hat) + eps));
+    }
+}
+
+/* Fixed chunks summed in a fixed order: the same bits whatever the thread count, so a
+ * resumed training run clips exactly as an uninterrupted one. */
+double ac_k_sum_squares(ac_kctx *ctx, size_t n, const float *x)
+{
+    (void)ctx;
+    enum { CHUNKS = 64 };
+    double partial[CHUNKS];
+    size_t per = (n + CHUNKS - 1) / CHUNKS;
+#pragma omp parallel for schedule(static) if (n > 65536)
+    for (int c = 0; c < CHUNKS; c++) {
+        double sum = 0.0;
+        size_t end = (size_t)(c + 1) * per < n ? (size_t)(c + 1) * per : n;
+        for (size_t i = (size_t)c * per; i < end; i++)
+            sum += (double)x[i] * x[i];
+        partial[c] = sum;
+    }
+    double total = 0.0;
+    for (int c = 0; c < CHUNKS; c++)
+        total += partial[c];
+    return total;
+}
+
+void ac_k_scale(ac_kctx *ctx, size_t n, float s, float *x)
+{
+    (void)ctx;
+#pragma omp parallel for schedule(static) if (n > 65536)
+    for (size_t i = 0; i < n; i++)
+        x[i] *= s;
+}

@@ -1,0 +1,67 @@
+#include "kernels/kernels.h"
+
+#include <math.h>
+
+/* log-sum-exp of one row, max-shifted */
+static double row_logsumexp(const float *x, int V, float inv_tau, float *max_out)
+{
+    float max = x[0] * inv_tau;
+    for (int v = 1; v < V; v++)
+        max = fmaxf(max, x[v] * inv_tau);
+    double sum = 0.0;
+    for (int v = 0; v < V; v++)
+        sum += exp((double)(x[v] * inv_tau - max));
+    *max_out = max;
+    return (double)max + log(sum);
+}
+
+void ac_k_cross_entropy(ac_kctx *ctx, int rows, int V, const float *logits, const int32_t *targets, float scale,
+                        float *dlogits, double *row_loss)
+{
+    (void)ctx;
+#pragma omp parallel for schedule(static)
+    for (int r = 0; r < rows; r++) {
+        const float *x = logits + (size_t)r * V;
+        float *d = dlogits ? dlogits + (size_t)r * V : NULL;
+        row_loss[r] = 0.0;
+        if (targets[r] < 0) {
+            for (int v = 0; d && v < V; v++)
+                d[v] = 0.0f;
+            continue;
+        }
+        float max;
+        double lse = row_logsumexp(x, V, 1.0f, &max);
+        row_loss[r] = lse - x[targets[r]];
+        if (!d)
+            continue;
+        for (int v = 0; v < V; v++)
+            d[v] = scale * (float)exp((double)x[v] - lse);
+        d[targets[r]] -= scale;
+    }
+}
+
+void ac_k_kd_loss(ac_kctx *ctx, int rows, int V, const float *student, const float *teacher, float tau, float scale,
+                  float *dlogits, double *row_loss)
+{
+    (void)ctx;
+    float inv_tau = 1.0f / tau;
+#pragma omp parallel for schedule(static)
+    for (int r = 0; r < rows; r++) {
+        const float *s = student + (size_t)r * V;
+        const float *t = teacher + (size_t)r * V;
+        float *d = dlogits ? dlogits + (size_t)r * V : NULL;
+        float smax, tmax;
+        double s_lse = row_logsumexp(s, V, inv_tau, &smax);
+        double t_lse = row_logsumexp(t, V, inv_tau, &tmax);
+        double kl = 0.0;
+        for (int v = 0; v < V; v++) {
+            double log_pt = (double)(t[v] * inv_tau) - t_lse;
+            double log_ps = (double)(s[v] * inv_tau) - s_lse;
+            double pt = exp(log_pt);
+            kl += pt * (log_pt - log_ps);
+            if (d)
+                d[v] = scale * tau * (float)(exp(log_ps) - pt);
+        }
+        row_loss[r] = (double)tau * tau * kl;
+    }
+}

@@ -1,0 +1,88 @@
+#include "kernels/kernels.h"
+
+#include <math.h>
+
+static inline float silu(float v) { return v / (1.0f + expf(-v)); }
+
+void ac_k_gated_rmsnorm(ac_kctx *ctx, int rows, int dim, int group_size, const float *y, int ldy,
+                        const float *z, int ldz, const float *w, float eps, float *out, int ldout)
+{
+    (void)ctx;
+#pragma omp parallel for schedule(static)
+    for (int r = 0; r < rows; r++) {
+        const float *yr = y + (size_t)r * ldy;
+        const float *zr = z + (size_t)r * ldz;
+        float *outr = out + (size_t)r * ldout;
+        for (int g0 = 0; g0 < dim; g0 += group_size) {
+            double sum = 0.0;
+            for (int i = g0; i < g0 + group_size; i++) {
+                float u = yr[i] * silu(zr[i]);
+                outr[i] = u;
+                sum += (double)u * u;
+            }
+            float inv = 1.0f / sqrtf((float)(sum / group_size) + eps);
+            for (int i = g0; i < g0 + group_size; i++)
+                outr[i] = w[i] * (outr[i] * inv);
+        }
+    }
+}
+
+/* Per row and group, with u = y silu(z), r = rsqrt(mean(u^2) + eps), out = w u r:
+ *   du = r w dout - u r^3 mean(w dout u)
+ *   dy = du silu(z);  dz = du y silu'(z),  silu'(v) = s (1 + v (1 - s)), s = sigmoid(v)
+ *   dw += sum over rows of dout u r
+ * Rows run in parallel for dy and dz (r goes to rstd); then column blocks run in parallel
+ * for dw, each summing its rows before the one add. */
+void ac_k_gated_rmsnorm_backward(ac_kctx *ctx, int rows, int dim, int group_size, const float *y, int ldy,
+                                 const float *z, int ldz, const float *w, float eps, const float *dout, int lddout,
+                                 float *dy, int lddy, float *dz, int lddz, float *dw, float *rstd)
+{
+    (void)ctx;
+    int groups = dim / group_size;
+#pragma omp parallel for schedule(static) if ((long)rows * dim > 16384)
+    for (int r = 0; r < rows; r++) {
+        const float *yr = y + (size_t)r * ldy;
+        const float *zr = z + (size_t)r * ldz;
+        const float *gr = dout + (size_t)r * lddout;
+        float *dyr = dy + (size_t)r * lddy;
+        float *dzr = dz + (size_t)r * lddz;
+        for (int g = 0; g < groups; g++) {
+            int g0 = g * group_size, g1 = g0 + group_size;
+            double sum = 0.0, dot = 0.0;
+            for (int i = g0; i < g1; i++) {
+                float u = yr[i] * silu(zr[i]);
+                sum += (double)u * u;
+                dot += (double)(w[i] * gr[i]) * u;
+            }
+            float inv = 1.0f / sqrtf((float)(sum / group_size) + eps);
+            rstd[(size_t)r * groups + g] = inv;
+            float k = (float)(dot / group_size) * inv * inv * inv;
+            for (int i = g0; i < g1; i++) {
+                float s = 1.0f / (1.0f + expf(-zr[i]));
+                float sz = silu(zr[i]);
+                float u = yr[i] * sz;
+                float du = inv * w[i] * gr[i] - u * k;
+                dyr[i] = du * sz;
+                dzr[i] = du * yr[i] * s * (1.0f + zr[i] * (1.0f - s));
+            }
+        }
+    }
+    if (!dw)
+        return;
+    enum { BLOCK = 64 };
+#pragma omp parallel for schedule(static) if ((long)rows * dim > 16384)
+    for (int c0 = 0; c0 < dim; c0 += BLOCK) {
+        int c1 = c0 + BLOCK < dim ? c0 + BLOCK : dim;
+        float acc[BLOCK] = {0};
+        for (int r = 0; r < rows; r++) {
+            const float *yr = y + (size_t)r * ldy;
+            const float *zr = z + (size_t)r * ldz;
+            const float *gr = dout + (size_t)r * lddout;
+            const float *rr = rstd + (size_t)r * groups;
+            for (int c = c0; c < c1; c++)
+                acc[c - c0] += gr[c] * (yr[c] * silu(zr[c])) * rr[c / group_size];
+        }
+        for (int c = c0; c < c1; c++)
+            dw[c] += acc[c - c0];
+    }
+}

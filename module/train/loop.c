@@ -1,0 +1,339 @@
+/* The training loop: deterministic batches, AdamW, a CSV loss log, periodic validation,
+ * and checkpoints from which a killed run resumes to the same final weights. */
+#include "autocompress/train.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "autocompress/log.h"
+#include "autocompress/tokens.h"
+#include "model/model_internal.h"
+#include "train/checkpoint.h"
+
+ac_train_params ac_train_default_params(void)
+{
+    return (ac_train_params){.kd_tau = 1.0f, .batch = 8, .seq_len = 256, .steps = 1000, .optim = ac_adamw_default_params(),
+                             .seed = 1, .checkpoint_every = 100, .eval_every = 100, .eval_batches = 8,
+                             .progress = AC_PROGRESS_AUTO};
+}
+
+static double now_seconds(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static ac_status join(char *out, size_t size, const char *dir, const char *name)
+{
+    int n = snprintf(out, size, "%s/%s", dir, name);
+    return n < 0 || (size_t)n >= size ? ac_fail(AC_ERR_INVALID, "%s/%s: path too long", dir, name) : AC_OK;
+}
+
+/* Everything that decides the weights a run produces; a resume must match it. */
+static void describe_run(const ac_train_params *p, char *out, size_t size)
+{
+    snprintf(out, size,
+             "%s batch=%d seq_len=%d steps=%d lr=%.9g min_lr_ratio=%.9g warmup=%d betas=%.9g,%.9g eps=%.9g wd=%.9g "
+             "clip=%.9g seed=%llu tau=%.9g",
+             p->teacher ? "distill" : "train", p->batch, p->seq_len, p->steps, p->optim.lr, p->optim.min_lr_ratio,
+             p->optim.warmup_steps, p->optim.beta1, p->optim.beta2, p->optim.eps, p->optim.weight_decay,
+             p->optim.clip_norm, (unsigned long long)p->seed, p->teacher ? p->kd_tau : 0.0f);
+}
+
+static ac_status check_params(const ac_train_params *p)
+{
+    if (!p->data_dir || !p->out_dir)
+        return ac_fail(AC_ERR_INVALID, "train: a data directory and an output directory are needed");
+    if (p->batch < 1 || p->seq_len < 1 || p->steps < 1)
+        return ac_fail(AC_ERR_INVALID, "train: batch (%d), seq_len (%d) and steps (%d) must be positive", p->batch,
+                       p->seq_len, p->steps);
+    if (p->checkpoint_every < 0 || p->eval_every < 0 || p->eval_batches < 0)
+        return ac_fail(AC_ERR_INVALID, "train: checkpoint and evaluation intervals must be >= 0");
+    if (p->teacher && !(p->kd_tau > 0))
+        return ac_fail(AC_ERR_INVALID, "distill: the temperature must be positive, got %g", p->kd_tau);
+    return AC_OK;
+}
+
+/* Keeps the rows of loss.csv up to `step` (a resumed run rewrites the rest), or starts it. */
+static ac_status open_loss_log(const char *path, int step, FILE **out)
+{
+    const char *header = "step,tokens,lr,loss,grad_norm,val_loss,seconds\n";
+    char *kept = NULL;
+    size_t kept_len = 0;
+    FILE *old = step > 0 ? fopen(path, "r") : NULL;
+    if (old) {
+        FILE *mem = open_memstream(&kept, &kept_len);
+        char line[512];
+        while (mem && fgets(line, sizeof line, old)) {
+            int row_step;
+            if (sscanf(line, "%d,", &row_step) != 1 || row_step <= step)
+                fputs(line, mem);
+        }
+        if (mem)
+            fclose(mem);
+        fclose(old);
+    }
+    FILE *f = fopen(path, "w");
+    if (!f) {
+        free(kept);
+        return ac_fail(AC_ERR_IO, "%s: cannot open for writing: %s", path, strerror(errno));
+    }
+    fputs(kept_len ? kept : header, f);
+    fflush(f);
+    free(kept);
+    *out = f;
+    return AC_OK;
+}
+
+typedef struct {
+    const ac_train_params *p;
+    ac_model *model;
+    ac_model *grads;
+    ac_adamw *opt;
+    ac_train_step *step;
+    ac_train_step *teacher_step;
+    ac_tokens *train, *val;
+    int32_t *window;   /* [batch, seq_len + 1] */
+    int32_t *inputs, *targets;
+    FILE *log;
+} loop_state;
+
+static void split_windows(loop_state *s, int n)
+{
+    int T = s->p->seq_len;
+    for (int b = 0; b < s->p->batch; b++)
+        for (int t = 0; t < T; t++) {
+            s->inputs[b * T + t] = b < n ? s->window[b * (T + 1) + t] : 0;
+            s->targets[b * T + t] = b < n ? s->window[b * (T + 1) + t + 1] : -1;
+        }
+}
+
+/* Inputs for the student's loss: targets, or the teacher's logits on the same tokens. */
+static ac_status step_inputs(loop_state *s, ac_step_inputs *in)
+{
+    *in = (ac_step_inputs){.tokens = s->inputs};
+    if (!s->p->teacher) {
+        in->targets = s->targets;
+        return AC_OK;
+    }
+    ac_step_inputs t = {.tokens = s->inputs, .targets = s->targets};
+    double unused;
+    ac_status st = ac_train_step_loss(s->teacher_step, &t, &unused);
+    in->teacher_logits = ac_train_step_logits(s->teacher_step);
+    in->kd_tau = s->p->kd_tau;
+    return st;
+}
+
+static ac_status validation_loss(loop_state *s, double *loss)
+{
+    ac_tokens_iter it;
+    ac_tokens_iter_init(&it, s->val, s->p->seq_len);
+    double sum = 0.0;
+    int batches = 0, n;
+    while (batches < s->p->eval_batches && (n = ac_tokens_iter_next(&it, s->p->batch, s->window)) > 0) {
+        split_windows(s, n);
+        ac_step_inputs in;
+        double l;
+        ac_status st = step_inputs(s, &in);
+        if (st == AC_OK)
+            st = ac_train_step_loss(s->step, &in, &l);
+        if (st != AC_OK)
+            return st;
+        sum += l;
+        batches++;
+    }
+    *loss = batches ? sum / batches : NAN;
+    return AC_OK;
+}
+
+static void loop_free(loop_state *s)
+{
+    ac_model_free(s->grads);
+    ac_adamw_free(s->opt);
+    ac_train_step_free(s->step);
+    ac_train_step_free(s->teacher_step);
+    ac_tokens_close(s->train);
+    ac_tokens_close(s->val);
+    free(s->window);
+    free(s->inputs);
+    free(s->targets);
+    if (s->log)
+        fclose(s->log);
+}
+
+static ac_status open_data(loop_state *s)
+{
+    char path[4096];
+    ac_status st = join(path, sizeof path, s->p->data_dir, "train.bin");
+    if (st == AC_OK)
+        st = ac_tokens_open(path, &s->train);
+    if (st == AC_OK && s->p->eval_every > 0 && (st = join(path, sizeof path, s->p->data_dir, "val.bin")) == AC_OK)
+        st = ac_tokens_open(path, &s->val);
+    if (st != AC_OK)
+        return st;
+    int V = s->model->arch.vocab;
+    if (ac_tokens_vocab_size(s->train) > (uint32_t)V)
+        return ac_fail(AC_ERR_INVALID, "%s: token vocabulary %u is larger than the model's %d", ac_tokens_path(s->train),
+                       ac_tokens_vocab_size(s->train), V);
+    if (s->p->teacher && s->p->teacher->arch.vocab != V)
+        return ac_fail(AC_ERR_INVALID, "distill: teacher vocabulary %d differs from the student's %d", s->p->teacher->arch.vocab, V);
+    return AC_OK;
+}
+
+/* Resumes from out_dir/checkpoint when one exists (replacing *model), else starts. */
+static ac_status resume_or_start(loop_state *s, ac_model **model, const char *run, int *start)
+{
+    char dir[4096], found[4096];
+    ac_status st = join(dir, sizeof dir, s->p->out_dir, "checkpoint");
+    if (st != AC_OK)
+        return st;
+    *start = 0;
+    if (ac_checkpoint_find(dir, found, sizeof found) != AC_OK) {
+        ac_clear_error();
+        return ac_adamw_create(*model, &s->p->optim, &s->opt);
+    }
+    ac_train_state state;
+    ac_model *resumed;
+    st = ac_checkpoint_load(found, &resumed, &state);
+    if (st != AC_OK)
+        return ac_fail_context(st, "resuming from %s", found);
+    if (strcmp(state.run, run) != 0) {
+        ac_model_free(resumed);
+        return ac_fail(AC_ERR_INVALID, "%s was written by a run with other settings (%s); this run has %s: use another "
+                       "--out or the same settings", found, state.run, run);
+    }
+    st = ac_adamw_create(resumed, &s->p->optim, &s->opt);
+    if (st == AC_OK)
+        st = ac_checkpoint_load_optimizer(found, resumed, s->opt);
+    if (st != AC_OK) {
+        ac_model_free(resumed);
+        return st;
+    }
+    ac_adamw_set_steps_done(s->opt, state.step);
+    ac_model_free(*model);
+    *model = resumed;
+    *start = state.step;
+    ac_info("resuming %s from step %d", s->p->out_dir, state.step);
+    return AC_OK;
+}
+
+static ac_status save_checkpoint(loop_state *s, int step, const char *run)
+{
+    char dir[4096];
+    ac_status st = join(dir, sizeof dir, s->p->out_dir, "checkpoint");
+    ac_train_state state = {.step = step, .tokens = (int64_t)step * s->p->batch * s->p->seq_len};
+    snprintf(state.run, sizeof state.run, "%s", run);
+    return st == AC_OK ? ac_checkpoint_save(dir, s->model, s->opt, &state) : st;
+}
+
+static ac_status allocate(loop_state *s)
+{
+    size_t rows = (size_t)s->p->batch * s->p->seq_len;
+    s->window = malloc((size_t)s->p->batch * (s->p->seq_len + 1) * sizeof(int32_t));
+    s->inputs = malloc(rows * sizeof(int32_t));
+    s->targets = malloc(rows * sizeof(int32_t));
+    if (!s->window || !s->inputs || !s->targets)
+        return ac_fail(AC_ERR_NOMEM, "train: out of memory");
+    ac_status st = ac_model_create(&s->model->arch, &s->grads);
+    if (st == AC_OK)
+        st = ac_train_step_create(s->model, s->p->batch, s->p->seq_len, &s->step);
+    if (st == AC_OK && s->p->teacher)
+        st = ac_train_step_create(s->p->teacher, s->p->batch, s->p->seq_len, &s->teacher_step);
+    return st;
+}
+
+static ac_status train_steps(loop_state *s, int start, const char *run, ac_train_report *report)
+{
+    const ac_train_params *p = s->p;
+    ac_progress *progress;
+    ac_status st = ac_progress_init(&progress, p->teacher ? "distill" : "train", (double)p->steps * p->batch * p->seq_len,
+                                    "tok", p->progress, stderr);
+    if (st != AC_OK)
+        return st;
+    double t0 = now_seconds();
+    size_t n;
+    float *g = ac_model_arena(s->grads, &n);
+    for (int step = start; st == AC_OK && step < p->steps; step++) {
+        st = ac_tokens_sample_batch(s->train, p->seed, (uint64_t)step, p->batch, p->seq_len, s->window, NULL);
+        ac_step_inputs in;
+        double loss = NAN, norm = NAN, val = NAN;
+        if (st == AC_OK) {
+            split_windows(s, p->batch);
+            memset(g, 0, n * sizeof *g);
+            st = step_inputs(s, &in);
+        }
+        if (st == AC_OK) {
+            in.grads = s->grads;
+            st = ac_train_step_run(s->step, &in, &loss);
+        }
+        float lr = ac_adamw_lr(&p->optim, step);
+        if (st == AC_OK)
+            st = ac_adamw_step(s->opt, s->model, s->grads, &norm);
+        int done = step + 1;
+        if (st == AC_OK && p->eval_every > 0 && (done % p->eval_every == 0 || done == p->steps))
+            st = validation_loss(s, &val);
+        if (st != AC_OK)
+            break;
+        char val_text[32] = "";
+        if (!isnan(val))
+            snprintf(val_text, sizeof val_text, "%.6f", val);
+        fprintf(s->log, "%d,%lld,%.6g,%.6f,%.6f,%s,%.2f\n", done, (long long)done * p->batch * p->seq_len, lr, loss, norm,
+                val_text, now_seconds() - t0);
+        fflush(s->log);
+        report->last_loss = loss;
+        if (!isnan(val))
+            report->last_val_loss = val;
+        ac_progress_metric(progress, "loss", loss);
+        if (!isnan(val))
+            ac_progress_metric(progress, "val", val);
+        ac_progress_update(progress, (double)(done - start) * p->batch * p->seq_len);
+        if ((p->checkpoint_every > 0 && done % p->checkpoint_every == 0) || done == p->steps)
+            st = save_checkpoint(s, done, run);
+        report->steps_done = done;
+    }
+    double seconds = now_seconds() - t0;
+    report->tokens_per_second = seconds > 0 ? (double)(report->steps_done - start) * p->batch * p->seq_len / seconds : 0;
+    ac_progress_finish(progress);
+    ac_progress_free(progress);
+    return st;
+}
+
+ac_status ac_train_run(ac_model **model, const ac_train_params *params, ac_train_report *report)
+{
+    ac_status st = check_params(params);
+    if (st != AC_OK)
+        return st;
+    ac_train_params p = *params;
+    p.optim.total_steps = p.steps;
+    char run[512], path[4096];
+    describe_run(&p, run, sizeof run);
+    *report = (ac_train_report){.resumed_from = -1, .last_loss = NAN, .last_val_loss = NAN};
+    if (mkdir(p.out_dir, 0755) != 0 && errno != EEXIST)
+        return ac_fail(AC_ERR_IO, "%s: cannot create: %s", p.out_dir, strerror(errno));
+
+    loop_state s = {.p = &p};
+    int start = 0;
+    st = resume_or_start(&s, model, run, &start);
+    s.model = *model;
+    if (st == AC_OK)
+        st = open_data(&s);
+    if (st == AC_OK)
+        st = allocate(&s);
+    if (st == AC_OK && (st = join(path, sizeof path, p.out_dir, "loss.csv")) == AC_OK)
+        st = open_loss_log(path, start, &s.log);
+    if (st == AC_OK) {
+        report->resumed_from = start > 0 ? start : -1;
+        report->steps_done = start;
+        st = train_steps(&s, start, run, report);
+    }
+    if (st == AC_OK)
+        st = ac_model_save(s.model, p.out_dir, AC_DTYPE_F32);
+    loop_free(&s);
+    return st;
+}
