@@ -37,7 +37,8 @@ fi
 [ -d "$fortune_dir" ] || { echo "corpus: no fortune databases in $fortune_dir" >&2; exit 1; }
 [ -f "$stdlib_dir/os.py" ] || { echo "corpus: no Python standard library in $stdlib_dir" >&2; exit 1; }
 
-rm -rf "$out"
+# only what this script writes is replaced, never the rest of DIR
+rm -rf "$out/code" "$out/prose.txt" "$out/code.list" "$out/SUMMARY"
 mkdir -p "$out/code"
 
 # ---- prose: every database file (not the .dat indexes, not the .u8 links) ----

@@ -99,52 +99,61 @@ void ac_k_ssd_scan_backward(ac_kctx *ctx, int T, int H, int P, int N, int G, con
     (void)ctx;
     int heads_per_group = H / G;
     size_t step = (size_t)H * P * N;
-    size_t head_work = (size_t)(2 * T + 1) * N; /* dB rows [T, N], dC rows [T, N], carry [N] */
+    size_t head_work = (size_t)2 * T * N + (size_t)P * N; /* dB rows [T, N], dC rows [T, N], carry [P, N] */
+    /* Time runs backwards in the outer loop so each step reads one contiguous [P, N] block
+     * of saved states and computes its decay once. */
 #pragma omp parallel for schedule(static) if ((long)T * H * P * N > 16384)
     for (int h = 0; h < H; h++) {
         int g = h / heads_per_group;
         float *wdB = work + (size_t)h * head_work;
         float *wdC = wdB + (size_t)T * N;
         float *carry = wdC + (size_t)T * N;
-        for (size_t i = 0; i < (size_t)2 * T * N; i++)
+        for (size_t i = 0; i < head_work; i++)
             wdB[i] = 0.0f;
-        for (int t = 0; t < T; t++)
-            ddt[(size_t)t * H + h] = 0.0f;
         float a_sum = 0.0f, d_sum = 0.0f;
-        for (int p = 0; p < P; p++) {
-            for (int n = 0; n < N; n++)
-                carry[n] = 0.0f;
-            for (int t = T - 1; t >= 0; t--) {
-                float d = dt[(size_t)t * H + h];
-                float decay = expf(d * A[h]);
+        for (int t = T - 1; t >= 0; t--) {
+            float d = dt[(size_t)t * H + h];
+            float decay = expf(d * A[h]);
+            const float *Bt = B + (size_t)t * ldbc + (size_t)g * N;
+            const float *Ct = C + (size_t)t * ldbc + (size_t)g * N;
+            const float *st = states + (size_t)t * step + (size_t)h * P * N;
+            const float *prev = t > 0 ? st - step : state0 ? state0 + (size_t)h * P * N : NULL;
+            float *rB = wdB + (size_t)t * N, *rC = wdC + (size_t)t * N;
+            float ddt_sum = 0.0f;
+            for (int p = 0; p < P; p++) {
                 float xp = x[(size_t)t * ldx + (size_t)h * P + p];
                 float gy = dy[(size_t)t * lddy + (size_t)h * P + p];
-                const float *Bt = B + (size_t)t * ldbc + (size_t)g * N;
-                const float *Ct = C + (size_t)t * ldbc + (size_t)g * N;
-                const float *st = states + (size_t)t * step + ((size_t)h * P + p) * N;
-                const float *prev = t > 0 ? st - step : state0 ? state0 + ((size_t)h * P + p) * N : NULL;
-                float *rB = wdB + (size_t)t * N, *rC = wdC + (size_t)t * N;
+                const float *sp = st + (size_t)p * N;
+                float *cp = carry + (size_t)p * N;
                 float dsB = 0.0f, dsS = 0.0f, dxp = d * xp;
-#pragma omp simd reduction(+ : dsB)
-                for (int n = 0; n < N; n++) {
-                    float ds = gy * Ct[n] + carry[n];
-                    dsB += ds * Bt[n];
-                    rB[n] += dxp * ds;
-                    rC[n] += gy * st[n];
-                    carry[n] = ds; /* scaled by decay below, once ds . s_{t-1} is taken */
-                }
+                /* ds = dL/ds_t; its decayed value carries to step t-1; ds . s_{t-1} feeds ddt */
                 if (prev) {
-#pragma omp simd reduction(+ : dsS)
-                    for (int n = 0; n < N; n++)
-                        dsS += carry[n] * prev[n];
+                    const float *pp = prev + (size_t)p * N;
+#pragma omp simd reduction(+ : dsB, dsS)
+                    for (int n = 0; n < N; n++) {
+                        float ds = gy * Ct[n] + cp[n];
+                        dsB += ds * Bt[n];
+                        dsS += ds * pp[n];
+                        rB[n] += dxp * ds;
+                        rC[n] += gy * sp[n];
+                        cp[n] = ds * decay;
+                    }
+                } else {
+#pragma omp simd reduction(+ : dsB)
+                    for (int n = 0; n < N; n++) {
+                        float ds = gy * Ct[n] + cp[n];
+                        dsB += ds * Bt[n];
+                        rB[n] += dxp * ds;
+                        rC[n] += gy * sp[n];
+                        cp[n] = ds * decay;
+                    }
                 }
-                for (int n = 0; n < N; n++)
-                    carry[n] *= decay;
                 dx[(size_t)t * lddx + (size_t)h * P + p] = Dskip[h] * gy + d * dsB;
-                ddt[(size_t)t * H + h] += xp * dsB + A[h] * decay * dsS;
+                ddt_sum += xp * dsB + A[h] * decay * dsS;
                 a_sum += d * decay * dsS;
                 d_sum += gy * xp;
             }
+            ddt[(size_t)t * H + h] = ddt_sum;
         }
         if (dA)
             dA[h] += a_sum;

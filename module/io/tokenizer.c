@@ -65,7 +65,7 @@ static ac_status get_bool(const loader *l, const cJSON *obj, const char *key, co
     return AC_OK;
 }
 
-/* A string member, or NULL when absent; *len is its length. */
+/* A string member, or NULL when absent. */
 static ac_status get_string(const loader *l, const cJSON *obj, const char *key, const char *where, const char **out)
 {
     const cJSON *v = member(obj, key);

@@ -197,7 +197,8 @@ static void cache_store(encoder *e, const unsigned char *p, size_t n, const int3
         int existed = 0;
         if (tok_bmap_put(&tok->cache, p, n, (uint64_t)tok->cache_ids_len << 16 | cnt, 0, &existed) == AC_OK &&
             !existed) {
-            memcpy(tok->cache_ids + tok->cache_ids_len, ids, cnt * sizeof *ids);
+            if (cnt)
+                memcpy(tok->cache_ids + tok->cache_ids_len, ids, cnt * sizeof *ids);
             tok->cache_ids_len += cnt;
         }
     }

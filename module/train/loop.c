@@ -71,8 +71,9 @@ static ac_status open_loss_log(const char *path, int step, FILE **out)
         FILE *mem = open_memstream(&kept, &kept_len);
         char line[512];
         while (mem && fgets(line, sizeof line, old)) {
-            int row_step;
-            if (sscanf(line, "%d,", &row_step) != 1 || row_step <= step)
+            /* a kill can leave the last row half written: keep whole rows only */
+            int row_step, whole = line[strlen(line) - 1] == '\n';
+            if (whole && (sscanf(line, "%d,", &row_step) != 1 || row_step <= step))
                 fputs(line, mem);
         }
         if (mem)

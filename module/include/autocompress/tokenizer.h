@@ -16,11 +16,15 @@
  *
  * Encoding follows the `tokenizers` library: added tokens are cut out of the raw text
  * first (leftmost-longest; the normalized=false ones, then the normalized=true ones in
- * what is left), the rest goes through the pre-tokenizer (regexes run in PCRE2 with
- * UTF-8 and Unicode properties, JIT-compiled when available; \s, \S and \w are widened
- * to Oniguruma's Unicode meaning) and each piece through BPE (lowest merge rank first,
- * leftmost on ties). The text is bytes: invalid UTF-8 is fine and round-trips through
- * decode, since every byte has a byte-level symbol.
+ * what is left), the rest goes through the pre-tokenizer and each piece through BPE
+ * (lowest merge rank first, leftmost on ties; a cache keeps short words' ids). Split
+ * regexes run in PCRE2 (UTF-8, Unicode properties, JIT when available) with \s, \S, \w
+ * and \W rewritten to Oniguruma's Unicode meaning, which the library uses; checked over
+ * every code point, they agree except on characters newer than PCRE2's Unicode tables
+ * (Unicode 14 for PCRE2 10.42), and \S / \W inside a [...] class keep PCRE2's meaning
+ * (U+180E, marks). The text is bytes: invalid UTF-8 is fine (the regexes never match
+ * it, so it forms pieces of its own) and round-trips through decode, since every byte
+ * has a byte-level symbol.
  *
  * Decoding maps each id's token through the ByteLevel decoder and concatenates the
  * bytes; unlike Python's decode it does not replace invalid UTF-8 with U+FFFD, so
