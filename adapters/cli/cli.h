@@ -9,6 +9,7 @@ int cli_info(int argc, char **argv);
 int cli_logits(int argc, char **argv);
 int cli_generate(int argc, char **argv);
 int cli_train(int argc, char **argv);
+int cli_convert(int argc, char **argv);
 int cli_distill(int argc, char **argv);
 int cli_tokenize(int argc, char **argv);
 

@@ -10,10 +10,13 @@
 #include "autocompress/npy.h"
 #include "autocompress/runtime.h"
 #include "autocompress/sample.h"
+#include "autocompress/tokenizer.h"
 
 typedef struct {
     const char *model_dir;
     const char *ids_text;
+    const char *prompt;         /* text, encoded with the tokenizer */
+    const char *tokenizer_path; /* default: MODEL/tokenizer.json */
     const char *out_path;
     long long max_tokens;
     double temperature;
@@ -25,9 +28,10 @@ static int usage_error(const char *command, const char *message)
 {
     fprintf(stderr, "autocompress %s: %s\n", command, message);
     if (!strcmp(command, "logits"))
-        fprintf(stderr, "usage: autocompress logits --model DIR --ids 1,2,3 [--out FILE.npy]\n");
+        fprintf(stderr, "usage: autocompress logits --model DIR (--ids 1,2,3 | --prompt TEXT) [--out FILE.npy]\n");
     else
-        fprintf(stderr, "usage: autocompress generate --model DIR --ids 1,2,3 --max-tokens N [--temperature T] [--top-p P] [--seed S]\n");
+        fprintf(stderr, "usage: autocompress generate --model DIR (--ids 1,2,3 | --prompt TEXT [--tokenizer FILE]) --max-tokens N\n"
+                        "                             [--temperature T] [--top-p P] [--seed S]\n");
     return 2;
 }
 
@@ -50,6 +54,10 @@ static int parse_run_args(int argc, char **argv, run_args *a)
             a->model_dir = v;
         else if ((v = cli_flag_value(argc, argv, &i, "--ids", &missing)))
             a->ids_text = v;
+        else if ((v = cli_flag_value(argc, argv, &i, "--prompt", &missing)))
+            a->prompt = v;
+        else if ((v = cli_flag_value(argc, argv, &i, "--tokenizer", &missing)))
+            a->tokenizer_path = v;
         else if ((v = cli_flag_value(argc, argv, &i, "--out", &missing)))
             a->out_path = v;
         else if ((v = cli_flag_value(argc, argv, &i, "--max-tokens", &missing)))
@@ -72,8 +80,8 @@ static int parse_run_args(int argc, char **argv, run_args *a)
         if (st != AC_OK)
             return usage_error(command, ac_error_message());
     }
-    if (!a->model_dir || !a->ids_text)
-        return usage_error(command, "--model and --ids are required");
+    if (!a->model_dir || !a->ids_text == !a->prompt)
+        return usage_error(command, "--model and one of --ids and --prompt are required");
     if (a->temperature < 0 || a->top_p <= 0 || a->top_p > 1)
         return usage_error(command, "--temperature must be >= 0 and --top-p in (0, 1]");
     return 0;
@@ -84,12 +92,14 @@ typedef struct {
     ac_model *model;
     ac_runtime *runtime;
     ac_cache *cache;
+    ac_tokenizer *tokenizer; /* with --prompt */
     int32_t *ids;
     int n_ids;
 } run_state;
 
 static void run_state_free(run_state *r)
 {
+    ac_tokenizer_free(r->tokenizer);
     ac_cache_free(r->cache);
     ac_runtime_free(r->runtime);
     ac_model_free(r->model);
@@ -99,7 +109,21 @@ static void run_state_free(run_state *r)
 static ac_status run_state_open(const run_args *a, run_state *r)
 {
     *r = (run_state){0};
-    ac_status st = cli_parse_ids(a->ids_text, &r->ids, &r->n_ids);
+    ac_status st = AC_OK;
+    if (a->prompt) {
+        char path[4096];
+        if (!a->tokenizer_path)
+            snprintf(path, sizeof path, "%s/tokenizer.json", a->model_dir);
+        size_t n = 0;
+        st = ac_tokenizer_load(a->tokenizer_path ? a->tokenizer_path : path, &r->tokenizer);
+        if (st == AC_OK)
+            st = ac_tokenizer_encode(r->tokenizer, a->prompt, strlen(a->prompt), &r->ids, &n);
+        if (st == AC_OK && n == 0)
+            st = ac_fail(AC_ERR_INVALID, "--prompt: the text encodes to no tokens");
+        r->n_ids = (int)n;
+    } else {
+        st = cli_parse_ids(a->ids_text, &r->ids, &r->n_ids);
+    }
     if (st == AC_OK)
         st = ac_model_load(a->model_dir, &r->model);
     if (st == AC_OK)
@@ -167,13 +191,27 @@ int cli_generate(int argc, char **argv)
     int n_new = r.n_ids;
     ac_cache *caches[1] = {r.cache};
     int32_t next = 0;
+    /* text mode ends at the end-of-document token; id mode always runs max_tokens */
+    int32_t eos = r.tokenizer ? ac_tokenizer_token_to_id(r.tokenizer, "<|endoftext|>") : -1;
     for (long long step = 0; st == AC_OK && step < a.max_tokens; step++) {
         ac_batch batch = {.n_seqs = 1, .tokens = tokens, .n_tokens = &n_new, .caches = caches};
         st = ac_runtime_forward(r.runtime, &batch, AC_LOGITS_LAST, logits);
         if (st != AC_OK)
             break;
         next = ac_sample(&sampler, logits, V, work);
-        printf("%s%d", step ? "," : "", next);
+        if (next == eos)
+            break;
+        if (r.tokenizer) {
+            char *piece = NULL;
+            size_t len = 0;
+            st = ac_tokenizer_decode(r.tokenizer, &next, 1, &piece, &len);
+            if (st == AC_OK)
+                fwrite(piece, 1, len, stdout);
+            free(piece);
+            fflush(stdout);
+        } else {
+            printf("%s%d", step ? "," : "", next);
+        }
         tokens[0] = &next;
         n_new = 1;
     }

@@ -14,6 +14,7 @@ static const cli_command commands[] = {
     {"info", cli_info, "describe a checkpoint: info --model DIR"},
     {"logits", cli_logits, "logits of token ids as .npy: logits --model DIR --ids 1,2,3 [--out F.npy]"},
     {"generate", cli_generate, "continue token ids: generate --model DIR --ids 1,2 --max-tokens N"},
+    {"convert", cli_convert, "rewrite a checkpoint: convert --model DIR --out DIR [--dtype bf16|f32]"},
     {"train", cli_train, "train on token shards: train --data DIR --out DIR (--config F | --model DIR)"},
     {"distill", cli_distill, "distill a student: distill --teacher DIR --student DIR --data DIR --out DIR"},
     {"tokenize", cli_tokenize, "token shards: tokenize --tokenizer FILE --out DIR INPUT..."},

@@ -2,6 +2,7 @@
  * names, aliases and the layer-type spellings follow transformers'
  * configuration_nemotron_h.py. */
 #include "autocompress/config_json.h"
+#include "io/json_util.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -39,17 +40,6 @@ static ac_status rfail(const reader *r, ac_status code, const char *fmt, ...)
     vsnprintf(message, sizeof message, fmt, args);
     va_end(args);
     return ac_fail(code, "%s: %s", r->src, message);
-}
-
-static const char *json_type(const cJSON *v)
-{
-    if (cJSON_IsNull(v)) return "null";
-    if (cJSON_IsBool(v)) return "a boolean";
-    if (cJSON_IsNumber(v)) return "a number";
-    if (cJSON_IsString(v)) return "a string";
-    if (cJSON_IsArray(v)) return "an array";
-    if (cJSON_IsObject(v)) return "an object";
-    return "an invalid value";
 }
 
 /* Python's json keeps the last of duplicate keys and cJSON the first: refuse them. */
@@ -125,7 +115,7 @@ static ac_status get_int(const reader *r, const char *key, const char *alias, in
         return AC_OK;
     }
     if (!cJSON_IsNumber(f.item))
-        return rfail(r, AC_ERR_INVALID, "%s must be an integer, got %s", f.path, json_type(f.item));
+        return rfail(r, AC_ERR_INVALID, "%s must be an integer, got %s", f.path, ac_json_type_name(f.item));
     double d = f.item->valuedouble;
     if (d != floor(d) || !(d >= (double)INT_MIN && d <= (double)INT_MAX))
         return rfail(r, AC_ERR_INVALID, "%s must be an integer, got %.17g", f.path, d);
@@ -147,7 +137,7 @@ static ac_status get_float(const reader *r, const char *key, const char *alias, 
         return AC_OK;
     }
     if (!cJSON_IsNumber(f.item))
-        return rfail(r, AC_ERR_INVALID, "%s must be a number, got %s", f.path, json_type(f.item));
+        return rfail(r, AC_ERR_INVALID, "%s must be a number, got %s", f.path, ac_json_type_name(f.item));
     double d = f.item->valuedouble;
     float v = (float)d;
     if (!isfinite(v) || v < 0.0f || (v == 0.0f && !allow_zero))
@@ -168,7 +158,7 @@ static ac_status get_bool(const reader *r, const char *key, const char *alias, i
         return AC_OK;
     }
     if (!cJSON_IsBool(f.item))
-        return rfail(r, AC_ERR_INVALID, "%s must be true or false, got %s", f.path, json_type(f.item));
+        return rfail(r, AC_ERR_INVALID, "%s must be true or false, got %s", f.path, ac_json_type_name(f.item));
     *out = cJSON_IsTrue(f.item) ? 1 : 0;
     return AC_OK;
 }
@@ -193,7 +183,7 @@ static ac_status require_string(const reader *r, const char *key, const char *wa
     if (st != AC_OK || !f.item)
         return st;
     if (!cJSON_IsString(f.item))
-        return rfail(r, AC_ERR_INVALID, "%s must be a string, got %s", f.path, json_type(f.item));
+        return rfail(r, AC_ERR_INVALID, "%s must be a string, got %s", f.path, ac_json_type_name(f.item));
     if (strcmp(f.item->valuestring, want))
         return rfail(r, AC_ERR_UNSUPPORTED, "%s '%s' is not supported (only '%s')", f.path, f.item->valuestring, want);
     return AC_OK;
@@ -209,7 +199,7 @@ static ac_status refuse_latent(const reader *r)
         return rfail(r, AC_ERR_UNSUPPORTED, "%s is %.17g: latent MoE projections are not supported (must be null)",
                      f.path, f.item->valuedouble);
     return rfail(r, AC_ERR_UNSUPPORTED, "%s must be null (latent MoE projections are not supported), got %s", f.path,
-                 json_type(f.item));
+                 ac_json_type_name(f.item));
 }
 
 static ac_status check_supported(const reader *r)
@@ -257,7 +247,7 @@ static int kind_from_name(const char *name, ac_block_kind *kind)
 static ac_status pattern_from_string(const reader *r, const cJSON *v, ac_block_kind **kinds, int *n)
 {
     if (!cJSON_IsString(v))
-        return rfail(r, AC_ERR_INVALID, "hybrid_override_pattern must be a string, got %s", json_type(v));
+        return rfail(r, AC_ERR_INVALID, "hybrid_override_pattern must be a string, got %s", ac_json_type_name(v));
     const char *s = v->valuestring;
     size_t len = strlen(s);
     if (len == 0)
@@ -278,7 +268,7 @@ static ac_status pattern_from_string(const reader *r, const cJSON *v, ac_block_k
 static ac_status pattern_from_list(const reader *r, const cJSON *v, ac_block_kind **kinds, int *n)
 {
     if (!cJSON_IsArray(v))
-        return rfail(r, AC_ERR_INVALID, "layers_block_type must be an array of strings, got %s", json_type(v));
+        return rfail(r, AC_ERR_INVALID, "layers_block_type must be an array of strings, got %s", ac_json_type_name(v));
     int len = cJSON_GetArraySize(v);
     if (len == 0)
         return rfail(r, AC_ERR_INVALID, "layers_block_type is empty");
@@ -288,7 +278,7 @@ static ac_status pattern_from_list(const reader *r, const cJSON *v, ac_block_kin
     int i = 0;
     for (const cJSON *e = v->child; e; e = e->next, i++) {
         if (!cJSON_IsString(e))
-            return rfail(r, AC_ERR_INVALID, "layers_block_type[%d] must be a string, got %s", i, json_type(e));
+            return rfail(r, AC_ERR_INVALID, "layers_block_type[%d] must be a string, got %s", i, ac_json_type_name(e));
         if (!kind_from_name(e->valuestring, &(*kinds)[i]))
             return rfail(r, AC_ERR_INVALID,
                          "layers_block_type[%d]: unknown block type '%s' (expected mamba or linear_attention, "
@@ -468,7 +458,7 @@ static ac_status read_puzzle(reader *r, ac_arch *arch)
     if (!list || cJSON_IsNull(list))
         return rfail(r, AC_ERR_INVALID, "missing block_configs (model_type nemotron_h_puzzle needs one entry per layer)");
     if (!cJSON_IsArray(list))
-        return rfail(r, AC_ERR_INVALID, "block_configs must be an array of objects, got %s", json_type(list));
+        return rfail(r, AC_ERR_INVALID, "block_configs must be an array of objects, got %s", ac_json_type_name(list));
     int n = cJSON_GetArraySize(list);
     if (n == 0)
         return rfail(r, AC_ERR_INVALID, "block_configs is empty");
@@ -479,7 +469,7 @@ static ac_status read_puzzle(reader *r, ac_arch *arch)
     for (const cJSON *e = list->child; st == AC_OK && e; e = e->next, i++) {
         r->entry = NULL;
         if (!cJSON_IsObject(e)) {
-            st = rfail(r, AC_ERR_INVALID, "block_configs[%d] must be an object, got %s", i, json_type(e));
+            st = rfail(r, AC_ERR_INVALID, "block_configs[%d] must be an object, got %s", i, ac_json_type_name(e));
             break;
         }
         char where[40];
@@ -491,7 +481,7 @@ static ac_status read_puzzle(reader *r, ac_arch *arch)
         if (!type || cJSON_IsNull(type))
             st = rfail(r, AC_ERR_INVALID, "block_configs[%d]: missing block_type", i);
         else if (!cJSON_IsString(type))
-            st = rfail(r, AC_ERR_INVALID, "block_configs[%d].block_type must be a string, got %s", i, json_type(type));
+            st = rfail(r, AC_ERR_INVALID, "block_configs[%d].block_type must be a string, got %s", i, ac_json_type_name(type));
         else if (!kind_from_name(type->valuestring, &kind))
             st = rfail(r, AC_ERR_INVALID,
                        "block_configs[%d].block_type '%s' is unknown (expected mamba, attention, mlp or moe)", i,
@@ -573,7 +563,7 @@ ac_status ac_config_json_parse(const char *text, const char *source, ac_arch *ar
     ac_status st = AC_OK;
     const cJSON *mt = NULL;
     if (!cJSON_IsObject(root))
-        st = rfail(&r, AC_ERR_INVALID, "the top level must be a JSON object, got %s", json_type(root));
+        st = rfail(&r, AC_ERR_INVALID, "the top level must be a JSON object, got %s", ac_json_type_name(root));
     else
         st = check_duplicates(&r, root, "");
     if (st == AC_OK) {
@@ -581,7 +571,7 @@ ac_status ac_config_json_parse(const char *text, const char *source, ac_arch *ar
         if (!mt || cJSON_IsNull(mt))
             st = rfail(&r, AC_ERR_INVALID, "missing model_type");
         else if (!cJSON_IsString(mt))
-            st = rfail(&r, AC_ERR_INVALID, "model_type must be a string, got %s", json_type(mt));
+            st = rfail(&r, AC_ERR_INVALID, "model_type must be a string, got %s", ac_json_type_name(mt));
         else if (strcmp(mt->valuestring, "nemotron_h") && strcmp(mt->valuestring, "nemotron_h_puzzle"))
             st = rfail(&r, AC_ERR_UNSUPPORTED, "model_type '%s' is not supported (nemotron_h or nemotron_h_puzzle)",
                        mt->valuestring);

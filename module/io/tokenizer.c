@@ -2,6 +2,7 @@
  * names, defaults and the meaning of each option follow the `tokenizers` library's
  * serialization of BPE, ByteLevel, Split, Sequence and AddedToken. */
 #include "io/tokenizer_internal.h"
+#include "io/json_util.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -33,18 +34,6 @@ static ac_status lfail(const loader *l, ac_status code, const char *fmt, ...)
     return ac_fail(code, "%s: %s", l->name, message);
 }
 
-static const char *json_type(const cJSON *v)
-{
-    if (!v) return "nothing";
-    if (cJSON_IsNull(v)) return "null";
-    if (cJSON_IsBool(v)) return "a boolean";
-    if (cJSON_IsNumber(v)) return "a number";
-    if (cJSON_IsString(v)) return "a string";
-    if (cJSON_IsArray(v)) return "an array";
-    if (cJSON_IsObject(v)) return "an object";
-    return "an invalid value";
-}
-
 /* A member, with JSON null read as absent. */
 static const cJSON *member(const cJSON *obj, const char *key)
 {
@@ -60,7 +49,7 @@ static ac_status get_bool(const loader *l, const cJSON *obj, const char *key, co
         return AC_OK;
     }
     if (!cJSON_IsBool(v))
-        return lfail(l, AC_ERR_INVALID, "%s.%s: expected a boolean, got %s", where, key, json_type(v));
+        return lfail(l, AC_ERR_INVALID, "%s.%s: expected a boolean, got %s", where, key, ac_json_type_name(v));
     *out = cJSON_IsTrue(v);
     return AC_OK;
 }
@@ -73,7 +62,7 @@ static ac_status get_string(const loader *l, const cJSON *obj, const char *key, 
     if (!v)
         return AC_OK;
     if (!cJSON_IsString(v))
-        return lfail(l, AC_ERR_INVALID, "%s.%s: expected a string, got %s", where, key, json_type(v));
+        return lfail(l, AC_ERR_INVALID, "%s.%s: expected a string, got %s", where, key, ac_json_type_name(v));
     *out = v->valuestring;
     return AC_OK;
 }
@@ -82,7 +71,7 @@ static ac_status get_string(const loader *l, const cJSON *obj, const char *key, 
 static ac_status get_id(const loader *l, const cJSON *v, const char *where, int32_t *out)
 {
     if (!cJSON_IsNumber(v))
-        return lfail(l, AC_ERR_INVALID, "%s: expected an id (a whole number), got %s", where, json_type(v));
+        return lfail(l, AC_ERR_INVALID, "%s: expected an id (a whole number), got %s", where, ac_json_type_name(v));
     double d = v->valuedouble;
     if (!(d >= 0) || d != floor(d) || d >= TOKENIZER_MAX_IDS)
         return lfail(l, AC_ERR_INVALID, "%s: %g is not an id (a whole number in [0, %d))", where, d,
@@ -108,7 +97,7 @@ static ac_status parse_merges(const loader *l, const cJSON *merges)
     if (!merges)
         return lfail(l, AC_ERR_INVALID, "model.merges: missing");
     if (!cJSON_IsArray(merges))
-        return lfail(l, AC_ERR_INVALID, "model.merges: expected an array, got %s", json_type(merges));
+        return lfail(l, AC_ERR_INVALID, "model.merges: expected an array, got %s", ac_json_type_name(merges));
     char *joined = NULL;
     size_t joined_cap = 0;
     ac_status st = AC_OK;
@@ -131,7 +120,7 @@ static ac_status parse_merges(const loader *l, const cJSON *merges)
             b = m->child->next->valuestring, blen = strlen(b);
         } else {
             st = lfail(l, AC_ERR_INVALID, "model.merges[%zu]: expected \"a b\" or [\"a\", \"b\"], got %s", rank,
-                       json_type(m));
+                       ac_json_type_name(m));
             break;
         }
         int32_t ia, ib, merged;
@@ -182,7 +171,7 @@ static ac_status parse_model(const loader *l, const cJSON *root)
     if (!model)
         return lfail(l, AC_ERR_INVALID, "model: missing");
     if (!cJSON_IsObject(model))
-        return lfail(l, AC_ERR_INVALID, "model: expected an object, got %s", json_type(model));
+        return lfail(l, AC_ERR_INVALID, "model: expected an object, got %s", ac_json_type_name(model));
     const char *type;
     ac_status st = get_string(l, model, "type", "model", &type);
     if (st != AC_OK)
@@ -203,7 +192,7 @@ static ac_status parse_model(const loader *l, const cJSON *root)
         if (s && s[0])
             return lfail(l, AC_ERR_UNSUPPORTED, "model.%s: \"%.40s\" is not supported (only null)", affixes[i], s);
     }
-    int byte_fallback;
+    int byte_fallback = 0;
     if ((st = get_bool(l, model, "byte_fallback", "model", 0, &byte_fallback)) != AC_OK ||
         (st = get_bool(l, model, "fuse_unk", "model", 0, &tok->fuse_unk)) != AC_OK ||
         (st = get_bool(l, model, "ignore_merges", "model", 0, &tok->ignore_merges)) != AC_OK)
@@ -215,7 +204,7 @@ static ac_status parse_model(const loader *l, const cJSON *root)
     if (!vocab)
         return lfail(l, AC_ERR_INVALID, "model.vocab: missing");
     if (!cJSON_IsObject(vocab))
-        return lfail(l, AC_ERR_INVALID, "model.vocab: expected an object, got %s", json_type(vocab));
+        return lfail(l, AC_ERR_INVALID, "model.vocab: expected an object, got %s", ac_json_type_name(vocab));
     for (const cJSON *e = vocab->child; e; e = e->next) {
         char where[160];
         snprintf(where, sizeof where, "model.vocab[\"%.60s\"]", e->string);
@@ -249,7 +238,7 @@ static ac_status parse_added(const loader *l, const cJSON *root)
     if (!list)
         return AC_OK;
     if (!cJSON_IsArray(list))
-        return lfail(l, AC_ERR_INVALID, "added_tokens: expected an array, got %s", json_type(list));
+        return lfail(l, AC_ERR_INVALID, "added_tokens: expected an array, got %s", ac_json_type_name(list));
     size_t n = (size_t)cJSON_GetArraySize(list);
     if (!n)
         return AC_OK;
@@ -261,7 +250,7 @@ static ac_status parse_added(const loader *l, const cJSON *root)
         char where[48];
         snprintf(where, sizeof where, "added_tokens[%zu]", i);
         if (!cJSON_IsObject(t))
-            return lfail(l, AC_ERR_INVALID, "%s: expected an object, got %s", where, json_type(t));
+            return lfail(l, AC_ERR_INVALID, "%s: expected an object, got %s", where, ac_json_type_name(t));
         tok_added *a = &tok->added[i];
         char id_where[64];
         snprintf(id_where, sizeof id_where, "%s.id", where);
@@ -456,7 +445,7 @@ static ac_status parse_normalizer(const loader *l, const cJSON *root)
         cJSON_GetArraySize(list) == 0)
         return AC_OK;
     return lfail(l, AC_ERR_UNSUPPORTED, "normalizer: %s%.40s%s is not supported (only null)",
-                 cJSON_IsString(type) ? "type \"" : "", cJSON_IsString(type) ? type->valuestring : json_type(n),
+                 cJSON_IsString(type) ? "type \"" : "", cJSON_IsString(type) ? type->valuestring : ac_json_type_name(n),
                  cJSON_IsString(type) ? "\"" : "");
 }
 
@@ -496,7 +485,7 @@ static ac_status parse_split(const loader *l, const cJSON *p, const char *where)
     const cJSON *pattern = member(p, "pattern");
     if (!cJSON_IsObject(pattern))
         return lfail(l, AC_ERR_INVALID, "%s.pattern: expected {\"Regex\": ...} or {\"String\": ...}, got %s", where,
-                     json_type(pattern));
+                     ac_json_type_name(pattern));
     const cJSON *re = member(pattern, "Regex"), *lit = member(pattern, "String");
     const cJSON *text = re ? re : lit;
     if (!cJSON_IsString(text) || (re && lit))
@@ -531,7 +520,7 @@ static ac_status parse_split(const loader *l, const cJSON *p, const char *where)
 static ac_status parse_pre_step(const loader *l, const cJSON *p, const char *where, int depth)
 {
     if (!cJSON_IsObject(p))
-        return lfail(l, AC_ERR_INVALID, "%s: expected an object, got %s", where, json_type(p));
+        return lfail(l, AC_ERR_INVALID, "%s: expected an object, got %s", where, ac_json_type_name(p));
     const char *type;
     ac_status st = get_string(l, p, "type", where, &type);
     if (st != AC_OK)
@@ -549,7 +538,7 @@ static ac_status parse_pre_step(const loader *l, const cJSON *p, const char *whe
     if (!strcmp(type, "Sequence") && depth < 8) {
         const cJSON *list = member(p, "pretokenizers");
         if (!cJSON_IsArray(list))
-            return lfail(l, AC_ERR_INVALID, "%s.pretokenizers: expected an array, got %s", where, json_type(list));
+            return lfail(l, AC_ERR_INVALID, "%s.pretokenizers: expected an array, got %s", where, ac_json_type_name(list));
         int i = 0;
         for (const cJSON *c = list->child; c; c = c->next, i++) {
             char cw[256];
@@ -644,7 +633,7 @@ ac_status ac_tokenizer_load_buffer(const char *json, size_t len, const char *nam
     if (!tok->name)
         st = ac_fail(AC_ERR_NOMEM, "%s: out of memory", name);
     else if (!cJSON_IsObject(root))
-        st = lfail(&l, AC_ERR_INVALID, "expected a JSON object at the top, got %s", json_type(root));
+        st = lfail(&l, AC_ERR_INVALID, "expected a JSON object at the top, got %s", ac_json_type_name(root));
     if (st == AC_OK)
         st = parse_model(&l, root);
     if (st == AC_OK)
