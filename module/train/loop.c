@@ -288,8 +288,13 @@ static ac_status train_steps(loop_state *s, int start, const char *run, ac_train
                 val_text, now_seconds() - t0);
         fflush(s->log);
         report->last_loss = loss;
-        if (!isnan(val))
+        if (!isnan(val)) {
             report->last_val_loss = val;
+            /* a line in the log at every evaluation, for runs without a TTY */
+            double elapsed = now_seconds() - t0;
+            ac_info("%s step %d/%d: loss %.4f, validation %.4f, %.0f tokens/s", p->teacher ? "distill" : "train", done,
+                    p->steps, loss, val, elapsed > 0 ? (double)(done - start) * p->batch * p->seq_len / elapsed : 0.0);
+        }
         ac_progress_metric(progress, "loss", loss);
         if (!isnan(val))
             ac_progress_metric(progress, "val", val);

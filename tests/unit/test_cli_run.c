@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "autocompress/safetensors.h"
+#include "autocompress/tokenizer.h"
 
 #define FIXTURES AC_SOURCE_DIR "/tests/fixtures/nemotron_h"
 
@@ -127,6 +128,47 @@ static void test_sampling_is_reproducible_by_seed(void **state)
     assert_string_not_equal(a, c);
 }
 
+/* --prompt is the tokenizer's encoding fed to the ids path, and the continuation its
+ * decoding: checked on the committed prose parent, whose directory holds tokenizer.json. */
+static void test_prompt_is_encode_generate_decode(void **state)
+{
+    (void)state;
+    const char *model = AC_SOURCE_DIR "/examples/parent/prose";
+    const char *prompt = "You will be";
+    ac_tokenizer *tok;
+    assert_int_equal(ac_tokenizer_load(AC_SOURCE_DIR "/examples/parent/prose/tokenizer.json", &tok), AC_OK);
+    int32_t *ids;
+    size_t n;
+    assert_int_equal(ac_tokenizer_encode(tok, prompt, strlen(prompt), &ids, &n), AC_OK);
+    char text[256], args[1024], by_ids[4096], by_prompt[4096];
+    size_t used = 0;
+    for (size_t i = 0; i < n; i++)
+        used += (size_t)snprintf(text + used, sizeof text - used, "%s%d", i ? "," : "", ids[i]);
+    snprintf(args, sizeof args, "generate --model %s --ids %s --max-tokens 12", model, text);
+    assert_int_equal(run(args, by_ids, sizeof by_ids), 0);
+    snprintf(args, sizeof args, "generate --model %s --prompt '%s' --max-tokens 12", model, prompt);
+    assert_int_equal(run(args, by_prompt, sizeof by_prompt), 0);
+
+    /* decode the id list the ids path printed (no end-of-text among them, or --prompt stops there) */
+    int32_t out[16];
+    int count = 0;
+    for (char *p = by_ids; *p && *p != '\n' && count < 16;) {
+        out[count++] = (int32_t)strtol(p, &p, 10);
+        if (*p == ',')
+            p++;
+    }
+    assert_int_equal(count, 12);
+    char *decoded;
+    size_t len;
+    assert_int_equal(ac_tokenizer_decode(tok, out, (size_t)count, &decoded, &len), AC_OK);
+    assert_true(len > 0);
+    assert_int_equal(strncmp(by_prompt, decoded, len), 0);
+    assert_int_equal(by_prompt[len], '\n');
+    free(decoded);
+    free(ids);
+    ac_tokenizer_free(tok);
+}
+
 static void test_bad_arguments_are_clear_errors(void **state)
 {
     (void)state;
@@ -149,6 +191,7 @@ int main(void)
         cmocka_unit_test(test_logits_npy_matches_reference),
         cmocka_unit_test(test_generate_greedy_matches_transformers),
         cmocka_unit_test(test_sampling_is_reproducible_by_seed),
+        cmocka_unit_test(test_prompt_is_encode_generate_decode),
         cmocka_unit_test(test_bad_arguments_are_clear_errors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
