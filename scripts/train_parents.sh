@@ -2,7 +2,7 @@
 # Trains the two parents the compression experiments start from: a Nemotron-3-Nano-like
 # miniature (examples/parent/config.json: 12 layers MEMEM*EMEM*E, 16 routed experts top-2
 # plus a shared expert, GQA, 9.6M parameters) on English prose (Debian's fortunes) and on
-# Python source (the standard library), each in well under an hour on 2 cores.
+# Python source (the standard library), each in about half an hour on 2 cores.
 # Deterministic: fixed corpora, tokenizer, initialisation seed and batch seed.
 #
 #   scripts/train_parents.sh [OUT]        (default build/parents; resumable: rerun to continue)
@@ -24,4 +24,7 @@ for kind in prose code; do
     --data "$out/data-$kind" --out "$out/$kind" --steps 1000 --batch 8 --seq-len 256 \
     --lr 3e-3 --warmup 100 --min-lr-ratio 0.1 --weight-decay 0.1 --clip 1.0 --seed 1 \
     --checkpoint-every 50 --eval-every 100 --eval-batches 16
+  cp "$tok" "$out/$kind/tokenizer.json"
 done
+# The committed copies in examples/parent/{prose,code} are these, in bf16:
+#   autocompress convert --model "$out/prose" --out examples/parent/prose --dtype bf16
