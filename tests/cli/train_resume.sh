@@ -18,12 +18,13 @@ cat > "$tmp/config.json" <<'JSON'
  "intermediate_size": 64, "n_routed_experts": 8, "num_experts_per_tok": 2, "moe_intermediate_size": 16,
  "moe_shared_expert_intermediate_size": 32, "routed_scaling_factor": 2.5}
 JSON
-train() { "$ac" train --config "$tmp/config.json" --data "$tmp/data" --out "$1" --steps 120 --batch 4 --seq-len 64 \
-  --lr 3e-3 --warmup 10 --checkpoint-every 10 --eval-every 50 --eval-batches 2 --seed 5 --progress off; }
+args=(train --config "$tmp/config.json" --data "$tmp/data" --steps 120 --batch 4 --seq-len 64 --lr 3e-3 --warmup 10
+      --checkpoint-every 10 --eval-every 50 --eval-batches 2 --seed 5 --progress off)
 
-train "$tmp/straight" > "$tmp/straight.log"
+"$ac" "${args[@]}" --out "$tmp/straight" > "$tmp/straight.log"
 
-train "$tmp/killed" > /dev/null 2>&1 &
+# started directly (no shell function or subshell in between), so $! is the training process
+"$ac" "${args[@]}" --out "$tmp/killed" > /dev/null 2>&1 &
 pid=$!
 rows() { if [ -f "$tmp/killed/loss.csv" ]; then wc -l < "$tmp/killed/loss.csv"; else echo 0; fi; }
 while [ "$(rows)" -lt 35 ]; do
@@ -33,7 +34,7 @@ done
 kill -9 $pid
 wait $pid 2>/dev/null || true
 [ -f "$tmp/killed/checkpoint/state.json" ] || { echo "FAIL: no checkpoint after the kill"; exit 1; }
-train "$tmp/killed" > "$tmp/resumed.log"
+"$ac" "${args[@]}" --out "$tmp/killed" > "$tmp/resumed.log"
 grep -q "(resumed)" "$tmp/resumed.log" || { echo "FAIL: the rerun did not resume"; cat "$tmp/resumed.log"; exit 1; }
 
 cmp "$tmp/straight/model.safetensors" "$tmp/killed/model.safetensors" || { echo "FAIL: weights differ after resume"; exit 1; }
