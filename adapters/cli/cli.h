@@ -12,5 +12,7 @@ int cli_train(int argc, char **argv);
 int cli_convert(int argc, char **argv);
 int cli_distill(int argc, char **argv);
 int cli_tokenize(int argc, char **argv);
+int cli_profile(int argc, char **argv);
+int cli_costmodel(int argc, char **argv);
 
 #endif

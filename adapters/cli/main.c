@@ -18,6 +18,8 @@ static const cli_command commands[] = {
     {"train", cli_train, "train on token shards: train --data DIR --out DIR (--config F | --model DIR)"},
     {"distill", cli_distill, "distill a student: distill --teacher DIR --student DIR --data DIR --out DIR"},
     {"tokenize", cli_tokenize, "token shards: tokenize --tokenizer FILE --out DIR INPUT..."},
+    {"profile", cli_profile, "per-layer cost tables: profile --model DIR --contract FILE --out tables.json"},
+    {"costmodel", cli_costmodel, "check the cost model: costmodel validate --model DIR --contract F --tables F"},
 };
 
 static void print_usage(FILE *out)

@@ -2,6 +2,8 @@
  * packed batch of sequences that each append new tokens to their cache. */
 #include "runtime/runtime_internal.h"
 
+#include "autocompress/probe.h"
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -170,6 +172,8 @@ static void run_block(ac_runtime *rt, int layer, const ac_seqs *seqs, const floa
     }
 }
 
+void ac_runtime_set_probe(ac_runtime *runtime, ac_probe *probe) { runtime->probe = probe; }
+
 static void compute_logits(ac_runtime *rt, const ac_seqs *seqs, ac_logits_mode mode, float *logits)
 {
     const ac_model *m = rt->model;
@@ -206,20 +210,34 @@ ac_status ac_runtime_forward(ac_runtime *rt, const ac_batch *batch, ac_logits_mo
     const ac_arch *a = &m->arch;
     int D = a->hidden;
     ac_seqs seqs = {.n = batch->n_seqs, .total = T, .offset = rt->offset, .len = rt->len, .caches = batch->caches};
+    ac_probe *probe = rt->probe;
+    if (probe)
+        ac_probe_begin(probe, -1, AC_SITE_EMBEDDING);
     for (int s = 0, o = 0; s < batch->n_seqs; o += batch->n_tokens[s], s++) {
         seqs.offset[s] = o;
         seqs.len[s] = batch->n_tokens[s];
         for (int t = 0; t < batch->n_tokens[s]; t++)
             memcpy(rt->x + (size_t)(o + t) * D, m->embeddings + (size_t)batch->tokens[s][t] * D, (size_t)D * sizeof(float));
     }
+    if (probe)
+        ac_probe_end(probe, -1, AC_SITE_EMBEDDING);
     for (int i = 0; i < a->n_layers; i++) {
+        if (probe)
+            ac_probe_begin(probe, i, (ac_site_kind)a->layers[i].kind);
         ac_k_rmsnorm(&rt->kctx, T, D, rt->x, D, m->layers[i].norm, a->norm_eps, rt->xn, D);
         run_block(rt, i, &seqs, rt->xn, rt->mix);
         ac_k_add(&rt->kctx, (size_t)T * D, rt->mix, rt->x);
+        if (probe)
+            ac_probe_end(probe, i, (ac_site_kind)a->layers[i].kind);
     }
     for (int s = 0; s < batch->n_seqs; s++)
         batch->caches[s]->l.tokens += batch->n_tokens[s];
-    if (mode != AC_LOGITS_NONE)
+    if (mode != AC_LOGITS_NONE) {
+        if (probe)
+            ac_probe_begin(probe, -1, AC_SITE_LM_HEAD);
         compute_logits(rt, &seqs, mode, logits);
+        if (probe)
+            ac_probe_end(probe, -1, AC_SITE_LM_HEAD);
+    }
     return AC_OK;
 }

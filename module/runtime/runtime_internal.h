@@ -52,6 +52,7 @@ struct ac_runtime {
     size_t workspace_bytes;
     int *offset, *len;     /* [n_seqs] */
     int seqs_capacity;
+    struct ac_probe *probe; /* layer timing (autocompress/probe.h); NULL: off */
 };
 
 /* Plans the runtime for training on `total_tokens` packed tokens in `n_seqs` sequences:

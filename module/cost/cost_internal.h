@@ -1,0 +1,138 @@
+/* What the cost module's files share: statistics, weight slicing, the workload server,
+ * child processes and the search-space helpers. */
+#ifndef AC_COST_INTERNAL_H
+#define AC_COST_INTERNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "autocompress/contract.h"
+#include "autocompress/cost.h"
+#include "autocompress/model.h"
+#include "autocompress/probe.h"
+#include "autocompress/runtime.h"
+
+/* ---- statistics (stats.c) ---- */
+
+/* Median of n values (n >= 1; the array is reordered). */
+double ac_stat_median(double *v, size_t n);
+/* 1.4826 x the median absolute deviation from the median (0 for n < 2; reorders v). */
+double ac_stat_spread(double *v, size_t n);
+/* out[i] = median of x[i - half .. i + half] (clipped to the ends; half <= 31). */
+void ac_stat_running_median(const double *x, size_t n, int half, double *out);
+/* The machine's speed at each of n measurements in time order, from the reference
+ * request timed beside each: a running median over REFERENCE_WINDOW neighbours each side,
+ * which follows drifts of seconds to minutes without taking one request's noise in. */
+enum { AC_REFERENCE_WINDOW = 3 };
+/* Least-squares y = a + b x over n points (b = 0 when x does not vary). */
+void ac_stat_line(const double *x, const double *y, size_t n, double *a, double *b);
+/* splitmix64 */
+uint64_t ac_rng_next(uint64_t *state);
+/* Uniform integer in [0, n). */
+int ac_rng_below(uint64_t *state, int n);
+
+/* ---- the search space (space.c) ---- */
+
+/* The Mamba group count a layer of `heads` heads gets: the largest divisor of the
+ * parent's group count that divides `heads` (so pruned heads stay groupable). */
+int ac_mamba_groups_for(int heads, int parent_groups);
+/* Sets b to `parent` with the given configuration applied. */
+void ac_dims_mamba(ac_block_dims *b, const ac_block_dims *parent, int heads);
+void ac_dims_moe(ac_block_dims *b, const ac_block_dims *parent, int experts, int expert_ffn, int shared_ffn);
+void ac_dims_mlp(ac_block_dims *b, const ac_block_dims *parent, int ffn);
+/* The table key of block b at `hidden`. */
+ac_cost_row ac_row_key(const ac_block_dims *b, int hidden);
+/* "moe E16 F128 S256", "mamba H8", "attention", "mlp F256" */
+void ac_row_label(const ac_cost_row *key, char *buf, size_t size);
+
+/* ---- the memory formula's terms (memory.c) ---- */
+
+double ac_block_scratch_floats(const ac_arch *arch, const ac_block_dims *b);
+double ac_block_kv_bytes(const ac_block_dims *b, const ac_contract_workload *w);
+double ac_block_state_bytes(const ac_block_dims *b, const ac_contract_workload *w);
+/* R given the widest block's scratch floats per token. */
+double ac_fixed_activation_bytes(const ac_arch *arch, const ac_contract_workload *w, int threads, double scratch_floats);
+
+/* ---- weights (slice.c) ---- */
+
+/* A model of `arch` whose layer i takes the leading channels, heads and experts of
+ * parent layer parent_layer[i] (same kind, or a MoE parent's shared expert for an MLP
+ * layer); every part the parent lacks (a larger dim, another kind) is random (seed). */
+ac_status ac_slice_model(const ac_model *parent, const ac_arch *arch, const int *parent_layer, uint64_t seed,
+                         ac_model **out);
+
+/* The parent: DIR's checkpoint, or DIR/config.json with random weights (seed) when the
+ * directory holds no weights. */
+ac_status ac_load_parent(const char *dir, uint64_t seed, ac_model **model);
+/* Only its architecture. */
+ac_status ac_load_parent_arch(const char *dir, ac_arch *arch);
+
+/* ---- serving the workload (serve.c) ---- */
+
+typedef struct ac_server ac_server;
+
+/* Floats a server needs for its context snapshot (Mamba state of every sequence). The
+ * caller allocates it (so it can be touched before a memory baseline). */
+size_t ac_server_snapshot_floats(const ac_arch *arch, int batch);
+ac_status ac_server_create(const ac_model *model, const ac_contract_workload *w, uint64_t seed, float *snapshot,
+                           ac_server **server);
+void ac_server_free(ac_server *server);
+void ac_server_set_probe(ac_server *server, ac_probe *probe);
+/* Builds the cached context (untimed phase "context"), then snapshots it. */
+ac_status ac_server_build_context(ac_server *server);
+/* One request from the context: prefill, then up to `max_steps` decode steps (-1: the
+ * workload's). *seconds: from the prefill's start to the last step's end. */
+ac_status ac_server_request(ac_server *server, int max_steps, double *seconds);
+/* The runtime's own accounting of what it holds now (resident: the process's). */
+ac_memory_sample ac_server_memory(const ac_server *server);
+
+/* ---- child processes (child.c) ---- */
+
+/* Work for a child: writes its result with ac_child_write; a failure's message goes
+ * back to the parent. */
+typedef ac_status (*ac_child_fn)(void *arg, int fd);
+ac_status ac_child_write(int fd, const void *data, size_t bytes);
+/* Tells the parent the child runs (send it once the child has run an OpenMP region). */
+ac_status ac_child_heartbeat(int fd);
+/* How long a child may take to send its first frame (default 30 s; tests shorten it). */
+void ac_child_set_start_timeout(int seconds);
+/* Runs fn in a forked child; *out (malloc'd, *bytes long) is what it wrote. */
+ac_status ac_run_in_child(ac_child_fn fn, void *arg, void **out, size_t *bytes);
+
+/* ---- one measurement: a model built from the parent, serving the workload in a child
+ * process (measure.c) ---- */
+
+enum { AC_MEASURE_MAX_REPEATS = 64 };
+
+typedef struct {
+    const char *model_dir;   /* the parent */
+    uint64_t seed;
+    const ac_arch *arch;     /* the model to measure */
+    const int *parent_layer; /* its layers' parent layers */
+    ac_contract_workload workload;
+    int threads;             /* as the contract gives it (0: all cores) */
+    int repeats;             /* timed requests */
+    int warmup_steps;        /* decode steps of the untimed warm-up request */
+    size_t probe_capacity;   /* spans to keep; 0: no probe */
+    int reference;           /* also time one request of the parent itself, right after */
+} ac_measure_job;
+
+typedef struct {
+    int32_t repeats, threads;
+    uint32_t n_spans, dropped;
+    double seconds[AC_MEASURE_MAX_REPEATS]; /* each timed request */
+    double reference_seconds; /* the parent's request, when job->reference */
+    double measured_bytes;   /* peak resident size over the size before the model was built */
+    ac_memory_sample accounted; /* the runtime's own accounting at the end */
+} ac_measure_result;
+
+/* *spans (malloc'd, result->n_spans of them; NULL without a probe) are the timed
+ * requests' spans. */
+ac_status ac_measure(const ac_measure_job *job, ac_measure_result *result, ac_span **spans);
+
+/* ---- tables (tables.c) ---- */
+
+/* Keys equal (kind and that kind's dims, hidden). */
+int ac_row_same_key(const ac_cost_row *a, const ac_cost_row *b);
+
+#endif

@@ -1,0 +1,163 @@
+/* One measurement in a child process: load the parent, cut the model to measure from it,
+ * serve the workload (context, an untimed warm-up request, then the timed requests) and
+ * send back the request times, the probe's spans and the memory peak.
+ *
+ * Memory: after the parent is loaded and everything the measurement itself needs is
+ * allocated (probe buffer, context snapshot), the peak resident size is reset to the
+ * current one, which is the baseline; the model, runtime and caches come after it, so
+ * peak minus baseline is what serving this model takes.
+ *
+ * Reference: on a shared machine the speed of the whole machine drifts (measured here:
+ * the same request between 85 and 160 ms within minutes, two profiling sessions ten
+ * minutes apart 12% apart overall). With job->reference the child then also serves the
+ * workload's input and output on the parent itself (no cached context, at most 4
+ * sequences; after the memory peak is read, so it adds nothing to it) and times one
+ * parent request a moment after the measured one: the caller can express every time
+ * relative to the machine's speed of the moment. */
+#include "cost/cost_internal.h"
+
+#include <malloc.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    const ac_measure_job *job;
+} child_arg;
+
+static ac_status measure_child(void *arg, int fd)
+{
+    const ac_measure_job *job = ((child_arg *)arg)->job;
+    ac_measure_result res;
+    memset(&res, 0, sizeof res);
+    res.repeats = job->repeats;
+    ac_model *parent = NULL, *model = NULL;
+    ac_probe *probe = NULL;
+    ac_server *server = NULL, *ref = NULL;
+    float *snapshot = NULL, *ref_snapshot = NULL;
+    int clamped = 0;
+    res.threads = ac_cpu_set_threads(job->threads, &clamped);
+    /* the thread pool starts here; the heartbeat tells the parent it did */
+    int team = 0;
+#pragma omp parallel
+    {
+#pragma omp atomic
+        team++;
+    }
+    ac_status st = team > 0 ? ac_child_heartbeat(fd) : AC_OK;
+    /* a parent without weights is random, the same one in every measurement */
+    if (st == AC_OK)
+        st = ac_load_parent(job->model_dir, 1, &parent);
+    if (st == AC_OK && job->probe_capacity > 0)
+        st = ac_cpu_probe_create(job->probe_capacity, &probe);
+    size_t snap = ac_server_snapshot_floats(job->arch, job->workload.batch);
+    if (st == AC_OK) {
+        snapshot = calloc(snap + 1, sizeof *snapshot);
+        if (!snapshot)
+            st = ac_fail(AC_ERR_NOMEM, "measure: out of memory");
+        else
+            memset(snapshot, 1, (snap + 1) * sizeof *snapshot); /* resident before the baseline */
+    }
+    size_t base = 0;
+    if (st == AC_OK) {
+        /* free heap pages (this process's, and those inherited from the parent at fork)
+         * go back to the kernel, so what the model allocates shows in the peak whatever
+         * the calling process's heap looked like */
+        malloc_trim(0);
+        if (ac_cpu_reset_peak_resident() == AC_OK)
+            base = ac_cpu_resident_bytes();
+        else
+            base = ac_cpu_peak_resident_bytes(); /* no reset: the peak so far is the floor */
+        st = ac_slice_model(parent, job->arch, job->parent_layer, job->seed + 1, &model);
+    }
+    if (st == AC_OK)
+        st = ac_server_create(model, &job->workload, job->seed, snapshot, &server);
+    if (st == AC_OK)
+        st = ac_server_build_context(server);
+    double seconds = 0;
+    if (st == AC_OK)
+        st = ac_server_request(server, job->warmup_steps, &seconds);
+    if (st == AC_OK && probe) {
+        ac_probe_reset(probe);
+        ac_server_set_probe(server, probe);
+    }
+    for (int r = 0; st == AC_OK && r < job->repeats; r++)
+        st = ac_server_request(server, -1, &res.seconds[r]);
+    const ac_span *spans = NULL;
+    size_t n_spans = 0;
+    if (st == AC_OK) {
+        size_t peak = ac_cpu_peak_resident_bytes();
+        res.measured_bytes = peak > base ? (double)(peak - base) : 0.0;
+        res.accounted = ac_server_memory(server);
+    }
+    /* the reference comes after the memory peak is read, so it adds nothing to it */
+    if (st == AC_OK && job->reference) {
+        /* a speed gauge, not a measurement: the workload's input and output on the parent,
+         * without the cached context and at most 4 sequences, to keep it cheap */
+        const ac_arch *pa = ac_model_arch(parent);
+        ac_contract_workload rw = job->workload;
+        rw.cached_tokens = 0;
+        rw.batch = rw.batch > 4 ? 4 : rw.batch;
+        ref_snapshot = calloc(ac_server_snapshot_floats(pa, rw.batch) + 1, sizeof *ref_snapshot);
+        st = ref_snapshot ? ac_server_create(parent, &rw, job->seed, ref_snapshot, &ref)
+                          : ac_fail(AC_ERR_NOMEM, "measure: out of memory");
+        double warm = 0;
+        if (st == AC_OK)
+            st = ac_server_request(ref, job->warmup_steps, &warm);
+        if (st == AC_OK)
+            st = ac_server_request(ref, -1, &res.reference_seconds);
+    }
+    if (st == AC_OK) {
+        if (probe) {
+            st = ac_probe_collect(probe, &spans, &n_spans);
+            res.dropped = (uint32_t)ac_cpu_probe_dropped(probe);
+        }
+        res.n_spans = (uint32_t)n_spans;
+    }
+    if (st == AC_OK)
+        st = ac_child_write(fd, &res, sizeof res);
+    if (st == AC_OK && n_spans)
+        st = ac_child_write(fd, spans, n_spans * sizeof *spans);
+    ac_server_free(server);
+    ac_server_free(ref);
+    free(ref_snapshot);
+    ac_model_free(model);
+    ac_model_free(parent);
+    ac_probe_free(probe);
+    free(snapshot);
+    return st;
+}
+
+ac_status ac_measure(const ac_measure_job *job, ac_measure_result *result, ac_span **spans)
+{
+    if (spans)
+        *spans = NULL;
+    if (job->repeats < 1 || job->repeats > AC_MEASURE_MAX_REPEATS)
+        return ac_fail(AC_ERR_INVALID, "measure: repeats must be in [1, %d], got %d", AC_MEASURE_MAX_REPEATS,
+                       job->repeats);
+    child_arg arg = {job};
+    void *out = NULL;
+    size_t bytes = 0;
+    ac_status st = ac_run_in_child(measure_child, &arg, &out, &bytes);
+    if (st != AC_OK)
+        return st;
+    if (bytes < sizeof *result) {
+        free(out);
+        return ac_fail(AC_ERR_INTERNAL, "measure: the child sent %zu bytes, not a result", bytes);
+    }
+    memcpy(result, out, sizeof *result);
+    size_t span_bytes = (size_t)result->n_spans * sizeof(ac_span);
+    if (bytes != sizeof *result + span_bytes) {
+        free(out);
+        return ac_fail(AC_ERR_INTERNAL, "measure: the child sent %zu bytes for %u spans", bytes, result->n_spans);
+    }
+    if (spans && span_bytes) {
+        *spans = malloc(span_bytes);
+        if (!*spans) {
+            free(out);
+            return ac_fail(AC_ERR_NOMEM, "measure: out of memory for %u spans", result->n_spans);
+        }
+        memcpy(*spans, (char *)out + sizeof *result, span_bytes);
+    }
+    free(out);
+    return AC_OK;
+}

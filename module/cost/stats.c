@@ -1,0 +1,74 @@
+/* Robust statistics for measurements: median, MAD-based spread, least-squares line. */
+#include "cost/cost_internal.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+static int compare_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+double ac_stat_median(double *v, size_t n)
+{
+    if (n == 0)
+        return 0.0;
+    qsort(v, n, sizeof *v, compare_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+double ac_stat_spread(double *v, size_t n)
+{
+    if (n < 2)
+        return 0.0;
+    double m = ac_stat_median(v, n);
+    for (size_t i = 0; i < n; i++)
+        v[i] = fabs(v[i] - m);
+    return 1.4826 * ac_stat_median(v, n);
+}
+
+void ac_stat_line(const double *x, const double *y, size_t n, double *a, double *b)
+{
+    double mx = 0, my = 0;
+    for (size_t i = 0; i < n; i++) {
+        mx += x[i];
+        my += y[i];
+    }
+    if (n == 0) {
+        *a = *b = 0.0;
+        return;
+    }
+    mx /= (double)n;
+    my /= (double)n;
+    double sxx = 0, sxy = 0;
+    for (size_t i = 0; i < n; i++) {
+        sxx += (x[i] - mx) * (x[i] - mx);
+        sxy += (x[i] - mx) * (y[i] - my);
+    }
+    *b = sxx > 0 ? sxy / sxx : 0.0;
+    *a = my - *b * mx;
+}
+
+uint64_t ac_rng_next(uint64_t *state)
+{
+    uint64_t z = (*state += 0x9e3779b97f4a7c15ULL);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+
+int ac_rng_below(uint64_t *state, int n) { return n > 0 ? (int)(ac_rng_next(state) % (uint64_t)n) : 0; }
+
+void ac_stat_running_median(const double *x, size_t n, int half, double *out)
+{
+    double window[64];
+    if (half > 31)
+        half = 31;
+    for (size_t i = 0; i < n; i++) {
+        size_t lo = i >= (size_t)half ? i - (size_t)half : 0, hi = i + (size_t)half < n ? i + (size_t)half : n - 1, k = 0;
+        for (size_t j = lo; j <= hi; j++)
+            window[k++] = x[j];
+        out[i] = ac_stat_median(window, k);
+    }
+}

@@ -1,0 +1,136 @@
+/* Profiling runs (paper, Figure 4) and the validation of the cost model.
+ *
+ * Profiling. For every hidden size of the contract's search space, profiling models are
+ * built whose layers carry different candidate configurations. A model has `layers`
+ * slots (default: as many as the parent has layers, so its working set is a candidate's),
+ * each of one of the parent's layer kinds: by default the slots are shared out so that
+ * the kinds with many configurations get most of them (every kind keeps one; MoE, with
+ * experts x routed width x shared width configurations, gets the rest), which needs the
+ * fewest runs; `parent_pattern` keeps the parent's own pattern instead. Each slot holds
+ * the next configuration of its kind (MoE slots cycle through the MoE configurations,
+ * "no routed experts" run as an MLP of the shared width; Mamba slots through the head
+ * counts; attention slots hold the one attention configuration), so configurations that
+ * fit more than once are measured in several slots and runs. Weights are sliced from a
+ * parent layer of the slot's kind (random where the parent has no weights or is
+ * smaller), so routers route as trained ones do. Each model serves the workload: the
+ * cached context is built first, untimed, in chunks of the input length; then, after an
+ * untimed warm-up request (prefill and two decode steps), one timed request prefills the
+ * input and decodes. The CPU probe splits every step at layer boundaries. This is done in
+ * `repeats` sweeps over all runs (each run once per sweep, in a fresh process), so a slow
+ * phase of a shared machine costs every row one sample rather than one row all of its
+ * samples. Machine speed: every child also times one request of the parent itself right
+ * after the measured one (the reference); each sample is scaled by the ratio of the
+ * median reference over the whole profiling to the machine's speed at its moment (the
+ * running median of the references of the 3 measurements before and after it, which
+ * follows the drift without taking one request's noise in), so the rows are at the
+ * machine's median speed rather than at whatever speed each run met (on
+ * a shared host the whole machine drifts by 10-20% over minutes). Per slot the prefill
+ * samples give a median, and the decode steps per-step
+ * medians; slots with the same configuration (across runs) are combined by the median,
+ * and the decode medians get their least-squares line in the context.
+ *
+ * Each run executes in a child process (fork), so its memory peak (VmHWM) is its own:
+ * the measured memory of a run is its peak resident size over the resident size before
+ * the model was built, and the residual over W + C + P + R is eps (autocompress/cost.h).
+ * The calling process itself runs no OpenMP region (libgomp's pool does not survive a
+ * fork). */
+#ifndef AUTOCOMPRESS_PROFILE_H
+#define AUTOCOMPRESS_PROFILE_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "autocompress/contract.h"
+#include "autocompress/cost.h"
+#include "autocompress/progress.h"
+#include "autocompress/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct {
+    int repeats;             /* sweeps: timed requests per run, one per sweep (default 5) */
+    int layers;              /* layers of a profiling model; 0: the parent's count */
+    int parent_pattern;      /* 1: slots follow the parent's layer pattern (repeated) */
+    int no_reference;        /* 1: no reference requests, times as measured */
+    uint64_t seed;           /* token ids and random weights */
+    ac_progress_mode progress;
+    FILE *progress_stream;   /* default stderr */
+    const char *trace_path;  /* Chrome trace JSON of every run's first timed request, or NULL */
+} ac_profile_params;
+
+ac_profile_params ac_profile_default_params(void);
+
+typedef struct {
+    int runs;
+    int rows;               /* distinct table rows filled */
+    double rows_per_run;    /* slot measurements (layers + fixed sites) per run */
+    double seconds;         /* wall time, all runs */
+    int threads;            /* host threads used */
+    int threads_clamped;    /* the contract asked for more threads than cores */
+} ac_profile_report;
+
+/* Profiles the search space of `contract` for the parent in `model_dir` (a checkpoint,
+ * or a directory with only config.json: weights are then random). */
+ac_status ac_profile_run(const char *model_dir, const ac_contract *contract, const ac_profile_params *params,
+                         ac_cost_tables **tables, ac_profile_report *report);
+
+/* ---- validation ---- */
+
+typedef struct {
+    int n;                  /* held-out architectures (default 20) */
+    int repeats;            /* sweeps: timed requests per architecture, one per sweep (default 5) */
+    int no_reference;       /* 1: no reference requests (only raw times) */
+    uint64_t seed;
+    ac_progress_mode progress;
+    FILE *progress_stream;
+} ac_validate_params;
+
+ac_validate_params ac_validate_default_params(void);
+
+typedef struct {
+    char description[160];  /* hidden size and per-layer configuration */
+    double params;          /* parameter count */
+    ac_cost_prediction predicted;
+    double latency_ms;      /* measured: median of the timed requests */
+    double latency_spread_ms;
+    /* the same at the profiling's machine speed: each request scaled by the tables'
+     * reference_ms over the reference request timed beside it (0 without references) */
+    double latency_norm_ms;
+    double throughput_norm_tok_s;
+    double throughput_tok_s;
+    double memory_bytes;    /* measured peak over the pre-model baseline */
+} ac_validate_entry;
+
+typedef struct {
+    int n;
+    ac_validate_entry *entries;   /* n of them, owned */
+    double latency_mape, latency_max_ape;       /* percent, raw measurement */
+    double throughput_mape, throughput_max_ape;
+    int normalised;                             /* the _norm figures are set */
+    double latency_norm_mape, latency_norm_max_ape;
+    double throughput_norm_mape, throughput_norm_max_ape;
+    double memory_mape, memory_max_ape;
+    double conventional_memory_mape;            /* W + C + P against the measurement */
+    double seconds;
+} ac_validate_report;
+
+/* Samples params->n architectures uniformly from the search space (a seed's draw; the
+ * profiling models are never among them: those carry several configurations of a kind
+ * at once), slices their weights from the parent (the first channels, heads and
+ * experts), measures each end to end (in `repeats` sweeps over all of them, one request
+ * each in a fresh child process; the median counts) and compares with the model: raw,
+ * and (when the tables carry a reference) at the profiling's machine speed, each request
+ * scaled by reference_ms over the machine's speed at its moment (the running median of
+ * the parent requests timed beside it and its neighbours in time). */
+ac_status ac_cost_validate(const char *model_dir, const ac_contract *contract, const ac_cost_tables *tables,
+                           const ac_validate_params *params, ac_validate_report *report);
+void ac_validate_report_free(ac_validate_report *report);
+/* A PNG of predicted against measured latency (or throughput) and memory, via gnuplot. */
+ac_status ac_validate_plot(const ac_validate_report *report, const ac_contract *contract, const char *png_path);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

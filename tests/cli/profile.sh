@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# `autocompress profile` and `autocompress costmodel`: profile a tiny checkpoint under a
+# tiny contract (tables JSON and a Chrome trace), validate the cost model on held-out
+# architectures (table, MAPE lines, a PNG when gnuplot is present), predict one
+# architecture; bad arguments are usage errors that name what is wrong. Nothing checks
+# how accurate the timings are (that needs a quiet machine: see the issue's validation).
+set -euo pipefail
+ac=$1
+src=$2
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+model="$src/tests/fixtures/nemotron_h/hybrid_f32"
+cat >"$tmp/tiny.cfg" <<'EOF'
+name = "tiny";
+hardware = { device = "cpu"; threads = 1; };
+workload = { batch = 1; cached_tokens = 4; input_tokens = 5; output_tokens = 3; };
+targets = { latency_ms = 10.0; };
+search_space = {
+  hidden_sizes = [64, 32];
+  mamba_heads = { values = [8, 4]; };
+  routed_experts = [8, 4];
+  routed_ffn = [32, 16];
+  shared_ffn = [48, 24];
+};
+EOF
+fail() { echo "FAIL: $*"; exit 1; }
+
+"$ac" profile --model "$model" --contract "$tmp/tiny.cfg" --out "$tmp/tables.json" --repeats 1 \
+  --trace "$tmp/trace.json" --progress off >"$tmp/out" || fail "profile exited $?"
+grep -q "table rows" "$tmp/out" || fail "no summary: $(cat "$tmp/out")"
+grep -q '"format":[[:space:]]*"autocompress-cost-tables"' "$tmp/tables.json" || fail "tables lack their format"
+grep -q '"kind":[[:space:]]*"moe"' "$tmp/tables.json" || fail "no MoE rows"
+grep -q '"eps_bytes"' "$tmp/tables.json" || fail "no memory residual"
+[ ! -e "$tmp/tables.json.tmp" ] || fail "temporary file left behind"
+grep -q '"ph":"X"' "$tmp/trace.json" || fail "trace has no slices"
+grep -q '"name":"thread_name"' "$tmp/trace.json" || fail "trace has no named tracks"
+
+"$ac" costmodel validate --model "$model" --contract "$tmp/tiny.cfg" --tables "$tmp/tables.json" --n 2 \
+  --repeats 1 --progress off --plot "$tmp/v.png" >"$tmp/val" 2>"$tmp/val.err" || {
+  # only a missing gnuplot may fail the plot
+  grep -q "gnuplot" "$tmp/val.err" || fail "validate exited: $(cat "$tmp/val.err")"
+}
+grep -q "latency MAPE" "$tmp/val" || fail "no latency MAPE: $(cat "$tmp/val")"
+grep -q "conventional W+C+P MAPE" "$tmp/val" || fail "no conventional memory error"
+[ "$(grep -c '^[0-9]* *d[0-9]' "$tmp/val")" -eq 2 ] || fail "expected 2 architectures: $(cat "$tmp/val")"
+if command -v gnuplot >/dev/null; then
+  [ "$(head -c 4 "$tmp/v.png" | tail -c 3)" = "PNG" ] || fail "the plot is not a PNG"
+fi
+
+"$ac" costmodel predict --model "$model" --contract "$tmp/tiny.cfg" --tables "$tmp/tables.json" \
+  --arch "$model/config.json" >"$tmp/pred" || fail "predict exited $?"
+grep -q "^latency .* ms" "$tmp/pred" || fail "no predicted latency: $(cat "$tmp/pred")"
+grep -q "eps" "$tmp/pred" || fail "no memory breakdown"
+
+set +e
+"$ac" profile --model "$model" --contract "$tmp/tiny.cfg" 2>"$tmp/err"; rc=$?
+[ $rc -eq 2 ] && grep -q -- "--out" "$tmp/err" || fail "missing --out: rc $rc, $(cat "$tmp/err")"
+"$ac" profile --model "$model" --contract "$tmp/none.cfg" --out "$tmp/x.json" 2>"$tmp/err"; rc=$?
+[ $rc -ne 0 ] && grep -q "none.cfg" "$tmp/err" || fail "missing contract: rc $rc, $(cat "$tmp/err")"
+"$ac" profile --model "$model" --contract "$tmp/tiny.cfg" --out "$tmp/x.json" --repeats 0 2>"$tmp/err"; rc=$?
+[ $rc -eq 2 ] && grep -q -- "--repeats" "$tmp/err" || fail "--repeats 0: rc $rc, $(cat "$tmp/err")"
+"$ac" costmodel frobnicate 2>"$tmp/err"; rc=$?
+[ $rc -eq 2 ] && grep -q "frobnicate" "$tmp/err" || fail "unknown subcommand: rc $rc"
+echo '{"format": "something else"}' >"$tmp/bad.json"
+"$ac" costmodel validate --model "$model" --contract "$tmp/tiny.cfg" --tables "$tmp/bad.json" 2>"$tmp/err"; rc=$?
+[ $rc -eq 2 ] && grep -q "bad.json" "$tmp/err" || fail "bad tables: rc $rc, $(cat "$tmp/err")"
+set -e
+echo "profile: ok"

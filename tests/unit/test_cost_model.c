@@ -1,0 +1,465 @@
+/* The cost model against tables with known rows: a candidate's prediction is the sum of
+ * its layers' rows plus the fixed rows, its memory the formula's terms plus eps; the
+ * expected cost under per-axis probabilities equals the brute-force average over every
+ * architecture of the space (so the factorisation, the global-axis coupling and the
+ * expected maximum of the block scratch are exact); its gradients match central finite
+ * differences; tables survive a JSON round trip; missing rows and other workloads are
+ * refused with messages that say what is wrong. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "autocompress/contract.h"
+#include "autocompress/cost.h"
+
+/* A small parent: pattern from `kinds` ("MEM*E"), hidden 16. */
+static void make_parent(ac_arch *a, const char *kinds)
+{
+    memset(a, 0, sizeof *a);
+    int n = (int)strlen(kinds);
+    assert_int_equal(ac_arch_alloc_layers(a, n), AC_OK);
+    a->vocab = 32;
+    a->hidden = 16;
+    a->norm_eps = 1e-5f;
+    a->use_conv_bias = 1;
+    a->chunk_size = 8;
+    for (int i = 0; i < n; i++) {
+        ac_block_dims *b = &a->layers[i];
+        memset(b, 0, sizeof *b);
+        b->kind = kinds[i] == 'M' ? AC_BLOCK_MAMBA : kinds[i] == '*' ? AC_BLOCK_ATTENTION : kinds[i] == '-' ? AC_BLOCK_MLP
+                                                                                                          : AC_BLOCK_MOE;
+        b->mamba_heads = 4, b->mamba_head_dim = 4, b->mamba_groups = 2, b->ssm_state = 4, b->conv_kernel = 4;
+        b->attn_heads = 2, b->attn_kv_heads = 1, b->attn_head_dim = 8;
+        b->ffn = 12;
+        b->n_experts = 4, b->top_k = 2, b->expert_ffn = 8, b->shared_ffn = 8, b->n_group = 1, b->topk_group = 1;
+        b->norm_topk_prob = 1, b->routed_scaling = 1.0f;
+    }
+    assert_int_equal(ac_arch_validate(a), AC_OK);
+}
+
+static const char *contract_text(int global_heads)
+{
+    return global_heads ? "name = \"g\"; hardware = { device = \"cpu\"; threads = 2; };\n"
+                          "workload = { batch = 3; cached_tokens = 5; input_tokens = 7; output_tokens = 4; };\n"
+                          "targets = { latency_ms = 1.0; };\n"
+                          "search_space = { hidden_sizes = [16, 12]; mamba_heads = { values = [4, 2]; };\n"
+                          "  routed_experts = [4, 2]; routed_ffn = [8, 4, 0]; shared_ffn = [8, 0]; removable = [\"moe\"]; };\n"
+                        : "name = \"p\"; hardware = { device = \"cpu\"; threads = 2; };\n"
+                          "workload = { batch = 3; cached_tokens = 5; input_tokens = 7; output_tokens = 4; };\n"
+                          "targets = { latency_ms = 1.0; };\n"
+                          "search_space = { hidden_sizes = [16, 12]; mamba_heads = { values = [4, 2]; scope = \"per_layer\";\n"
+                          "  remove = true; }; routed_experts = [4, 2]; routed_ffn = [8, 4, 0]; shared_ffn = [8, 0];\n"
+                          "  removable = [\"mamba\", \"moe\"]; };\n";
+}
+
+static double hash_value(uint64_t x, double lo, double hi)
+{
+    x += 0x9e3779b97f4a7c15ULL;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+    x ^= x >> 31;
+    return lo + (hi - lo) * (double)(x >> 11) * 0x1.0p-53;
+}
+
+static void add_row(ac_cost_tables *t, ac_cost_row r)
+{
+    uint64_t h = (uint64_t)r.kind * 1000003u + (uint64_t)r.hidden * 7919u + (uint64_t)r.heads * 104729u +
+                 (uint64_t)r.experts * 1299709u + (uint64_t)r.expert_ffn * 15485863u + (uint64_t)r.shared_ffn * 32452843u +
+                 (uint64_t)r.ffn * 49979687u;
+    r.prefill_us = hash_value(h, 10, 500);
+    r.decode_a_us = hash_value(h + 1, 1, 50);
+    r.decode_b_us = r.kind == AC_ROW_ATTENTION ? hash_value(h + 2, 0.01, 0.1) : hash_value(h + 2, -0.01, 0.01);
+    r.samples = 1;
+    assert_int_equal(ac_cost_tables_add_row(t, &r), AC_OK);
+}
+
+/* Rows for every configuration of the space (the parent's fixed dims as make_parent). */
+static ac_cost_tables *make_tables(const ac_contract *c)
+{
+    ac_cost_tables_info info;
+    memset(&info, 0, sizeof info);
+    snprintf(info.contract, sizeof info.contract, "%s", c->name);
+    info.workload = c->workload;
+    info.threads = 2;
+    info.eps_bytes = 12345.0;
+    ac_cost_tables *t = NULL;
+    assert_int_equal(ac_cost_tables_create(&info, &t), AC_OK);
+    /* runs at hidden 16 leave residuals 10000, 12000, 11000 (median 11000); none ran at
+     * 12, which falls back to the tables' eps */
+    for (int i = 0; i < 3; i++) {
+        ac_memory_point mp = {16, 5e5 + 1e4 * (i == 0 ? 1.0 : i == 1 ? 1.2 : 1.1), 4e5, 2e4, 3e4, 5e4};
+        assert_int_equal(ac_cost_tables_add_memory(t, &mp), AC_OK);
+    }
+    const ac_contract_search_space *s = &c->search;
+    for (int h = 0; h < s->hidden_sizes.count; h++) {
+        int d = s->hidden_sizes.values[h];
+        for (int k = AC_ROW_ATTENTION; k <= AC_ROW_OTHER; k++)
+            if (k != AC_ROW_MLP && k != AC_ROW_MOE)
+                add_row(t, (ac_cost_row){.kind = (ac_row_kind)k, .hidden = d});
+        add_row(t, (ac_cost_row){.kind = AC_ROW_MLP, .hidden = d, .ffn = 12});
+        for (int m = 0; m < s->mamba_heads.values.count; m++)
+            add_row(t, (ac_cost_row){.kind = AC_ROW_MAMBA, .hidden = d, .heads = s->mamba_heads.values.values[m]});
+        for (int e = 0; e < s->routed_experts.count; e++)
+            for (int f = 0; f < s->routed_ffn.count; f++)
+                for (int g = 0; g < s->shared_ffn.count; g++) {
+                    int E = s->routed_experts.values[e], I = s->routed_ffn.values[f], S = s->shared_ffn.values[g];
+                    if (I > 0)
+                        add_row(t, (ac_cost_row){.kind = AC_ROW_MOE, .hidden = d, .experts = E, .expert_ffn = I,
+                                                 .shared_ffn = S});
+                    else if (S > 0)
+                        add_row(t, (ac_cost_row){.kind = AC_ROW_MLP, .hidden = d, .ffn = S});
+                }
+    }
+    return t;
+}
+
+typedef struct {
+    ac_contract contract;
+    ac_arch parent;
+    ac_cost_tables *tables;
+    ac_cost_model *model;
+} fixture;
+
+static void setup(fixture *f, int global_heads)
+{
+    assert_int_equal(ac_contract_parse_string(contract_text(global_heads), "test", &f->contract), AC_OK);
+    make_parent(&f->parent, global_heads ? "MEM*E" : "ME*E");
+    f->tables = make_tables(&f->contract);
+    ac_status st = ac_cost_model_create(f->tables, &f->parent, &f->contract, &f->model);
+    if (st != AC_OK)
+        fail_msg("%s", ac_error_message());
+}
+
+static void teardown(fixture *f)
+{
+    ac_cost_model_free(f->model);
+    ac_cost_tables_free(f->tables);
+    ac_arch_free(&f->parent);
+}
+
+/* The row a layer of `b` at hidden d is timed by, found by the test's own rule. */
+static const ac_cost_row *row_of(const ac_cost_tables *t, const ac_block_dims *b, int d)
+{
+    ac_cost_row k = {.kind = (ac_row_kind)b->kind, .hidden = d};
+    if (b->kind == AC_BLOCK_MAMBA)
+        k.heads = b->mamba_heads;
+    if (b->kind == AC_BLOCK_MLP)
+        k.ffn = b->ffn;
+    if (b->kind == AC_BLOCK_MOE)
+        k.experts = b->n_experts, k.expert_ffn = b->expert_ffn, k.shared_ffn = b->shared_ffn;
+    const ac_cost_row *r = ac_cost_tables_find(t, &k);
+    assert_non_null(r);
+    return r;
+}
+
+static void random_choice(const ac_cost_model *m, uint64_t *seed, int *choice)
+{
+    for (int a = 0; a < ac_cost_model_axis_count(m); a++)
+        choice[a] = (int)(hash_value((*seed)++, 0, 1) * ac_cost_model_axis(m, a)->count);
+}
+
+static void check_sum_of_rows(int global_heads)
+{
+    fixture f;
+    setup(&f, global_heads);
+    int n_axes = ac_cost_model_axis_count(f.model), choice[64], back[64], parent_layer[16];
+    assert_true(n_axes <= 64);
+    uint64_t seed = 7;
+    for (int trial = 0; trial < 200; trial++) {
+        random_choice(f.model, &seed, choice);
+        ac_arch arch;
+        ac_status st = ac_cost_choice_arch(f.model, choice, &arch, parent_layer);
+        if (st != AC_OK) { /* every layer removed */
+            assert_non_null(strstr(ac_error_message(), "removes every layer"));
+            continue;
+        }
+        ac_cost_prediction p;
+        assert_int_equal(ac_cost_predict(f.model, choice, &p), AC_OK);
+        double us = 0, pre = 0;
+        for (int l = 0; l < arch.n_layers; l++) {
+            const ac_cost_row *r = row_of(f.tables, &arch.layers[l], arch.hidden);
+            us += ac_cost_row_workload_us(r, &f.contract.workload);
+            pre += r->prefill_us;
+        }
+        for (int k = AC_ROW_EMBEDDING; k <= AC_ROW_OTHER; k++) {
+            ac_cost_row key = {.kind = (ac_row_kind)k, .hidden = arch.hidden};
+            const ac_cost_row *r = ac_cost_tables_find(f.tables, &key);
+            us += ac_cost_row_workload_us(r, &f.contract.workload);
+            pre += r->prefill_us;
+        }
+        assert_float_equal(p.latency_ms, us / 1000.0, 1e-9 * us);
+        assert_float_equal(p.prefill_ms, pre / 1000.0, 1e-9 * us);
+        double produced = 3.0 * 4.0;
+        assert_float_equal(p.throughput_tok_s, produced / (us * 1e-6), 1e-6 * p.throughput_tok_s);
+        ac_memory_terms mt = ac_memory_formula(&arch, &f.contract.workload, 2);
+        assert_float_equal(p.weights_bytes, mt.weights, 1e-6);
+        assert_float_equal(p.kv_bytes, mt.kv, 1e-6);
+        assert_float_equal(p.state_bytes, mt.state, 1e-6);
+        assert_float_equal(p.activation_bytes, mt.activations, 1e-6);
+        double eps = arch.hidden == 16 ? 11000.0 : 12345.0;
+        assert_float_equal(p.eps_bytes, eps, 1e-6);
+        assert_float_equal(p.memory_bytes, mt.weights + mt.kv + mt.state + mt.activations + eps, 1e-6);
+        assert_float_equal(p.conventional_bytes, mt.weights + mt.kv + mt.state, 1e-6);
+        /* the architecture maps back to a choice with the same costs */
+        assert_int_equal(ac_cost_arch_choice(f.model, &arch, back), AC_OK);
+        ac_cost_prediction q;
+        assert_int_equal(ac_cost_predict_arch(f.model, &arch, &q), AC_OK);
+        assert_float_equal(q.latency_ms, p.latency_ms, 1e-12);
+        assert_float_equal(q.memory_bytes, p.memory_bytes, 1e-6);
+        ac_arch_free(&arch);
+    }
+    teardown(&f);
+}
+
+static void test_prediction_is_the_sum_of_rows(void **state)
+{
+    (void)state;
+    check_sum_of_rows(0);
+    check_sum_of_rows(1);
+}
+
+static void random_probs(const ac_cost_model *m, uint64_t seed, double *p)
+{
+    for (int a = 0; a < ac_cost_model_axis_count(m); a++) {
+        const ac_cost_axis *x = ac_cost_model_axis(m, a);
+        double sum = 0;
+        for (int i = 0; i < x->count; i++)
+            sum += p[x->offset + i] = exp(hash_value(seed++, -2, 2));
+        for (int i = 0; i < x->count; i++)
+            p[x->offset + i] /= sum;
+    }
+}
+
+static void check_brute_force(int global_heads)
+{
+    fixture f;
+    setup(&f, global_heads);
+    int n_axes = ac_cost_model_axis_count(f.model), n_probs = ac_cost_model_prob_count(f.model);
+    double *p = malloc((size_t)n_probs * sizeof *p);
+    random_probs(f.model, 99, p);
+    int choice[64] = {0};
+    double lat = 0, mem = 0, w = 0, r = 0, total_p = 0;
+    for (;;) {
+        double weight = 1;
+        for (int a = 0; a < n_axes; a++)
+            weight *= p[ac_cost_model_axis(f.model, a)->offset + choice[a]];
+        ac_cost_prediction c; /* a draw that removes every layer still has the fixed rows and buffers */
+        assert_int_equal(ac_cost_predict(f.model, choice, &c), AC_OK);
+        lat += weight * c.latency_ms;
+        mem += weight * c.memory_bytes;
+        w += weight * c.weights_bytes;
+        r += weight * c.activation_bytes;
+        total_p += weight;
+        int a = 0;
+        while (a < n_axes && ++choice[a] == ac_cost_model_axis(f.model, a)->count)
+            choice[a++] = 0;
+        if (a == n_axes)
+            break;
+    }
+    assert_float_equal(total_p, 1.0, 1e-9);
+    ac_cost_prediction e;
+    assert_int_equal(ac_cost_expected(f.model, p, &e, NULL, NULL, NULL), AC_OK);
+    assert_float_equal(e.latency_ms, lat, 1e-9 * lat);
+    assert_float_equal(e.weights_bytes, w, 1e-9 * w);
+    assert_float_equal(e.activation_bytes, r, 1e-9 * r); /* the expected maximum */
+    assert_float_equal(e.memory_bytes, mem, 1e-9 * mem);
+    free(p);
+    teardown(&f);
+}
+
+static void test_expected_cost_equals_brute_force(void **state)
+{
+    (void)state;
+    check_brute_force(0);
+    check_brute_force(1);
+}
+
+static void check_gradients(int global_heads)
+{
+    fixture f;
+    setup(&f, global_heads);
+    int n = ac_cost_model_prob_count(f.model);
+    double *p = malloc((size_t)n * sizeof *p), *gl = malloc((size_t)n * sizeof *gl), *gm = malloc((size_t)n * sizeof *gm),
+           *gt = malloc((size_t)n * sizeof *gt);
+    for (int trial = 0; trial < 3; trial++) {
+        random_probs(f.model, 1000 + 100 * (uint64_t)trial, p);
+        ac_cost_prediction base;
+        assert_int_equal(ac_cost_expected(f.model, p, &base, gl, gm, gt), AC_OK);
+        const double h = 1e-6;
+        int nonzero_r = 0;
+        for (int j = 0; j < n; j++) {
+            double keep = p[j];
+            ac_cost_prediction up, dn;
+            p[j] = keep + h;
+            assert_int_equal(ac_cost_expected(f.model, p, &up, NULL, NULL, NULL), AC_OK);
+            p[j] = keep - h;
+            assert_int_equal(ac_cost_expected(f.model, p, &dn, NULL, NULL, NULL), AC_OK);
+            p[j] = keep;
+            double fl = (up.latency_ms - dn.latency_ms) / (2 * h), fm = (up.memory_bytes - dn.memory_bytes) / (2 * h);
+            double ft = (up.throughput_tok_s - dn.throughput_tok_s) / (2 * h);
+            nonzero_r += fabs(up.activation_bytes - dn.activation_bytes) > 0;
+            assert_float_equal(gl[j], fl, 1e-6 * (1 + fabs(fl)) + 1e-7 * base.latency_ms);
+            assert_float_equal(gm[j], fm, 1e-6 * (1 + fabs(fm)) + 1e-7 * base.memory_bytes);
+            assert_float_equal(gt[j], ft, 1e-5 * (1 + fabs(ft)) + 1e-7 * base.throughput_tok_s);
+        }
+        assert_true(nonzero_r > 0); /* the scratch maximum does depend on the choices */
+    }
+    free(p);
+    free(gl);
+    free(gm);
+    free(gt);
+    teardown(&f);
+}
+
+static void test_gradients_match_finite_differences(void **state)
+{
+    (void)state;
+    check_gradients(0);
+    check_gradients(1);
+}
+
+static void test_axes_follow_the_contract(void **state)
+{
+    (void)state;
+    fixture f;
+    setup(&f, 0); /* ME*E, per-layer heads with remove, mamba and moe removable */
+    int kinds[8] = {0}, global = 0;
+    for (int a = 0; a < ac_cost_model_axis_count(f.model); a++) {
+        const ac_cost_axis *x = ac_cost_model_axis(f.model, a);
+        kinds[x->kind]++;
+        global += x->layer < 0;
+        if (x->kind == AC_AXIS_MAMBA_HEADS) {
+            assert_int_equal(x->count, 3); /* 4, 2 and remove */
+            assert_int_equal(x->values[2], 0);
+        }
+    }
+    assert_int_equal(global, 1); /* hidden only */
+    assert_int_equal(kinds[AC_AXIS_MAMBA_HEADS], 1);
+    assert_int_equal(kinds[AC_AXIS_KEEP], 2); /* the two MoE layers; Mamba removal is on its heads axis */
+    assert_int_equal(kinds[AC_AXIS_EXPERTS], 2);
+    teardown(&f);
+    setup(&f, 1); /* MEM*E, global heads */
+    int heads_axes = 0;
+    for (int a = 0; a < ac_cost_model_axis_count(f.model); a++)
+        if (ac_cost_model_axis(f.model, a)->kind == AC_AXIS_MAMBA_HEADS) {
+            heads_axes++;
+            assert_int_equal(ac_cost_model_axis(f.model, a)->layer, -1);
+        }
+    assert_int_equal(heads_axes, 1);
+    teardown(&f);
+}
+
+static void test_missing_rows_and_other_workloads_are_refused(void **state)
+{
+    (void)state;
+    fixture f;
+    setup(&f, 0);
+    ac_cost_model *m = NULL;
+    /* tables without the MoE rows of hidden 12 */
+    ac_cost_tables_info info = *ac_cost_tables_get_info(f.tables);
+    ac_cost_tables *partial = NULL;
+    assert_int_equal(ac_cost_tables_create(&info, &partial), AC_OK);
+    for (size_t i = 0; i < ac_cost_tables_row_count(f.tables); i++) {
+        const ac_cost_row *r = ac_cost_tables_row(f.tables, i);
+        if (!(r->kind == AC_ROW_MOE && r->hidden == 12 && r->experts == 2))
+            assert_int_equal(ac_cost_tables_add_row(partial, r), AC_OK);
+    }
+    assert_int_equal(ac_cost_model_create(partial, &f.parent, &f.contract, &m), AC_ERR_INVALID);
+    assert_non_null(strstr(ac_error_message(), "no row for moe E2"));
+    assert_non_null(strstr(ac_error_message(), "hidden 12"));
+    ac_cost_tables_free(partial);
+    ac_contract other = f.contract;
+    other.workload.output_tokens = 99;
+    assert_int_equal(ac_cost_model_create(f.tables, &f.parent, &other, &m), AC_ERR_INVALID);
+    assert_non_null(strstr(ac_error_message(), "99 output"));
+    /* an architecture outside the space */
+    ac_arch arch;
+    ac_arch_copy(&arch, &f.parent);
+    arch.layers[1].n_experts = 3;
+    ac_cost_prediction p;
+    assert_int_equal(ac_cost_predict_arch(f.model, &arch, &p), AC_ERR_INVALID);
+    assert_non_null(strstr(ac_error_message(), "outside the search space"));
+    arch.hidden = 20;
+    assert_int_equal(ac_cost_predict_arch(f.model, &arch, &p), AC_ERR_INVALID);
+    assert_non_null(strstr(ac_error_message(), "hidden size 20"));
+    ac_arch_free(&arch);
+    teardown(&f);
+}
+
+static void test_tables_round_trip_through_json(void **state)
+{
+    (void)state;
+    fixture f;
+    setup(&f, 1);
+    ac_memory_point mp = {12, 1e6, 5e5, 1e4, 2e4, 3e5};
+    assert_int_equal(ac_cost_tables_add_memory(f.tables, &mp), AC_OK);
+    double steps[3] = {1.5, 2.25, 3.0};
+    ac_cost_row r = {.kind = AC_ROW_ATTENTION, .hidden = 16, .prefill_us = 7.5, .decode_a_us = 1, .decode_b_us = 0.5,
+                     .n_steps = 3, .step_us = steps, .samples = 4};
+    assert_int_equal(ac_cost_tables_add_row(f.tables, &r), AC_OK); /* replaces the attention row */
+    char path[] = "/tmp/ac-tables-XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    close(fd);
+    assert_int_equal(ac_cost_tables_write(f.tables, path), AC_OK);
+    ac_cost_tables *back = NULL;
+    assert_int_equal(ac_cost_tables_read(path, &back), AC_OK);
+    assert_int_equal(ac_cost_tables_row_count(back), ac_cost_tables_row_count(f.tables));
+    for (size_t i = 0; i < ac_cost_tables_row_count(back); i++) {
+        const ac_cost_row *a = ac_cost_tables_row(f.tables, i), *b = ac_cost_tables_row(back, i);
+        assert_int_equal(a->kind, b->kind);
+        assert_int_equal(a->hidden, b->hidden);
+        assert_int_equal(a->experts, b->experts);
+        assert_int_equal(a->shared_ffn, b->shared_ffn);
+        assert_float_equal(a->prefill_us, b->prefill_us, 1e-9);
+        assert_float_equal(a->decode_b_us, b->decode_b_us, 1e-12);
+        assert_int_equal(a->n_steps, b->n_steps);
+        for (int t = 0; t < a->n_steps; t++)
+            assert_float_equal(a->step_us[t], b->step_us[t], 0.005);
+    }
+    assert_int_equal(ac_cost_tables_memory_count(back), 4);
+    assert_float_equal(ac_cost_tables_memory(back, 3)->kv, 1e4, 1e-9);
+    assert_int_equal(ac_cost_tables_memory(back, 3)->hidden, 12);
+    assert_float_equal(ac_cost_tables_get_info(back)->eps_bytes, 12345.0, 1e-9);
+    assert_int_equal(ac_cost_tables_get_info(back)->workload.cached_tokens, 5);
+    ac_cost_tables_free(back);
+    /* a broken field is named */
+    FILE *fp = fopen(path, "r");
+    char *text = calloc(1 << 20, 1);
+    size_t len = fread(text, 1, (1 << 20) - 1, fp);
+    fclose(fp);
+    char *at = strstr(text, "\"median_us\":");
+    assert_non_null(at);
+    memcpy(at, "\"medianus\": ", 12);
+    fp = fopen(path, "w");
+    fwrite(text, 1, len, fp);
+    fclose(fp);
+    assert_int_equal(ac_cost_tables_read(path, &back), AC_ERR_INVALID);
+    assert_non_null(strstr(ac_error_message(), "rows[0].prefill.median_us"));
+    assert_non_null(strstr(ac_error_message(), path));
+    remove(path);
+    assert_int_equal(ac_cost_tables_read(path, &back), AC_ERR_IO);
+    free(text);
+    teardown(&f);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_prediction_is_the_sum_of_rows),
+        cmocka_unit_test(test_expected_cost_equals_brute_force),
+        cmocka_unit_test(test_gradients_match_finite_differences),
+        cmocka_unit_test(test_axes_follow_the_contract),
+        cmocka_unit_test(test_missing_rows_and_other_workloads_are_refused),
+        cmocka_unit_test(test_tables_round_trip_through_json),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
