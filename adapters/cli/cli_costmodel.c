@@ -178,6 +178,8 @@ static int validate(const args *a, const ac_contract *contract, const ac_cost_ta
                r.latency_norm_mape, r.latency_norm_max_ape, r.throughput_norm_mape, r.throughput_norm_max_ape);
     printf("memory MAPE %.2f%% (max %.2f%%); conventional W+C+P MAPE %.2f%%\n", r.memory_mape, r.memory_max_ape,
            r.conventional_memory_mape);
+    if (r.retried)
+        printf("%d requests run again: another process had taken a core\n", r.retried);
     printf("%d architectures measured in %.1f s; the expected cost with its gradients takes %.1f us a call\n", r.n,
            r.seconds, expected_call_us(a, contract, tables));
     int rc = 0;

@@ -14,7 +14,7 @@ static int usage(const char *message)
 {
     fprintf(stderr, "autocompress profile: %s\n", message);
     fprintf(stderr, "usage: autocompress profile --model DIR --contract FILE --out tables.json [--repeats R]\n"
-                    "                            [--layers N] [--parent-pattern] [--no-reference] [--seed S]\n"
+                    "                            [--layers N] [--balanced] [--no-reference] [--seed S]\n"
                     "                            [--trace FILE.json] [--progress MODE]\n");
     return 2;
 }
@@ -34,8 +34,8 @@ int cli_profile(int argc, char **argv)
             contract_path = v;
         else if ((v = cli_flag_value(argc, argv, &i, "--out", &missing)))
             out = v;
-        else if (!strcmp(argv[i], "--parent-pattern"))
-            p.parent_pattern = 1;
+        else if (!strcmp(argv[i], "--balanced"))
+            p.balanced = 1;
         else if (!strcmp(argv[i], "--no-reference"))
             p.no_reference = 1;
         else if ((v = cli_flag_value(argc, argv, &i, "--trace", &missing)))
@@ -86,6 +86,8 @@ int cli_profile(int argc, char **argv)
     printf("%d runs of %d layers, %d repeats each: %d table rows (%.1f per run; %.1f slot measurements per run), "
            "%.1f s\n", report.runs, in->layers_per_run, in->repeats, report.rows,
            report.runs ? (double)report.rows / report.runs : 0.0, report.rows_per_run, report.seconds);
+    if (report.retried)
+        printf("%d requests run again: another process had taken a core\n", report.retried);
     if (in->reference_ms > 0)
         printf("rows at the machine's median speed over the profiling: parent request %.2f ms\n", in->reference_ms);
     printf("memory residual eps: %.2f MiB (spread %.2f MiB over %zu runs)\n", in->eps_bytes / 1048576.0,

@@ -122,6 +122,7 @@ typedef struct {
     uint32_t n_spans, dropped;
     double seconds[AC_MEASURE_MAX_REPEATS]; /* each timed request */
     double reference_seconds; /* the parent's request, when job->reference */
+    int32_t retried;          /* requests run again because another process took a core */
     double measured_bytes;   /* peak resident size over the size before the model was built */
     ac_memory_sample accounted; /* the runtime's own accounting at the end */
 } ac_measure_result;

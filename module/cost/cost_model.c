@@ -39,6 +39,12 @@ struct ac_cost_model {
     combo_cost *cost;      /* [n_global][n_combos] */
     double *fixed_lat, *fixed_pre, *fixed_dec, *fixed_w, *fixed_r, *fixed_eps; /* [n_hidden] */
     double scratch_bytes_per_float; /* batch x input x 4: R per float of the widest scratch */
+    /* precomputed for the expected cost: each combo's probability slots (-1: none) and,
+     * per global choice, the sorted distinct scratch values and each combo's index */
+    int *combo_slot;       /* [n_combos][MAX_LAYER_AXES] */
+    double *support;       /* [n_global][n_combos], the first support_n[g] used */
+    int *support_n;        /* [n_global] */
+    int *combo_k;          /* [n_global][n_combos] */
 };
 
 static const char *const axis_names[] = {"hidden", "mamba_heads", "experts", "routed_ffn", "shared_ffn", "keep"};
@@ -261,6 +267,60 @@ static ac_status fill_eps(ac_cost_model *m)
     return AC_OK;
 }
 
+static int compare_values(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static int find_value(const double *v, int K, double x)
+{
+    int lo = 0, hi = K - 1;
+    while (lo < hi) {
+        int mid = (lo + hi) / 2;
+        if (v[mid] < x)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+static ac_status precompute(ac_cost_model *m)
+{
+    size_t n = (size_t)m->n_combos, G = (size_t)m->n_global;
+    m->combo_slot = malloc((n + 1) * MAX_LAYER_AXES * sizeof *m->combo_slot);
+    m->support = malloc((G * n + 1) * sizeof *m->support);
+    m->support_n = calloc(G + 1, sizeof *m->support_n);
+    m->combo_k = malloc((G * n + 1) * sizeof *m->combo_k);
+    if (!m->combo_slot || !m->support || !m->support_n || !m->combo_k)
+        return ac_fail(AC_ERR_NOMEM, "cost model: out of memory");
+    for (int l = 0; l < m->parent.n_layers; l++) {
+        const layer_info *li = &m->layers[l];
+        for (int c = 0; c < li->n_combos; c++) {
+            int idx[MAX_LAYER_AXES], *slot = m->combo_slot + (size_t)(li->offset + c) * MAX_LAYER_AXES;
+            decode_combo(m, li, c, idx);
+            for (int k = 0; k < MAX_LAYER_AXES; k++)
+                slot[k] = k < li->n_axes ? m->axes[li->axis[k]].offset + idx[k] : -1;
+        }
+    }
+    for (size_t g = 0; g < G; g++) {
+        const combo_cost *cost = m->cost + g * n;
+        double *v = m->support + g * n;
+        for (size_t i = 0; i < n; i++)
+            v[i] = cost[i].spt;
+        qsort(v, n, sizeof *v, compare_values);
+        int K = 0;
+        for (size_t i = 0; i < n; i++)
+            if (K == 0 || v[i] != v[K - 1])
+                v[K++] = v[i];
+        m->support_n[g] = K;
+        for (size_t i = 0; i < n; i++)
+            m->combo_k[g * n + i] = find_value(v, K, cost[i].spt);
+    }
+    return AC_OK;
+}
+
 void ac_cost_model_free(ac_cost_model *m)
 {
     if (!m)
@@ -275,6 +335,10 @@ void ac_cost_model_free(ac_cost_model *m)
     free(m->fixed_w);
     free(m->fixed_r);
     free(m->fixed_eps);
+    free(m->combo_slot);
+    free(m->support);
+    free(m->support_n);
+    free(m->combo_k);
     free(m);
 }
 
@@ -331,6 +395,8 @@ ac_status ac_cost_model_create(const ac_cost_tables *tables, const ac_arch *pare
         st = fill_costs(m);
     if (st == AC_OK)
         st = fill_eps(m);
+    if (st == AC_OK)
+        st = precompute(m);
     if (st != AC_OK) {
         ac_cost_model_free(m);
         return st;
@@ -348,61 +414,33 @@ int ac_cost_model_prob_count(const ac_cost_model *m) { return m->n_probs; }
 
 /* ---- the expected maximum of the block scratch ---- */
 
-static int compare_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static int find_value(const double *v, int K, double x)
-{
-    int lo = 0, hi = K - 1;
-    while (lo < hi) {
-        int mid = (lo + hi) / 2;
-        if (v[mid] < x)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    return lo;
-}
-
 typedef struct {
-    double *v;    /* [n_combos] sorted distinct values */
-    int *k;       /* [n_combos] each combo's value index */
-    double *F;    /* [L][K] CDFs, then suffix sums */
+    double *F;         /* [L][K] CDFs, then suffix sums */
     double *pre, *suf; /* [L + 1] */
 } max_work;
 
-/* E[max_l X_l] with X_l = spt of layer l's combo (probabilities pi), and dE/dpi when
- * de != NULL. E = v_K - sum_{k<K} (v_{k+1} - v_k) prod_l F_l(v_k). */
-static double expected_max(const ac_cost_model *m, const combo_cost *cost, const double *pi, double *de, max_work *wk)
+/* E[max_l X_l] with X_l = spt of layer l's combo (probabilities pi) given global choice g,
+ * and dE/dpi when de != NULL. E = v_K - sum_{k<K} (v_{k+1} - v_k) prod_l F_l(v_k). */
+static double expected_max(const ac_cost_model *m, int g, const double *pi, double *de, max_work *wk)
 {
-    int L = m->parent.n_layers, n = m->n_combos, K = 0;
-    for (int i = 0; i < n; i++)
-        wk->v[i] = cost[i].spt;
-    qsort(wk->v, (size_t)n, sizeof *wk->v, compare_double);
-    for (int i = 0; i < n; i++)
-        if (K == 0 || wk->v[i] != wk->v[K - 1])
-            wk->v[K++] = wk->v[i];
+    int L = m->parent.n_layers, n = m->n_combos, K = m->support_n[g];
+    const double *v = m->support + (size_t)g * n;
+    const int *kc = m->combo_k + (size_t)g * n;
     memset(wk->F, 0, (size_t)L * K * sizeof *wk->F);
     for (int l = 0; l < L; l++) {
         const layer_info *li = &m->layers[l];
         double *F = wk->F + (size_t)l * K;
-        for (int c = 0; c < li->n_combos; c++) {
-            int i = li->offset + c;
-            wk->k[i] = find_value(wk->v, K, cost[i].spt);
-            F[wk->k[i]] += pi[i];
-        }
+        for (int c = 0; c < li->n_combos; c++)
+            F[kc[li->offset + c]] += pi[li->offset + c];
         for (int k = 1; k < K; k++)
             F[k] += F[k - 1];
     }
-    double e = wk->v[K - 1];
+    double e = v[K - 1];
     for (int k = 0; k + 1 < K; k++) {
         double prod = 1;
         for (int l = 0; l < L; l++)
             prod *= wk->F[(size_t)l * K + k];
-        e -= (wk->v[k + 1] - wk->v[k]) * prod;
+        e -= (v[k + 1] - v[k]) * prod;
     }
     if (!de)
         return e;
@@ -417,7 +455,7 @@ static double expected_max(const ac_cost_model *m, const combo_cost *cost, const
         for (int l = L - 1; l >= 0; l--)
             wk->suf[l] = wk->suf[l + 1] * wk->F[(size_t)l * K + k];
         for (int l = 0; l < L; l++) {
-            double term = k + 1 < K ? (wk->v[k + 1] - wk->v[k]) * wk->pre[l] * wk->suf[l + 1] : 0.0;
+            double term = k + 1 < K ? (v[k + 1] - v[k]) * wk->pre[l] * wk->suf[l + 1] : 0.0;
             double above = k + 1 < K ? wk->F[(size_t)l * K + k + 1] : 0.0;
             wk->F[(size_t)l * K + k] = term + above;
         }
@@ -426,7 +464,7 @@ static double expected_max(const ac_cost_model *m, const combo_cost *cost, const
         const layer_info *li = &m->layers[l];
         for (int c = 0; c < li->n_combos; c++) {
             int i = li->offset + c;
-            de[i] = -wk->F[(size_t)l * K + wk->k[i]];
+            de[i] = -wk->F[(size_t)l * K + kc[i]];
         }
     }
     return e;
@@ -445,23 +483,18 @@ ac_status ac_cost_expected(const ac_cost_model *m, const double *probs, ac_cost_
     double *g_mem = grads ? calloc((size_t)n, sizeof *g_mem) : NULL;
     double *glob_lat = grads ? calloc((size_t)m->n_probs, sizeof *glob_lat) : NULL;
     double *glob_mem = grads ? calloc((size_t)m->n_probs, sizeof *glob_mem) : NULL;
-    max_work wk = {malloc((size_t)n * sizeof(double)), malloc((size_t)n * sizeof(int)),
-                   malloc((size_t)L * n * sizeof(double)), malloc((size_t)(L + 1) * sizeof(double)),
+    max_work wk = {malloc(((size_t)L * n + 1) * sizeof(double)), malloc((size_t)(L + 1) * sizeof(double)),
                    malloc((size_t)(L + 1) * sizeof(double))};
     ac_status st = AC_OK;
-    if (!pi || !wk.v || !wk.k || !wk.F || !wk.pre || !wk.suf ||
+    if (!pi || !wk.F || !wk.pre || !wk.suf ||
         (grads && (!de || !g_lat || !g_mem || !glob_lat || !glob_mem)))
         st = ac_fail(AC_ERR_NOMEM, "cost model: out of memory");
-    for (int l = 0; st == AC_OK && l < L; l++) {
-        const layer_info *li = &m->layers[l];
-        for (int c = 0; c < li->n_combos; c++) {
-            int idx[MAX_LAYER_AXES];
-            decode_combo(m, li, c, idx);
-            double p = 1;
-            for (int k = 0; k < li->n_axes; k++)
-                p *= probs[m->axes[li->axis[k]].offset + idx[k]];
-            pi[li->offset + c] = p;
-        }
+    for (int i = 0; st == AC_OK && i < n; i++) {
+        const int *slot = m->combo_slot + (size_t)i * MAX_LAYER_AXES;
+        double p = 1;
+        for (int k = 0; k < MAX_LAYER_AXES && slot[k] >= 0; k++)
+            p *= probs[slot[k]];
+        pi[i] = p;
     }
     double E_lat = 0, E_pre = 0, E_dec = 0, E_w = 0, E_c = 0, E_p = 0, E_r = 0, E_eps = 0;
     const ac_cost_axis *hx = &m->axes[m->hidden_axis];
@@ -479,7 +512,7 @@ ac_status ac_cost_expected(const ac_cost_model *m, const double *probs, ac_cost_
                 c += pi[i] * cost[i].c;
                 p += pi[i] * cost[i].p;
             }
-            double r = m->fixed_r[h] + m->scratch_bytes_per_float * expected_max(m, cost, pi, de, &wk);
+            double r = m->fixed_r[h] + m->scratch_bytes_per_float * expected_max(m, h * m->n_mamba_global + g, pi, de, &wk);
             double mem = w + c + p + r + m->fixed_eps[h];
             E_lat += pg * lat;
             E_pre += pg * pre;
@@ -519,20 +552,15 @@ ac_status ac_cost_expected(const ac_cost_model *m, const double *probs, ac_cost_
     }
     if (st == AC_OK && grads) {
         /* chain rule from the combos' probabilities to their axes' entries */
-        for (int l = 0; l < L; l++) {
-            const layer_info *li = &m->layers[l];
-            for (int c = 0; c < li->n_combos; c++) {
-                int idx[MAX_LAYER_AXES], i = li->offset + c;
-                decode_combo(m, li, c, idx);
-                for (int k = 0; k < li->n_axes; k++) {
-                    double others = 1;
-                    for (int k2 = 0; k2 < li->n_axes; k2++)
-                        if (k2 != k)
-                            others *= probs[m->axes[li->axis[k2]].offset + idx[k2]];
-                    int slot = m->axes[li->axis[k]].offset + idx[k];
-                    glob_lat[slot] += g_lat[i] * others;
-                    glob_mem[slot] += g_mem[i] * others;
-                }
+        for (int i = 0; i < n; i++) {
+            const int *slot = m->combo_slot + (size_t)i * MAX_LAYER_AXES;
+            for (int k = 0; k < MAX_LAYER_AXES && slot[k] >= 0; k++) {
+                double others = 1;
+                for (int k2 = 0; k2 < MAX_LAYER_AXES && slot[k2] >= 0; k2++)
+                    if (k2 != k)
+                        others *= probs[slot[k2]];
+                glob_lat[slot[k]] += g_lat[i] * others;
+                glob_mem[slot[k]] += g_mem[i] * others;
             }
         }
         double thr = out->throughput_tok_s, lat_ms = out->latency_ms;
@@ -552,8 +580,6 @@ ac_status ac_cost_expected(const ac_cost_model *m, const double *probs, ac_cost_
     free(g_mem);
     free(glob_lat);
     free(glob_mem);
-    free(wk.v);
-    free(wk.k);
     free(wk.F);
     free(wk.pre);
     free(wk.suf);

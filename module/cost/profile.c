@@ -16,7 +16,7 @@ ac_profile_params ac_profile_default_params(void)
     memset(&p, 0, sizeof p);
     p.repeats = 5;
     p.layers = 0;
-    p.parent_pattern = 0;
+    p.balanced = 0;
     p.seed = 1;
     p.progress = AC_PROGRESS_AUTO;
     return p;
@@ -462,7 +462,7 @@ ac_status ac_profile_run(const char *model_dir, const ac_contract *contract, con
     int layers = params->layers > 0 ? params->layers : parent.n_layers;
     run_plan *runs = NULL;
     int n_runs = 0;
-    st = plan_runs(&parent, &contract->search, layers, !params->parent_pattern, &runs, &n_runs);
+    st = plan_runs(&parent, &contract->search, layers, params->balanced, &runs, &n_runs);
     int clamped = 0, threads = ac_cpu_threads_for(contract->hardware.threads, &clamped);
     ac_cost_tables_info info;
     memset(&info, 0, sizeof info);
@@ -548,6 +548,7 @@ ac_status ac_profile_run(const char *model_dir, const ac_contract *contract, con
                 st = keep_trace(&trace, i, plan, spans, res.n_spans, first_end);
             free(spans);
             mem_all[(size_t)i * R + sweep] = res.measured_bytes;
+            report->retried += res.retried;
             ref_all[(size_t)i * R + sweep] = res.reference_seconds;
             run_threads[i] = res.threads;
             ac_progress_metric(progress, "run_s", 1e-9 * (double)(ac_monotonic_ns() - run_start));
@@ -644,6 +645,7 @@ ac_status ac_profile_run(const char *model_dir, const ac_contract *contract, con
         report->seconds = 1e-9 * (double)(ac_monotonic_ns() - t_start);
         report->threads = threads;
         report->threads_clamped = clamped;
+        /* report->retried was counted along */
     }
     free_trace(&trace);
     free_occurrences(&occ);

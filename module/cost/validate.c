@@ -143,6 +143,7 @@ ac_status ac_cost_validate(const char *model_dir, const ac_contract *contract, c
                 break;
             }
             ms[(size_t)i * R + sweep] = 1000.0 * res.seconds[0];
+            report->retried += res.retried;
             refs[(size_t)sweep * n + i] = res.reference_seconds; /* in time order */
             mem[(size_t)i * R + sweep] = res.measured_bytes;
             ac_progress_update(progress, sweep * n + i + 1);

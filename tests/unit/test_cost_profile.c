@@ -33,9 +33,9 @@ static const char *const contract_text =
     "search_space = { hidden_sizes = [64, 48]; mamba_heads = { values = [8, 4]; scope = \"per_layer\"; remove = true; };\n"
     "  routed_experts = [8, 4]; routed_ffn = [32, 16, 0]; shared_ffn = [48, 0]; removable = [\"mamba\", \"moe\"]; };\n";
 
-/* parent_pattern: slots as the parent's layers (runs = 5 per hidden size) or shared out
- * by configurations (2 per hidden size). */
-static void check_profile(int parent_pattern)
+/* balanced: slots shared out by configurations (2 runs per hidden size) or as the
+ * parent's layers (5 per hidden size). */
+static void check_profile(int balanced)
 {
     ac_contract c;
     assert_int_equal(ac_contract_parse_string(contract_text, "tiny", &c), AC_OK);
@@ -47,7 +47,7 @@ static void check_profile(int parent_pattern)
     p.repeats = 3;
     p.progress = AC_PROGRESS_OFF;
     p.trace_path = trace;
-    p.parent_pattern = parent_pattern;
+    p.balanced = balanced;
     ac_cost_tables *t = NULL;
     ac_profile_report rep;
     ac_status st = ac_profile_run(MODEL, &c, &p, &t, &rep);
@@ -57,7 +57,7 @@ static void check_profile(int parent_pattern)
      * parent's 2 MoE slots that is 5 runs (Mamba, 2 over 3 slots, and attention ride
      * along); shared out, MoE gets 6 of the 9 slots and Mamba, attention and the MLP one
      * each: max(ceil(9/6), 2/1) = 2 runs */
-    int runs = parent_pattern ? 10 : 4, attention_slots = parent_pattern ? 2 : 1;
+    int runs = balanced ? 4 : 10, attention_slots = balanced ? 1 : 2;
     assert_int_equal(rep.runs, runs);
     assert_int_equal(ac_cost_tables_get_info(t)->runs, runs);
     /* 9 layers + embedding, head, sampling, other per run */

@@ -2,11 +2,16 @@
  *
  * Profiling. For every hidden size of the contract's search space, profiling models are
  * built whose layers carry different candidate configurations. A model has `layers`
- * slots (default: as many as the parent has layers, so its working set is a candidate's),
- * each of one of the parent's layer kinds: by default the slots are shared out so that
+ * slots (default: as many as the parent has layers, so its working set is a candidate's).
+ * By default the slots follow the parent's layer pattern and each takes its weights from
+ * the parent layer at its position, so every layer sees inputs like those it sees in a
+ * candidate; this matters on the CPU, where attention's cost depends on its data (the
+ * softmax's expf takes a slow path, about twice the time, when scores underflow, which
+ * activations grown through a stack of other layers make them do: measured 70 ms against
+ * 40 ms for the same attention prefill). `balanced` shares the slots out instead, so that
  * the kinds with many configurations get most of them (every kind keeps one; MoE, with
- * experts x routed width x shared width configurations, gets the rest), which needs the
- * fewest runs; `parent_pattern` keeps the parent's own pattern instead. Each slot holds
+ * experts x routed width x shared width configurations, gets the rest): fewer runs, for
+ * devices whose kernels cost the same whatever the data. Each slot holds
  * the next configuration of its kind (MoE slots cycle through the MoE configurations,
  * "no routed experts" run as an MLP of the shared width; Mamba slots through the head
  * counts; attention slots hold the one attention configuration), so configurations that
@@ -18,7 +23,9 @@
  * input and decodes. The CPU probe splits every step at layer boundaries. This is done in
  * `repeats` sweeps over all runs (each run once per sweep, in a fresh process), so a slow
  * phase of a shared machine costs every row one sample rather than one row all of its
- * samples. Machine speed: every child also times one request of the parent itself right
+ * samples. A request during which the process got less than 85% of threads x wall
+ * time of CPU (another process took a core: the threads spin or compute whenever they
+ * run) is run again, up to 8 times. Machine speed: every child also times one request of the parent itself right
  * after the measured one (the reference); each sample is scaled by the ratio of the
  * median reference over the whole profiling to the machine's speed at its moment (the
  * running median of the references of the 3 measurements before and after it, which
@@ -52,7 +59,7 @@ extern "C" {
 typedef struct {
     int repeats;             /* sweeps: timed requests per run, one per sweep (default 5) */
     int layers;              /* layers of a profiling model; 0: the parent's count */
-    int parent_pattern;      /* 1: slots follow the parent's layer pattern (repeated) */
+    int balanced;            /* 1: slots shared out by configuration count (fewer runs) */
     int no_reference;        /* 1: no reference requests, times as measured */
     uint64_t seed;           /* token ids and random weights */
     ac_progress_mode progress;
@@ -69,6 +76,7 @@ typedef struct {
     double seconds;         /* wall time, all runs */
     int threads;            /* host threads used */
     int threads_clamped;    /* the contract asked for more threads than cores */
+    int retried;            /* requests run again: another process had taken a core */
 } ac_profile_report;
 
 /* Profiles the search space of `contract` for the parent in `model_dir` (a checkpoint,
@@ -114,6 +122,7 @@ typedef struct {
     double memory_mape, memory_max_ape;
     double conventional_memory_mape;            /* W + C + P against the measurement */
     double seconds;
+    int retried;            /* requests run again: another process had taken a core */
 } ac_validate_report;
 
 /* Samples params->n architectures uniformly from the search space (a seed's draw; the
