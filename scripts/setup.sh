@@ -24,7 +24,8 @@ if [ -z "$build_dir" ]; then
 fi
 
 packages=(build-essential cmake pkg-config libopenblas-openmp-dev libconfig-dev libcjson-dev
-          libcmocka-dev gnuplot-nox curl libpcre2-dev fortunes libpython3.11-stdlib)
+          libcmocka-dev gnuplot-nox curl libpcre2-dev fortunes libpython3.11-stdlib
+          libmicrohttpd-dev libcurl4-openssl-dev python3-venv)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

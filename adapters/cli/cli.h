@@ -14,5 +14,6 @@ int cli_distill(int argc, char **argv);
 int cli_tokenize(int argc, char **argv);
 int cli_profile(int argc, char **argv);
 int cli_costmodel(int argc, char **argv);
+int cli_serve(int argc, char **argv);
 
 #endif

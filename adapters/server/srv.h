@@ -1,0 +1,240 @@
+/* The built-in inference server: an OpenAI-compatible completions API over
+ * libmicrohttpd, continuous batching on one scheduler thread, hot swap of the model.
+ *
+ * Threads. libmicrohttpd runs one thread per connection; those threads parse requests,
+ * tokenize, wait and format, and never run the model. One scheduler thread owns the
+ * slots and runs every forward: each step it admits queued requests into free slots and
+ * steps all active sequences of a model together (prefill chunks and decode tokens in
+ * one batch). A swap loads and validates the new model on the thread of the admin
+ * request, then publishes it; requests bound to the old model finish on it.
+ *
+ * Lifetimes. A model is reference-counted: being the current model is one reference,
+ * every request bound to it one, every slot holding one of its caches one; the last
+ * release frees it. A request is shared by its HTTP thread and the scheduler, and freed
+ * by whichever lets go last. */
+#ifndef AUTOCOMPRESS_SRV_H
+#define AUTOCOMPRESS_SRV_H
+
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "autocompress/model.h"
+#include "autocompress/runtime.h"
+#include "autocompress/sample.h"
+#include "autocompress/status.h"
+#include "autocompress/tokenizer.h"
+
+enum { SRV_MAX_STOP = 4, SRV_MAX_TOP_LOGPROBS = 20, SRV_NAME_MAX = 128, SRV_PATH_MAX = 1024 };
+
+/* ---- configuration (srv_config.c) ---- */
+
+typedef struct {
+    char host[64];
+    int port;
+    int slots;               /* sequences stepped together */
+    int max_queue;           /* requests waiting for a slot before 503 */
+    int prefill_chunk;       /* prompt tokens of one sequence per step */
+    int max_step_tokens;     /* tokens of all sequences per step */
+    int context_tokens;      /* prompt + max_tokens limit */
+    int default_max_tokens;
+    size_t max_body_bytes;
+    int max_connections;
+    int threads;             /* engine threads (0: all cores) */
+    char model_name[SRV_NAME_MAX]; /* the id in /v1/models; default the directory's name */
+    char admin_token[256];   /* empty: admin endpoints disabled */
+    int prefix_reuse;        /* reuse a slot's cache when a prompt extends it */
+} srv_config;
+
+void srv_config_defaults(srv_config *c);
+/* Reads a libconfig file over the defaults; errors name the file, line and setting. */
+ac_status srv_config_load(const char *path, srv_config *c);
+/* Takes the admin token from the environment variable AUTOCOMPRESS_ADMIN_TOKEN when the
+ * config set none. */
+void srv_config_apply_env(srv_config *c);
+
+/* ---- models (srv_model.c) ---- */
+
+typedef struct srv_model {
+    char path[SRV_PATH_MAX];
+    char name[SRV_NAME_MAX];
+    char summary[256];     /* pattern, hidden size, parameter count */
+    ac_model *model;
+    ac_tokenizer *tokenizer;
+    ac_runtime *runtime;   /* the scheduler's */
+    int vocab;
+    int32_t eos;           /* <|endoftext|>, or -1 */
+    int64_t params;
+    double loaded_at;      /* unix seconds */
+    int refs;              /* under the server lock */
+    int generation;        /* 1 for the first model, +1 per swap */
+} srv_model;
+
+/* Loads a checkpoint directory (config.json, weights, tokenizer.json) and validates it:
+ * a forward on a probe prompt must give finite logits. */
+ac_status srv_model_load(const char *path, const char *name, srv_model **model);
+void srv_model_free(srv_model *model);
+
+/* ---- text helpers (srv_text.c) ---- */
+
+/* Length of the longest prefix of s[0..len) that does not end inside an incomplete
+ * UTF-8 sequence (a complete or invalid sequence counts as whole). */
+size_t srv_utf8_complete_prefix(const char *s, size_t len);
+/* A malloc'd, NUL-terminated copy with every invalid UTF-8 sequence replaced by U+FFFD. */
+char *srv_utf8_sanitize(const char *s, size_t len);
+/* Where the first stop string occurs in text[from..len) (matches may start before
+ * `from` when they end after it): its offset, or -1. */
+long srv_find_stop(const char *text, size_t len, size_t from, char *const *stop, int n_stop);
+/* Bytes at the end of text that could begin a stop string: held back from a stream. */
+size_t srv_stop_holdback(const char *text, size_t len, char *const *stop, int n_stop);
+
+/* ---- requests (srv_request.c) ---- */
+
+typedef struct {
+    int32_t id;
+    float logprob;
+} srv_top;
+
+typedef struct {
+    int32_t id;
+    float logprob;
+    size_t offset;          /* byte offset of the token's text in the completion text */
+    srv_top top[SRV_MAX_TOP_LOGPROBS];
+} srv_token;
+
+typedef enum { SRV_FINISH_NONE = 0, SRV_FINISH_LENGTH, SRV_FINISH_STOP, SRV_FINISH_ERROR } srv_finish;
+
+typedef struct srv_request {
+    /* parameters, fixed once parsed */
+    char *prompt_text;      /* NULL when the prompt was token ids */
+    int32_t *prompt;
+    int n_prompt;
+    int max_tokens;
+    float temperature, top_p;
+    uint64_t seed;
+    char *stop[SRV_MAX_STOP];
+    int n_stop;
+    int stream, echo, include_usage;
+    int logprobs;           /* -1: none; else top alternatives per token */
+    char id[40];
+    double created;         /* unix seconds */
+    srv_model *model;       /* bound at admission (a reference) */
+
+    /* progress, under mu */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    srv_token *tokens;      /* generated tokens kept in the output */
+    int n_tokens, cap_tokens;
+    int n_generated;        /* sampled, including a final end-of-text token */
+    srv_token *prompt_tokens; /* echo with logprobs: the prompt's (first has no logprob) */
+    char *text;             /* completion text, stop string cut */
+    size_t text_len, text_cap;
+    size_t ready_len;       /* bytes a stream may send now */
+    int cached_tokens;      /* prompt tokens found in a slot's cache */
+    srv_finish finish;
+    char error[256];
+    int cancelled;          /* the client went away */
+    int refs;               /* HTTP thread and scheduler */
+    double t_arrival, t_first_token, t_done; /* monotonic seconds */
+} srv_request;
+
+srv_request *srv_request_new(void);
+/* Frees a request no other thread holds (see srv_server_release_request). */
+void srv_request_free(srv_request *req);
+
+typedef struct srv_server srv_server;
+
+/* ---- metrics and workload (srv_metrics.c) ---- */
+
+typedef struct srv_metrics srv_metrics;
+
+ac_status srv_metrics_create(int slots, srv_metrics **m);
+void srv_metrics_free(srv_metrics *m);
+void srv_metrics_count_request(srv_metrics *m, const char *endpoint, int status);
+void srv_metrics_completion(srv_metrics *m, const srv_request *req);
+/* One scheduler step: the sequences it stepped. */
+void srv_metrics_step(srv_metrics *m, int sequences);
+void srv_metrics_swap(srv_metrics *m, int ok);
+/* Prometheus text; gauges given by the caller. Malloc'd. */
+char *srv_metrics_prometheus(srv_metrics *m, int active_slots, int queue_depth, int model_generation);
+/* The live workload's histograms and the contract workload they imply (JSON, malloc'd). */
+char *srv_metrics_workload_json(srv_metrics *m);
+
+/* ---- scheduler and swaps (srv_sched.c) ---- */
+
+typedef struct {
+    double at;              /* unix seconds */
+    char path[SRV_PATH_MAX];
+    int ok;
+    int drain_first;
+    double seconds;
+    char message[256];
+} srv_swap_record;
+
+enum { SRV_SWAP_HISTORY = 32 };
+
+ac_status srv_server_create(const srv_config *config, srv_metrics *metrics, srv_server **server);
+/* Stops the scheduler; requests still queued or running end with an error. */
+void srv_server_stop(srv_server *server);
+/* Stops (if needed) and frees. */
+void srv_server_free(srv_server *server);
+/* Loads the first model (the server answers 503 on /health until then). */
+ac_status srv_server_load_initial(srv_server *server, const char *path);
+int srv_server_ready(srv_server *server);
+const srv_config *srv_server_config(const srv_server *server);
+
+/* Binds a new request to the current model: waits while a drain-first swap runs.
+ * Returns the model with a reference taken, or NULL when none serves (error set). */
+srv_model *srv_server_acquire_model(srv_server *server);
+void srv_server_release_model(srv_server *server, srv_model *model);
+/* Queues a parsed request (bound to a model) with two references, the caller's and the
+ * scheduler's; 0 when the queue is full or the server stops (nothing was taken). */
+int srv_server_submit(srv_server *server, srv_request *req);
+/* Drops one reference to a submitted request; the last frees it and its model reference. */
+void srv_server_release_request(srv_server *server, srv_request *req);
+
+/* Hot swap, one at a time. Returns the HTTP status: 200, 409 while another swap runs,
+ * 422 when the checkpoint fails to load or validate (the old model still serves), 507
+ * out of memory. The record describes it. */
+int srv_server_swap(srv_server *server, const char *path, int drain_first, srv_swap_record *record);
+
+/* Snapshots for the endpoints. */
+typedef struct {
+    int active_slots, queue_depth, generation;
+    int ready;
+} srv_gauges;
+srv_gauges srv_server_gauges(srv_server *server);
+/* GET /admin/status JSON (malloc'd). */
+char *srv_server_status_json(srv_server *server);
+/* The current model's name for /v1/models and responses, copied. */
+void srv_server_model_name(srv_server *server, char *name, size_t size);
+
+/* ---- HTTP (srv_http.c) ---- */
+
+typedef struct srv_http srv_http;
+
+ac_status srv_http_start(srv_server *server, srv_metrics *metrics, srv_http **http, int *bound_port);
+void srv_http_stop(srv_http *http);
+
+/* ---- completions API (srv_api.c) ---- */
+
+typedef struct {
+    int status;
+    const char *type;       /* OpenAI error type */
+    const char *code;       /* or NULL */
+    char message[512];
+} srv_error;
+
+/* Parses and validates a /v1/completions body against `model` (tokenizing the prompt):
+ * on failure fills err (a 400 naming the field) and returns NULL. */
+srv_request *srv_api_parse_completion(const char *body, size_t len, srv_model *model, const srv_config *config,
+                                      srv_error *err);
+/* The whole response of a finished request (JSON, malloc'd). */
+char *srv_api_completion_json(srv_request *req, const char *model_name);
+/* The next SSE chunk of a stream from the text and tokens ready past *sent_text /
+ * *sent_tokens, or NULL when there is nothing new; `final` adds the finish reason. */
+char *srv_api_stream_chunk(srv_request *req, const char *model_name, size_t *sent_text, int *sent_tokens, int final);
+/* {"error": {...}} (malloc'd). */
+char *srv_api_error_json(const srv_error *err);
+
+#endif

@@ -1,0 +1,482 @@
+/* HTTP on libmicrohttpd, one thread per connection: routing, bodies within the size
+ * limit, bearer tokens for /admin, JSON and SSE responses. Handlers block (waiting for a
+ * completion, or inside a stream's reader) only on their own connection's thread. */
+#include "adapters/server/srv.h"
+
+#include <arpa/inet.h>
+#include <cjson/cJSON.h>
+#include <microhttpd.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+
+struct srv_http {
+    struct MHD_Daemon *daemon;
+    srv_server *server;
+    srv_metrics *metrics;
+};
+
+typedef struct {
+    char *body;
+    size_t len, cap;
+    int too_large;
+} connection_ctx;
+
+/* ---- responses ---- */
+
+static enum MHD_Result send_text(srv_http *h, struct MHD_Connection *c, const char *endpoint, int status, char *text,
+                                 const char *content_type)
+{
+    srv_metrics_count_request(h->metrics, endpoint, status);
+    if (!text)
+        return MHD_NO;
+    struct MHD_Response *r = MHD_create_response_from_buffer_with_free_callback(strlen(text), text, free);
+    if (!r) {
+        free(text);
+        return MHD_NO;
+    }
+    MHD_add_response_header(r, "Content-Type", content_type);
+    if (status == 401)
+        MHD_add_response_header(r, "WWW-Authenticate", "Bearer");
+    enum MHD_Result ok = MHD_queue_response(c, (unsigned)status, r);
+    MHD_destroy_response(r);
+    return ok;
+}
+
+static enum MHD_Result send_json(srv_http *h, struct MHD_Connection *c, const char *endpoint, int status, char *json)
+{
+    return send_text(h, c, endpoint, status, json, "application/json");
+}
+
+static enum MHD_Result send_error(srv_http *h, struct MHD_Connection *c, const char *endpoint, int status,
+                                  const char *type, const char *code, const char *message)
+{
+    srv_error e = {status, type, code, ""};
+    snprintf(e.message, sizeof e.message, "%s", message);
+    return send_json(h, c, endpoint, status, srv_api_error_json(&e));
+}
+
+static enum MHD_Result send_cjson(srv_http *h, struct MHD_Connection *c, const char *endpoint, int status, cJSON *o)
+{
+    char *text = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    return send_json(h, c, endpoint, status, text);
+}
+
+/* ---- admin authentication ---- */
+
+/* Compares in time that depends only on the lengths, never on where they differ. */
+static int same_secret(const char *a, const char *b)
+{
+    size_t la = strlen(a), lb = strlen(b);
+    unsigned char diff = (unsigned char)(la != lb);
+    for (size_t i = 0; i < la; i++)
+        diff |= (unsigned char)a[i] ^ (unsigned char)(lb ? b[i % lb] : 0);
+    return diff == 0;
+}
+
+/* 0 when the request may use /admin; else the status of the refusal, sent. */
+static int refuse_admin(srv_http *h, struct MHD_Connection *c, const char *endpoint, enum MHD_Result *res)
+{
+    const char *token = srv_server_config(h->server)->admin_token;
+    if (!token[0]) {
+        *res = send_error(h, c, endpoint, 403, "permission_error", "admin_disabled",
+                          "admin endpoints are disabled: set admin_token in the server config or "
+                          "AUTOCOMPRESS_ADMIN_TOKEN in the environment");
+        return 403;
+    }
+    const char *auth = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
+    if (!auth || strncmp(auth, "Bearer ", 7) || !same_secret(auth + 7, token)) {
+        *res = send_error(h, c, endpoint, 401, "authentication_error", "invalid_token",
+                          auth ? "the bearer token is not valid" : "an Authorization: Bearer header is required");
+        return 401;
+    }
+    return 0;
+}
+
+/* ---- streaming ---- */
+
+typedef struct {
+    srv_http *http;
+    srv_request *req;
+    char model_name[SRV_NAME_MAX];
+    size_t sent_text;
+    int sent_tokens;
+    char *pending;
+    size_t pending_len, pending_off;
+    int final_sent, done_sent;
+} stream_ctx;
+
+static char *stream_error_event(const srv_request *req)
+{
+    srv_error e = {500, "server_error", NULL, ""};
+    snprintf(e.message, sizeof e.message, "%s", req->error[0] ? req->error : "the request failed");
+    char *json = srv_api_error_json(&e);
+    size_t n = json ? strlen(json) + 9 : 0;
+    char *out = json ? malloc(n) : NULL;
+    if (out)
+        snprintf(out, n, "data: %s\n\n", json);
+    free(json);
+    return out;
+}
+
+/* The next bytes of the stream: waits for the scheduler to publish more. */
+static char *next_event(stream_ctx *s, int *end)
+{
+    srv_request *req = s->req;
+    *end = 0;
+    if (s->done_sent) {
+        *end = 1;
+        return NULL;
+    }
+    if (s->final_sent) {
+        s->done_sent = 1;
+        return strdup("data: [DONE]\n\n");
+    }
+    pthread_mutex_lock(&req->mu);
+    char *out = NULL;
+    for (;;) {
+        int finished = req->finish != SRV_FINISH_NONE;
+        if (finished && req->finish == SRV_FINISH_ERROR) {
+            out = stream_error_event(req);
+            s->final_sent = 1;
+            break;
+        }
+        out = srv_api_stream_chunk(req, s->model_name, &s->sent_text, &s->sent_tokens, finished);
+        if (out || finished) {
+            s->final_sent = finished;
+            break;
+        }
+        pthread_cond_wait(&req->cv, &req->mu);
+    }
+    pthread_mutex_unlock(&req->mu);
+    return out;
+}
+
+static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max)
+{
+    (void)pos;
+    stream_ctx *s = cls;
+    while (s->pending_off == s->pending_len) {
+        free(s->pending);
+        s->pending = NULL;
+        s->pending_len = s->pending_off = 0;
+        int end = 0;
+        char *next = next_event(s, &end);
+        if (end)
+            return MHD_CONTENT_READER_END_OF_STREAM;
+        if (!next)
+            return MHD_CONTENT_READER_END_WITH_ERROR;
+        s->pending = next;
+        s->pending_len = strlen(next);
+    }
+    size_t n = s->pending_len - s->pending_off;
+    n = n < max ? n : max;
+    memcpy(buf, s->pending + s->pending_off, n);
+    s->pending_off += n;
+    return (ssize_t)n;
+}
+
+static void stream_free(void *cls)
+{
+    stream_ctx *s = cls;
+    pthread_mutex_lock(&s->req->mu);
+    if (s->req->finish == SRV_FINISH_NONE)
+        s->req->cancelled = 1; /* the client went away: the scheduler frees the slot */
+    pthread_mutex_unlock(&s->req->mu);
+    srv_server_release_request(s->http->server, s->req);
+    free(s->pending);
+    free(s);
+}
+
+static enum MHD_Result start_stream(srv_http *h, struct MHD_Connection *c, srv_request *req)
+{
+    stream_ctx *s = calloc(1, sizeof *s);
+    if (!s) {
+        srv_server_release_request(h->server, req);
+        return send_error(h, c, "/v1/completions", 500, "server_error", NULL, "out of memory");
+    }
+    s->http = h;
+    s->req = req;
+    snprintf(s->model_name, sizeof s->model_name, "%s", req->model->name);
+    struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, stream_reader, s, stream_free);
+    if (!r) {
+        stream_free(s);
+        return MHD_NO;
+    }
+    MHD_add_response_header(r, "Content-Type", "text/event-stream");
+    MHD_add_response_header(r, "Cache-Control", "no-cache");
+    srv_metrics_count_request(h->metrics, "/v1/completions", 200);
+    enum MHD_Result ok = MHD_queue_response(c, MHD_HTTP_OK, r);
+    MHD_destroy_response(r);
+    return ok;
+}
+
+/* ---- endpoints ---- */
+
+static enum MHD_Result completions(srv_http *h, struct MHD_Connection *c, const connection_ctx *cc)
+{
+    const char *ep = "/v1/completions";
+    srv_model *m = srv_server_acquire_model(h->server);
+    if (!m)
+        return send_error(h, c, ep, 503, "server_error", "model_not_ready", "no model is loaded yet");
+    srv_error err;
+    memset(&err, 0, sizeof err);
+    srv_request *req = srv_api_parse_completion(cc->body ? cc->body : "", cc->len, m, srv_server_config(h->server),
+                                                &err);
+    if (!req) {
+        srv_server_release_model(h->server, m);
+        return send_json(h, c, ep, err.status, srv_api_error_json(&err));
+    }
+    req->model = m; /* the request owns the reference now */
+    if (!srv_server_submit(h->server, req)) {
+        srv_request_free(req);
+        srv_server_release_model(h->server, m);
+        return send_error(h, c, ep, 503, "server_error", "overloaded", "the request queue is full; retry later");
+    }
+    if (req->stream)
+        return start_stream(h, c, req);
+    pthread_mutex_lock(&req->mu);
+    while (req->finish == SRV_FINISH_NONE)
+        pthread_cond_wait(&req->cv, &req->mu);
+    int failed = req->finish == SRV_FINISH_ERROR;
+    char message[256];
+    snprintf(message, sizeof message, "%s", req->error);
+    pthread_mutex_unlock(&req->mu);
+    enum MHD_Result res = failed ? send_error(h, c, ep, 500, "server_error", NULL, message)
+                                 : send_json(h, c, ep, 200, srv_api_completion_json(req, m->name));
+    srv_server_release_request(h->server, req);
+    return res;
+}
+
+static enum MHD_Result models(srv_http *h, struct MHD_Connection *c)
+{
+    char name[SRV_NAME_MAX];
+    srv_server_model_name(h->server, name, sizeof name);
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "object", "list");
+    cJSON *data = cJSON_AddArrayToObject(o, "data");
+    if (srv_server_ready(h->server)) {
+        cJSON *m = cJSON_CreateObject();
+        cJSON_AddStringToObject(m, "id", name);
+        cJSON_AddStringToObject(m, "object", "model");
+        cJSON_AddNumberToObject(m, "created", 0);
+        cJSON_AddStringToObject(m, "owned_by", "autocompress");
+        cJSON_AddItemToArray(data, m);
+    }
+    return send_cjson(h, c, "/v1/models", 200, o);
+}
+
+static enum MHD_Result health(srv_http *h, struct MHD_Connection *c)
+{
+    int ready = srv_server_ready(h->server);
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "status", ready ? "ok" : "loading");
+    return send_cjson(h, c, "/health", ready ? 200 : 503, o);
+}
+
+static enum MHD_Result metrics(srv_http *h, struct MHD_Connection *c)
+{
+    srv_gauges g = srv_server_gauges(h->server);
+    char *text = srv_metrics_prometheus(h->metrics, g.active_slots, g.queue_depth, g.generation);
+    return send_text(h, c, "/metrics", 200, text, "text/plain; version=0.0.4; charset=utf-8");
+}
+
+static enum MHD_Result swap(srv_http *h, struct MHD_Connection *c, const connection_ctx *cc)
+{
+    const char *ep = "/admin/swap";
+    cJSON *o = cJSON_ParseWithLength(cc->body ? cc->body : "", cc->len);
+    const cJSON *path = o ? cJSON_GetObjectItemCaseSensitive(o, "model_path") : NULL;
+    const cJSON *drain = o ? cJSON_GetObjectItemCaseSensitive(o, "drain_first") : NULL;
+    const char *problem = !o || !cJSON_IsObject(o)     ? "the body must be a JSON object"
+                          : !cJSON_IsString(path)      ? "'model_path' (a string) is required"
+                          : !path->valuestring[0]      ? "'model_path' is empty"
+                          : drain && !cJSON_IsBool(drain) ? "'drain_first' must be true or false"
+                                                       : NULL;
+    if (problem) {
+        cJSON_Delete(o);
+        return send_error(h, c, ep, 400, "invalid_request_error", "invalid_value", problem);
+    }
+    srv_swap_record rec;
+    int status = srv_server_swap(h->server, path->valuestring, cJSON_IsTrue(drain), &rec);
+    cJSON_Delete(o);
+    if (status != 200)
+        return send_error(h, c, ep, status, status == 409 ? "conflict_error" : "invalid_request_error",
+                          status == 409 ? "swap_in_progress" : "swap_failed", rec.message);
+    cJSON *r = cJSON_CreateObject();
+    cJSON_AddBoolToObject(r, "ok", 1);
+    cJSON_AddStringToObject(r, "model_path", rec.path);
+    cJSON_AddBoolToObject(r, "drain_first", rec.drain_first);
+    cJSON_AddNumberToObject(r, "seconds", rec.seconds);
+    cJSON_AddNumberToObject(r, "generation", srv_server_gauges(h->server).generation);
+    return send_cjson(h, c, ep, 200, r);
+}
+
+typedef enum { ROUTE_NONE, ROUTE_HEALTH, ROUTE_MODELS, ROUTE_COMPLETIONS, ROUTE_METRICS, ROUTE_SWAP,
+               ROUTE_STATUS, ROUTE_WORKLOAD } route;
+
+static const struct {
+    const char *path, *method;
+    route r;
+} routes[] = {
+    {"/health", "GET", ROUTE_HEALTH},          {"/v1/models", "GET", ROUTE_MODELS},
+    {"/v1/completions", "POST", ROUTE_COMPLETIONS}, {"/metrics", "GET", ROUTE_METRICS},
+    {"/admin/swap", "POST", ROUTE_SWAP},       {"/admin/status", "GET", ROUTE_STATUS},
+    {"/admin/workload", "GET", ROUTE_WORKLOAD},
+};
+
+static enum MHD_Result dispatch(srv_http *h, struct MHD_Connection *c, const char *url, const char *method,
+                                const connection_ctx *cc)
+{
+    int known = -1;
+    for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++)
+        if (!strcmp(url, routes[i].path))
+            known = (int)i;
+    if (known < 0)
+        return send_error(h, c, "other", 404, "not_found_error", "unknown_path", "no such endpoint");
+    const char *ep = routes[known].path;
+    if (strcmp(method, routes[known].method)) {
+        char message[96];
+        snprintf(message, sizeof message, "%s takes %s", ep, routes[known].method);
+        return send_error(h, c, ep, 405, "invalid_request_error", "method_not_allowed", message);
+    }
+    if (cc->too_large) {
+        char message[96];
+        snprintf(message, sizeof message, "the body is larger than %zu bytes",
+                 srv_server_config(h->server)->max_body_bytes);
+        return send_error(h, c, ep, 413, "invalid_request_error", "request_too_large", message);
+    }
+    enum MHD_Result res = MHD_NO;
+    route r = routes[known].r;
+    if ((r == ROUTE_SWAP || r == ROUTE_STATUS || r == ROUTE_WORKLOAD) && refuse_admin(h, c, ep, &res))
+        return res;
+    switch (r) {
+    case ROUTE_HEALTH: return health(h, c);
+    case ROUTE_MODELS: return models(h, c);
+    case ROUTE_COMPLETIONS: return completions(h, c, cc);
+    case ROUTE_METRICS: return metrics(h, c);
+    case ROUTE_SWAP: return swap(h, c, cc);
+    case ROUTE_STATUS: return send_json(h, c, ep, 200, srv_server_status_json(h->server));
+    case ROUTE_WORKLOAD: return send_json(h, c, ep, 200, srv_metrics_workload_json(h->metrics));
+    case ROUTE_NONE: break;
+    }
+    return MHD_NO;
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
+                                  const char *version, const char *upload, size_t *upload_size, void **con_cls)
+{
+    (void)version;
+    srv_http *h = cls;
+    size_t limit = srv_server_config(h->server)->max_body_bytes;
+    connection_ctx *cc = *con_cls;
+    if (!cc) {
+        cc = calloc(1, sizeof *cc);
+        if (!cc)
+            return MHD_NO;
+        *con_cls = cc;
+        const char *length = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+        if (length && strtoull(length, NULL, 10) > limit) {
+            cc->too_large = 1; /* refused before the body is read */
+            return dispatch(h, c, url, method, cc);
+        }
+        return MHD_YES;
+    }
+    if (*upload_size) {
+        if (!cc->too_large && cc->len + *upload_size > limit) {
+            cc->too_large = 1;
+            free(cc->body);
+            cc->body = NULL;
+            cc->len = cc->cap = 0;
+        }
+        if (!cc->too_large) {
+            if (cc->len + *upload_size + 1 > cc->cap) {
+                size_t cap = 2 * (cc->len + *upload_size + 1);
+                char *grown = realloc(cc->body, cap);
+                if (!grown)
+                    return MHD_NO;
+                cc->body = grown;
+                cc->cap = cap;
+            }
+            memcpy(cc->body + cc->len, upload, *upload_size);
+            cc->len += *upload_size;
+            cc->body[cc->len] = 0;
+        }
+        *upload_size = 0;
+        return MHD_YES;
+    }
+    return dispatch(h, c, url, method, cc);
+}
+
+static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe)
+{
+    (void)cls, (void)c, (void)toe;
+    connection_ctx *cc = *con_cls;
+    if (cc) {
+        free(cc->body);
+        free(cc);
+        *con_cls = NULL;
+    }
+}
+
+static ac_status bind_address(const char *host, int port, struct sockaddr_storage *addr, int *ipv6)
+{
+    memset(addr, 0, sizeof *addr);
+    struct sockaddr_in *v4 = (struct sockaddr_in *)addr;
+    struct sockaddr_in6 *v6 = (struct sockaddr_in6 *)addr;
+    const char *h = !strcmp(host, "localhost") ? "127.0.0.1" : host;
+    *ipv6 = 0;
+    if (inet_pton(AF_INET, h, &v4->sin_addr) == 1) {
+        v4->sin_family = AF_INET;
+        v4->sin_port = htons((uint16_t)port);
+        return AC_OK;
+    }
+    if (inet_pton(AF_INET6, h, &v6->sin6_addr) == 1) {
+        v6->sin6_family = AF_INET6;
+        v6->sin6_port = htons((uint16_t)port);
+        *ipv6 = 1;
+        return AC_OK;
+    }
+    return ac_fail(AC_ERR_INVALID, "host '%s' is not an IPv4 or IPv6 address", host);
+}
+
+ac_status srv_http_start(srv_server *server, srv_metrics *metrics, srv_http **out, int *bound_port)
+{
+    *out = NULL;
+    const srv_config *cfg = srv_server_config(server);
+    struct sockaddr_storage addr;
+    int ipv6 = 0;
+    ac_status st = bind_address(cfg->host, cfg->port, &addr, &ipv6);
+    if (st != AC_OK)
+        return st;
+    srv_http *h = calloc(1, sizeof *h);
+    if (!h)
+        return ac_fail(AC_ERR_NOMEM, "out of memory for the HTTP server");
+    h->server = server;
+    h->metrics = metrics;
+    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_POLL |
+                     MHD_USE_ERROR_LOG | (ipv6 ? MHD_USE_IPv6 : 0);
+    h->daemon = MHD_start_daemon(flags, (uint16_t)cfg->port, NULL, NULL, on_request, h, MHD_OPTION_SOCK_ADDR,
+                                 (struct sockaddr *)&addr, MHD_OPTION_CONNECTION_LIMIT,
+                                 (unsigned)cfg->max_connections, MHD_OPTION_CONNECTION_TIMEOUT, 120u,
+                                 MHD_OPTION_NOTIFY_COMPLETED, on_completed, h, MHD_OPTION_END);
+    if (!h->daemon) {
+        free(h);
+        return ac_fail(AC_ERR_IO, "cannot listen on %s:%d (in use, or not an address of this host)", cfg->host,
+                       cfg->port);
+    }
+    const union MHD_DaemonInfo *info = MHD_get_daemon_info(h->daemon, MHD_DAEMON_INFO_BIND_PORT);
+    *bound_port = info ? info->port : cfg->port;
+    *out = h;
+    return AC_OK;
+}
+
+void srv_http_stop(srv_http *h)
+{
+    if (!h)
+        return;
+    MHD_stop_daemon(h->daemon);
+    free(h);
+}

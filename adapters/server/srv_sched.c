@@ -1,0 +1,869 @@
+/* The scheduler: slots, the request queue, continuous batching, and swaps.
+ *
+ * One thread runs every forward. Each step it admits queued requests into free slots
+ * (preferring a slot whose cache already holds a prefix of the prompt), then, per model
+ * with active slots, runs one forward over all of them: a decode token for each decoding
+ * sequence and a prefill chunk for each prefilling one, within max_step_tokens (decodes
+ * first, so a long prompt does not stall the streams). The last logits of a sequence
+ * that finished its prompt or decoded give its next token.
+ *
+ * Everything a slot holds is the scheduler thread's alone. The server lock guards the
+ * queue, the current model, model references, the active count and the swap state. */
+#include "adapters/server/srv.h"
+
+#include <errno.h>
+#include <float.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <cjson/cJSON.h>
+
+#include "autocompress/probe.h"
+
+typedef struct {
+    srv_model *model;  /* the model of `cache` (a reference), or NULL */
+    ac_cache *cache;
+    int32_t *history;  /* the tokens in the cache */
+    int n_history, cap_history;
+    srv_request *req;  /* NULL: free */
+    int fed;           /* prompt tokens in the cache */
+    int decoding;
+    int32_t next;      /* decoding: the token fed next */
+    ac_sampler sampler;
+    uint64_t last_used;
+    /* this step */
+    int step_tokens;
+    int step_row;      /* first logits row (all-logits mode) or the sequence index */
+} slot;
+
+struct srv_server {
+    srv_config cfg;
+    srv_metrics *metrics;
+    pthread_mutex_t mu;
+    pthread_cond_t work_cv;  /* the scheduler: new work or a state change */
+    pthread_cond_t state_cv; /* swaps and admission: idle, freed, resumed */
+    pthread_t thread;
+    int thread_started, stopping;
+    srv_model *current;
+    int generation;
+    int draining;            /* a drain-first swap holds admission */
+    int live_models;         /* loaded and not yet freed */
+    srv_request **queue;     /* ring of cfg.max_queue */
+    int q_head, q_len;
+    slot *slots;
+    int active;
+    uint64_t clock;
+    pthread_mutex_t swap_mu;
+    srv_swap_record history[SRV_SWAP_HISTORY];
+    int n_history;
+    /* scheduler buffers */
+    float *logits, *work;
+    size_t logits_cap, work_cap;
+    const int32_t **tok_ptr;
+    int *n_tok;
+    ac_cache **caches;
+    slot **batch;
+    srv_model **step_models;
+};
+
+static double now_s(void) { return 1e-9 * (double)ac_monotonic_ns(); }
+
+/* ---- references (server lock held) ---- */
+
+static void model_ref(srv_model *m) { m->refs++; }
+
+static void model_unref(srv_server *s, srv_model *m)
+{
+    if (!m || --m->refs > 0)
+        return;
+    srv_model_free(m);
+    s->live_models--;
+    pthread_cond_broadcast(&s->state_cv);
+}
+
+void srv_server_release_model(srv_server *s, srv_model *m)
+{
+    pthread_mutex_lock(&s->mu);
+    model_unref(s, m);
+    pthread_mutex_unlock(&s->mu);
+}
+
+void srv_server_release_request(srv_server *s, srv_request *req)
+{
+    pthread_mutex_lock(&req->mu);
+    int last = --req->refs <= 0;
+    pthread_mutex_unlock(&req->mu);
+    if (!last)
+        return;
+    srv_server_release_model(s, req->model);
+    srv_request_free(req);
+}
+
+/* ---- publishing to a request ---- */
+
+static void finish_locked(srv_request *req, srv_finish f, const char *message)
+{
+    if (req->finish)
+        return;
+    req->finish = f;
+    req->ready_len = req->text_len;
+    req->t_done = now_s();
+    if (message)
+        snprintf(req->error, sizeof req->error, "%s", message);
+    pthread_cond_broadcast(&req->cv);
+}
+
+static void fail_request(srv_request *req, const char *message)
+{
+    pthread_mutex_lock(&req->mu);
+    finish_locked(req, SRV_FINISH_ERROR, message);
+    pthread_mutex_unlock(&req->mu);
+}
+
+static int grow(void **p, int *cap, int need, size_t size)
+{
+    if (need <= *cap)
+        return 1;
+    int n = *cap ? *cap : 16;
+    while (n < need)
+        n *= 2;
+    void *q = realloc(*p, (size_t)n * size);
+    if (!q)
+        return 0;
+    *p = q;
+    *cap = n;
+    return 1;
+}
+
+static void update_ready(srv_request *req)
+{
+    size_t hold = srv_stop_holdback(req->text, req->text_len, req->stop, req->n_stop);
+    size_t end = req->text_len - hold;
+    /* an incomplete UTF-8 character must start within the last 3 bytes */
+    size_t from = end > 3 ? end - 3 : 0;
+    size_t cut = from + srv_utf8_complete_prefix(req->text + from, end - from);
+    req->ready_len = cut > req->ready_len ? cut : req->ready_len;
+}
+
+/* Appends a generated token and its text; decides whether the request is done. */
+static void publish_token(srv_request *req, const srv_token *tok)
+{
+    const srv_model *m = req->model;
+    pthread_mutex_lock(&req->mu);
+    req->n_generated++;
+    if (!req->t_first_token)
+        req->t_first_token = now_s();
+    if (tok->id == m->eos) {
+        finish_locked(req, SRV_FINISH_STOP, NULL);
+        pthread_mutex_unlock(&req->mu);
+        return;
+    }
+    char *piece = NULL;
+    size_t len = 0;
+    int cap = (int)req->text_cap;
+    int ok = ac_tokenizer_decode(m->tokenizer, &tok->id, 1, &piece, &len) == AC_OK &&
+             grow((void **)&req->tokens, &req->cap_tokens, req->n_tokens + 1, sizeof *req->tokens) &&
+             grow((void **)&req->text, &cap, (int)(req->text_len + len + 1), 1);
+    req->text_cap = (size_t)cap;
+    if (!ok) {
+        finish_locked(req, SRV_FINISH_ERROR, "out of memory while decoding");
+        pthread_mutex_unlock(&req->mu);
+        free(piece);
+        return;
+    }
+    size_t before = req->text_len;
+    req->tokens[req->n_tokens] = *tok;
+    req->tokens[req->n_tokens++].offset = before;
+    memcpy(req->text + before, piece, len);
+    req->text_len += len;
+    free(piece);
+    long at = srv_find_stop(req->text, req->text_len, before, req->stop, req->n_stop);
+    if (at >= 0) {
+        req->text_len = (size_t)at;
+        while (req->n_tokens > 0 && req->tokens[req->n_tokens - 1].offset >= (size_t)at && at > 0)
+            req->n_tokens--;
+        if (at == 0)
+            req->n_tokens = 0;
+        finish_locked(req, SRV_FINISH_STOP, NULL);
+    } else if (req->n_generated >= req->max_tokens) {
+        finish_locked(req, SRV_FINISH_LENGTH, NULL);
+    } else {
+        update_ready(req);
+        pthread_cond_broadcast(&req->cv);
+    }
+    pthread_mutex_unlock(&req->mu);
+}
+
+/* ---- logprobs ---- */
+
+static double log_sum_exp(const float *x, int n)
+{
+    float mx = -FLT_MAX;
+    for (int i = 0; i < n; i++)
+        mx = x[i] > mx ? x[i] : mx;
+    double sum = 0;
+    for (int i = 0; i < n; i++)
+        sum += exp((double)(x[i] - mx));
+    return (double)mx + log(sum);
+}
+
+/* The token's log-probability and the `top` most likely alternatives. */
+static void fill_logprobs(const float *logits, int vocab, int top, srv_token *tok)
+{
+    double lse = log_sum_exp(logits, vocab);
+    tok->logprob = (float)((double)logits[tok->id] - lse);
+    for (int k = 0; k < top; k++)
+        tok->top[k] = (srv_top){-1, -INFINITY};
+    for (int v = 0; v < vocab && top > 0; v++) {
+        float lp = (float)((double)logits[v] - lse);
+        if (lp <= tok->top[top - 1].logprob)
+            continue;
+        int k = top - 1;
+        while (k > 0 && tok->top[k - 1].logprob < lp) {
+            tok->top[k] = tok->top[k - 1];
+            k--;
+        }
+        tok->top[k] = (srv_top){v, lp};
+    }
+}
+
+/* ---- slots ---- */
+
+static void slot_drop_cache(srv_server *s, slot *sl)
+{
+    ac_cache_free(sl->cache);
+    sl->cache = NULL;
+    sl->n_history = 0;
+    pthread_mutex_lock(&s->mu);
+    model_unref(s, sl->model);
+    pthread_mutex_unlock(&s->mu);
+    sl->model = NULL;
+}
+
+static int prefix_match(const slot *sl, const srv_request *req)
+{
+    if (sl->model != req->model || sl->n_history >= req->n_prompt)
+        return 0;
+    return !memcmp(sl->history, req->prompt, (size_t)sl->n_history * sizeof *sl->history);
+}
+
+/* The free slot for req: the longest cached prefix, else an empty slot, else the least
+ * recently used. */
+static slot *pick_slot(srv_server *s, const srv_request *req)
+{
+    slot *best = NULL, *empty = NULL, *lru = NULL;
+    int want_prefix = s->cfg.prefix_reuse && !(req->echo && req->logprobs >= 0);
+    for (int i = 0; i < s->cfg.slots; i++) {
+        slot *sl = &s->slots[i];
+        if (sl->req)
+            continue;
+        if (want_prefix && sl->n_history > 0 && prefix_match(sl, req) && (!best || sl->n_history > best->n_history))
+            best = sl;
+        if (!sl->cache && !empty)
+            empty = sl;
+        if (!lru || sl->last_used < lru->last_used)
+            lru = sl;
+    }
+    return best ? best : empty ? empty : lru;
+}
+
+/* Puts req in a free slot; 0 when it failed (the request is finished with an error). */
+static int start_request(srv_server *s, slot *sl, srv_request *req)
+{
+    if (sl->model != req->model || !sl->cache) {
+        if (sl->cache || sl->model)
+            slot_drop_cache(s, sl);
+        if (ac_cache_create(req->model->model, &sl->cache) != AC_OK) {
+            fail_request(req, "out of memory for a sequence cache");
+            return 0;
+        }
+        pthread_mutex_lock(&s->mu);
+        model_ref(req->model);
+        pthread_mutex_unlock(&s->mu);
+        sl->model = req->model;
+    }
+    int reuse = s->cfg.prefix_reuse && !(req->echo && req->logprobs >= 0) && prefix_match(sl, req);
+    if (!reuse) {
+        ac_cache_clear(sl->cache);
+        sl->n_history = 0;
+    }
+    sl->req = req;
+    sl->fed = sl->n_history;
+    sl->decoding = 0;
+    ac_sampler_init(&sl->sampler, req->temperature, req->top_p, req->seed);
+    pthread_mutex_lock(&req->mu);
+    req->cached_tokens = sl->fed;
+    pthread_mutex_unlock(&req->mu);
+    return 1;
+}
+
+static void end_request(srv_server *s, slot *sl)
+{
+    srv_request *req = sl->req;
+    sl->req = NULL;
+    sl->last_used = ++s->clock;
+    pthread_mutex_lock(&s->mu);
+    s->active--;
+    pthread_mutex_unlock(&s->mu);
+    srv_metrics_completion(s->metrics, req);
+    srv_server_release_request(s, req);
+}
+
+/* ---- admission (server lock held on entry and exit) ---- */
+
+static void admit(srv_server *s)
+{
+    while (s->q_len > 0 && s->active < s->cfg.slots) {
+        srv_request *req = s->queue[s->q_head];
+        s->q_head = (s->q_head + 1) % s->cfg.max_queue;
+        s->q_len--;
+        s->active++;
+        pthread_mutex_unlock(&s->mu);
+        slot *sl = pick_slot(s, req);
+        pthread_mutex_lock(&req->mu);
+        int cancelled = req->cancelled;
+        pthread_mutex_unlock(&req->mu);
+        int started = !cancelled && start_request(s, sl, req);
+        if (!started) {
+            if (cancelled)
+                fail_request(req, "the client went away");
+            sl->req = req;
+            end_request(s, sl);
+        }
+        pthread_mutex_lock(&s->mu);
+    }
+}
+
+/* Frees idle caches of models that no longer serve (after a swap). */
+static void retire_idle(srv_server *s)
+{
+    for (int i = 0; i < s->cfg.slots; i++) {
+        slot *sl = &s->slots[i];
+        pthread_mutex_lock(&s->mu);
+        int stale = !sl->req && sl->model && sl->model != s->current;
+        pthread_mutex_unlock(&s->mu);
+        if (stale)
+            slot_drop_cache(s, sl);
+    }
+}
+
+/* ---- one step ---- */
+
+static int ensure_buffers(srv_server *s, size_t logits_floats, size_t vocab)
+{
+    if (logits_floats > s->logits_cap) {
+        float *p = realloc(s->logits, logits_floats * sizeof *p);
+        if (!p)
+            return 0;
+        s->logits = p;
+        s->logits_cap = logits_floats;
+    }
+    if (2 * vocab > s->work_cap) {
+        float *p = realloc(s->work, 2 * vocab * sizeof *p);
+        if (!p)
+            return 0;
+        s->work = p;
+        s->work_cap = 2 * vocab;
+    }
+    return 1;
+}
+
+static int wants_prompt_logprobs(const srv_request *req) { return req->echo && req->logprobs >= 0; }
+
+/* The prompt's own logprobs from all-position logits (whole prompt in one chunk). */
+static void prompt_logprobs(srv_request *req, const float *rows, int vocab)
+{
+    srv_token *t = calloc((size_t)req->n_prompt, sizeof *t);
+    if (!t)
+        return;
+    for (int i = 0; i < req->n_prompt; i++) {
+        t[i].id = req->prompt[i];
+        if (i > 0)
+            fill_logprobs(rows + (size_t)(i - 1) * vocab, vocab, req->logprobs, &t[i]);
+    }
+    /* offsets into the echoed prompt text: the decoded bytes of each token */
+    size_t off = 0;
+    for (int i = 0; i < req->n_prompt; i++) {
+        char *piece = NULL;
+        size_t len = 0;
+        t[i].offset = off;
+        if (ac_tokenizer_decode(req->model->tokenizer, &t[i].id, 1, &piece, &len) == AC_OK)
+            off += len;
+        free(piece);
+    }
+    pthread_mutex_lock(&req->mu);
+    req->prompt_tokens = t;
+    pthread_mutex_unlock(&req->mu);
+}
+
+static int history_append(slot *sl, const int32_t *tokens, int n)
+{
+    if (!grow((void **)&sl->history, &sl->cap_history, sl->n_history + n, sizeof *sl->history))
+        return 0;
+    memcpy(sl->history + sl->n_history, tokens, (size_t)n * sizeof *tokens);
+    sl->n_history += n;
+    return 1;
+}
+
+/* After the forward: feed bookkeeping, then the next token of each sequence that has
+ * one. Returns 1 when the slot's request ended. */
+static int after_forward(srv_server *s, slot *sl, const float *row, const float *all_rows, int vocab)
+{
+    srv_request *req = sl->req;
+    const int32_t *fed = sl->decoding ? &sl->next : req->prompt + sl->fed;
+    if (!history_append(sl, fed, sl->step_tokens)) {
+        fail_request(req, "out of memory for a sequence's history");
+        return 1;
+    }
+    if (!sl->decoding) {
+        if (all_rows && wants_prompt_logprobs(req))
+            prompt_logprobs(req, all_rows, vocab);
+        sl->fed += sl->step_tokens;
+        if (sl->fed < req->n_prompt)
+            return 0;
+        if (req->max_tokens == 0) {
+            pthread_mutex_lock(&req->mu);
+            finish_locked(req, SRV_FINISH_LENGTH, NULL);
+            pthread_mutex_unlock(&req->mu);
+            return 1;
+        }
+    }
+    srv_token tok;
+    memset(&tok, 0, sizeof tok);
+    tok.id = ac_sample(&sl->sampler, row, vocab, s->work);
+    if (req->logprobs >= 0)
+        fill_logprobs(row, vocab, req->logprobs, &tok);
+    publish_token(req, &tok);
+    sl->decoding = 1;
+    sl->next = tok.id;
+    pthread_mutex_lock(&req->mu);
+    int done = req->finish != SRV_FINISH_NONE;
+    pthread_mutex_unlock(&req->mu);
+    return done;
+}
+
+/* Plans the batch of model m: decodes first, then prefill chunks within the budget. */
+static int plan_batch(srv_server *s, srv_model *m, int *total_tokens, int *all_logits)
+{
+    int n = 0, budget = s->cfg.max_step_tokens;
+    *all_logits = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        for (int i = 0; i < s->cfg.slots; i++) {
+            slot *sl = &s->slots[i];
+            if (!sl->req || sl->model != m || sl->decoding != (pass == 0))
+                continue;
+            int take = 1;
+            if (!sl->decoding) {
+                int left = sl->req->n_prompt - sl->fed;
+                take = left < s->cfg.prefill_chunk ? left : s->cfg.prefill_chunk;
+                if (wants_prompt_logprobs(sl->req))
+                    take = left; /* its logprobs need every position in one call */
+                if (take > budget && n > 0)
+                    continue;
+                *all_logits |= wants_prompt_logprobs(sl->req);
+            }
+            sl->step_tokens = take;
+            budget -= take;
+            s->batch[n++] = sl;
+        }
+    }
+    int rows = 0;
+    for (int i = 0; i < n; i++) {
+        slot *sl = s->batch[i];
+        s->tok_ptr[i] = sl->decoding ? &sl->next : sl->req->prompt + sl->fed;
+        s->n_tok[i] = sl->step_tokens;
+        s->caches[i] = sl->cache;
+        sl->step_row = *all_logits ? rows : i;
+        rows += sl->step_tokens;
+    }
+    *total_tokens = rows;
+    return n;
+}
+
+static void step_model(srv_server *s, srv_model *m)
+{
+    int total = 0, all = 0;
+    int n = plan_batch(s, m, &total, &all);
+    if (n == 0)
+        return;
+    size_t V = (size_t)m->vocab;
+    ac_status st = ensure_buffers(s, (all ? (size_t)total : (size_t)n) * V, V)
+                       ? AC_OK
+                       : ac_fail(AC_ERR_NOMEM, "out of memory for logits");
+    if (st == AC_OK) {
+        ac_batch batch = {.n_seqs = n, .tokens = s->tok_ptr, .n_tokens = s->n_tok, .caches = s->caches};
+        st = ac_runtime_forward(m->runtime, &batch, all ? AC_LOGITS_ALL : AC_LOGITS_LAST, s->logits);
+    }
+    srv_metrics_step(s->metrics, n);
+    for (int i = 0; i < n; i++) {
+        slot *sl = s->batch[i];
+        int done;
+        if (st != AC_OK) {
+            char message[256];
+            snprintf(message, sizeof message, "the engine failed: %s", ac_error_message());
+            fail_request(sl->req, message);
+            ac_cache_clear(sl->cache);
+            sl->n_history = 0;
+            done = 1;
+        } else {
+            size_t last = all ? (size_t)(sl->step_row + sl->step_tokens - 1) : (size_t)sl->step_row;
+            const float *rows = all ? s->logits + (size_t)sl->step_row * V : NULL;
+            done = after_forward(s, sl, s->logits + last * V, rows, m->vocab);
+        }
+        if (done)
+            end_request(s, sl);
+    }
+}
+
+static void drop_cancelled(srv_server *s)
+{
+    for (int i = 0; i < s->cfg.slots; i++) {
+        slot *sl = &s->slots[i];
+        if (!sl->req)
+            continue;
+        pthread_mutex_lock(&sl->req->mu);
+        int gone = sl->req->cancelled;
+        pthread_mutex_unlock(&sl->req->mu);
+        if (!gone)
+            continue;
+        fail_request(sl->req, "the client went away");
+        end_request(s, sl);
+    }
+}
+
+static void *scheduler_main(void *arg)
+{
+    srv_server *s = arg;
+    ac_cpu_set_threads(s->cfg.threads, NULL);
+    pthread_mutex_lock(&s->mu);
+    while (!s->stopping) {
+        pthread_mutex_unlock(&s->mu);
+        retire_idle(s);
+        pthread_mutex_lock(&s->mu);
+        admit(s);
+        if (s->active == 0) {
+            pthread_cond_broadcast(&s->state_cv);
+            if (!s->stopping)
+                pthread_cond_wait(&s->work_cv, &s->mu);
+            continue;
+        }
+        pthread_mutex_unlock(&s->mu);
+        drop_cancelled(s);
+        /* one forward per model with active sequences (more than one only around swaps) */
+        int n_models = 0;
+        for (int i = 0; i < s->cfg.slots; i++) {
+            srv_model *m = s->slots[i].req ? s->slots[i].model : NULL;
+            int seen = 0;
+            for (int k = 0; k < n_models && m; k++)
+                seen |= s->step_models[k] == m;
+            if (m && !seen)
+                s->step_models[n_models++] = m;
+        }
+        for (int k = 0; k < n_models; k++)
+            step_model(s, s->step_models[k]);
+        pthread_mutex_lock(&s->mu);
+    }
+    pthread_mutex_unlock(&s->mu);
+    return NULL;
+}
+
+/* ---- life cycle ---- */
+
+ac_status srv_server_create(const srv_config *config, srv_metrics *metrics, srv_server **out)
+{
+    *out = NULL;
+    srv_server *s = calloc(1, sizeof *s);
+    if (!s)
+        return ac_fail(AC_ERR_NOMEM, "out of memory for the server");
+    s->cfg = *config;
+    s->metrics = metrics;
+    int n = config->slots, q = config->max_queue > 0 ? config->max_queue : 1;
+    s->cfg.max_queue = q;
+    s->queue = calloc((size_t)q, sizeof *s->queue);
+    s->slots = calloc((size_t)n, sizeof *s->slots);
+    s->tok_ptr = calloc((size_t)n, sizeof *s->tok_ptr);
+    s->n_tok = calloc((size_t)n, sizeof *s->n_tok);
+    s->caches = calloc((size_t)n, sizeof *s->caches);
+    s->batch = calloc((size_t)n, sizeof *s->batch);
+    s->step_models = calloc((size_t)n, sizeof *s->step_models);
+    if (!s->queue || !s->slots || !s->tok_ptr || !s->n_tok || !s->caches || !s->batch || !s->step_models) {
+        srv_server_free(s);
+        return ac_fail(AC_ERR_NOMEM, "out of memory for %d slots", n);
+    }
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_mutex_init(&s->swap_mu, NULL);
+    pthread_cond_init(&s->work_cv, NULL);
+    pthread_cond_init(&s->state_cv, NULL);
+    if (pthread_create(&s->thread, NULL, scheduler_main, s) != 0) {
+        srv_server_free(s);
+        return ac_fail(AC_ERR_INTERNAL, "cannot start the scheduler thread");
+    }
+    s->thread_started = 1;
+    *out = s;
+    return AC_OK;
+}
+
+void srv_server_stop(srv_server *s)
+{
+    if (!s || !s->thread_started)
+        return;
+    pthread_mutex_lock(&s->mu);
+    s->stopping = 1;
+    pthread_cond_broadcast(&s->work_cv);
+    pthread_cond_broadcast(&s->state_cv);
+    pthread_mutex_unlock(&s->mu);
+    pthread_join(s->thread, NULL);
+    s->thread_started = 0;
+    /* what is still queued or running ends with an error its client sees */
+    for (int i = 0; i < s->cfg.slots; i++)
+        if (s->slots[i].req) {
+            fail_request(s->slots[i].req, "the server is shutting down");
+            end_request(s, &s->slots[i]);
+        }
+    pthread_mutex_lock(&s->mu);
+    while (s->q_len > 0) {
+        srv_request *req = s->queue[s->q_head];
+        s->q_head = (s->q_head + 1) % s->cfg.max_queue;
+        s->q_len--;
+        pthread_mutex_unlock(&s->mu);
+        fail_request(req, "the server is shutting down");
+        srv_server_release_request(s, req);
+        pthread_mutex_lock(&s->mu);
+    }
+    pthread_mutex_unlock(&s->mu);
+}
+
+void srv_server_free(srv_server *s)
+{
+    if (!s)
+        return;
+    srv_server_stop(s);
+    for (int i = 0; s->slots && i < s->cfg.slots; i++) {
+        ac_cache_free(s->slots[i].cache);
+        free(s->slots[i].history);
+        if (s->slots[i].model)
+            model_unref(s, s->slots[i].model);
+    }
+    if (s->current)
+        model_unref(s, s->current);
+    free(s->queue);
+    free(s->slots);
+    free(s->tok_ptr);
+    free(s->n_tok);
+    free(s->caches);
+    free(s->batch);
+    free(s->step_models);
+    free(s->logits);
+    free(s->work);
+    pthread_mutex_destroy(&s->mu);
+    pthread_mutex_destroy(&s->swap_mu);
+    pthread_cond_destroy(&s->work_cv);
+    pthread_cond_destroy(&s->state_cv);
+    free(s);
+}
+
+const srv_config *srv_server_config(const srv_server *s) { return &s->cfg; }
+
+static void publish_model(srv_server *s, srv_model *m)
+{
+    m->refs = 1;
+    m->generation = ++s->generation;
+    s->live_models++;
+    srv_model *old = s->current;
+    s->current = m;
+    if (old)
+        model_unref(s, old);
+    pthread_cond_broadcast(&s->work_cv); /* idle caches of the old model go now */
+    pthread_cond_broadcast(&s->state_cv);
+}
+
+ac_status srv_server_load_initial(srv_server *s, const char *path)
+{
+    srv_model *m = NULL;
+    ac_status st = srv_model_load(path, s->cfg.model_name, &m);
+    if (st != AC_OK)
+        return st;
+    pthread_mutex_lock(&s->mu);
+    publish_model(s, m);
+    pthread_mutex_unlock(&s->mu);
+    return AC_OK;
+}
+
+int srv_server_ready(srv_server *s)
+{
+    pthread_mutex_lock(&s->mu);
+    int ready = s->current != NULL && !s->draining;
+    pthread_mutex_unlock(&s->mu);
+    return ready;
+}
+
+srv_model *srv_server_acquire_model(srv_server *s)
+{
+    pthread_mutex_lock(&s->mu);
+    while (s->draining && !s->stopping)
+        pthread_cond_wait(&s->state_cv, &s->mu);
+    srv_model *m = s->stopping ? NULL : s->current;
+    if (m)
+        model_ref(m);
+    pthread_mutex_unlock(&s->mu);
+    return m;
+}
+
+int srv_server_submit(srv_server *s, srv_request *req)
+{
+    pthread_mutex_lock(&s->mu);
+    int ok = !s->stopping && s->q_len < s->cfg.max_queue;
+    if (ok) {
+        req->refs = 2; /* the HTTP thread and the scheduler */
+        req->t_arrival = req->t_arrival > 0 ? req->t_arrival : now_s();
+        s->queue[(s->q_head + s->q_len) % s->cfg.max_queue] = req;
+        s->q_len++;
+        pthread_cond_signal(&s->work_cv);
+    }
+    pthread_mutex_unlock(&s->mu);
+    return ok;
+}
+
+/* ---- swaps ---- */
+
+static void record_swap(srv_server *s, const srv_swap_record *r)
+{
+    pthread_mutex_lock(&s->mu);
+    if (s->n_history == SRV_SWAP_HISTORY) {
+        memmove(s->history, s->history + 1, (SRV_SWAP_HISTORY - 1) * sizeof *s->history);
+        s->n_history--;
+    }
+    s->history[s->n_history++] = *r;
+    pthread_mutex_unlock(&s->mu);
+    srv_metrics_swap(s->metrics, r->ok);
+}
+
+/* Drain first: stop admitting, let every request finish, free the model, then load. On
+ * a failed load the old checkpoint is loaded again. */
+static ac_status swap_draining(srv_server *s, const char *path, srv_model **loaded)
+{
+    pthread_mutex_lock(&s->mu);
+    s->draining = 1;
+    while ((s->active > 0 || s->q_len > 0) && !s->stopping)
+        pthread_cond_wait(&s->state_cv, &s->mu);
+    char old_path[SRV_PATH_MAX] = "";
+    srv_model *old = s->current;
+    if (old)
+        snprintf(old_path, sizeof old_path, "%s", old->path);
+    s->current = NULL;
+    if (old)
+        model_unref(s, old);
+    pthread_cond_broadcast(&s->work_cv);
+    while (s->live_models > 0 && !s->stopping)
+        pthread_cond_wait(&s->state_cv, &s->mu);
+    pthread_mutex_unlock(&s->mu);
+    ac_status st = srv_model_load(path, s->cfg.model_name, loaded);
+    if (st != AC_OK && old_path[0]) {
+        char message[512];
+        snprintf(message, sizeof message, "%s", ac_error_message());
+        srv_model *back = NULL;
+        if (srv_model_load(old_path, s->cfg.model_name, &back) == AC_OK) {
+            pthread_mutex_lock(&s->mu);
+            publish_model(s, back);
+            pthread_mutex_unlock(&s->mu);
+        }
+        st = ac_fail(st, "%s%s", message, back ? "" : "; reloading the previous model failed too: no model serves");
+    }
+    pthread_mutex_lock(&s->mu);
+    if (st == AC_OK)
+        publish_model(s, *loaded);
+    s->draining = 0;
+    pthread_cond_broadcast(&s->state_cv);
+    pthread_mutex_unlock(&s->mu);
+    return st;
+}
+
+int srv_server_swap(srv_server *s, const char *path, int drain_first, srv_swap_record *rec)
+{
+    memset(rec, 0, sizeof *rec);
+    if (pthread_mutex_trylock(&s->swap_mu) != 0) {
+        snprintf(rec->message, sizeof rec->message, "another swap is in progress");
+        return 409;
+    }
+    double t0 = now_s();
+    rec->at = (double)time(NULL);
+    rec->drain_first = drain_first;
+    snprintf(rec->path, sizeof rec->path, "%s", path);
+    srv_model *m = NULL;
+    ac_status st;
+    if (drain_first) {
+        st = swap_draining(s, path, &m);
+    } else {
+        st = srv_model_load(path, s->cfg.model_name, &m);
+        if (st == AC_OK) {
+            pthread_mutex_lock(&s->mu);
+            publish_model(s, m);
+            pthread_mutex_unlock(&s->mu);
+        }
+    }
+    rec->ok = st == AC_OK;
+    rec->seconds = now_s() - t0;
+    snprintf(rec->message, sizeof rec->message, "%s", st == AC_OK ? "swapped" : ac_error_message());
+    record_swap(s, rec);
+    pthread_mutex_unlock(&s->swap_mu);
+    return st == AC_OK ? 200 : st == AC_ERR_NOMEM ? 507 : 422;
+}
+
+/* ---- introspection ---- */
+
+srv_gauges srv_server_gauges(srv_server *s)
+{
+    pthread_mutex_lock(&s->mu);
+    srv_gauges g = {s->active, s->q_len, s->current ? s->current->generation : 0, s->current && !s->draining};
+    pthread_mutex_unlock(&s->mu);
+    return g;
+}
+
+void srv_server_model_name(srv_server *s, char *name, size_t size)
+{
+    pthread_mutex_lock(&s->mu);
+    snprintf(name, size, "%s", s->current ? s->current->name : (s->cfg.model_name[0] ? s->cfg.model_name : "none"));
+    pthread_mutex_unlock(&s->mu);
+}
+
+char *srv_server_status_json(srv_server *s)
+{
+    cJSON *o = cJSON_CreateObject();
+    pthread_mutex_lock(&s->mu);
+    srv_model *m = s->current;
+    if (m) {
+        cJSON *jm = cJSON_AddObjectToObject(o, "model");
+        cJSON_AddStringToObject(jm, "name", m->name);
+        cJSON_AddStringToObject(jm, "path", m->path);
+        cJSON_AddStringToObject(jm, "architecture", m->summary);
+        cJSON_AddNumberToObject(jm, "parameters", (double)m->params);
+        cJSON_AddNumberToObject(jm, "generation", m->generation);
+        cJSON_AddNumberToObject(jm, "loaded_at", m->loaded_at);
+    } else {
+        cJSON_AddNullToObject(o, "model");
+    }
+    cJSON_AddStringToObject(o, "state", s->draining ? "draining" : m ? "serving" : "loading");
+    cJSON_AddNumberToObject(o, "slots", s->cfg.slots);
+    cJSON_AddNumberToObject(o, "active_slots", s->active);
+    cJSON_AddNumberToObject(o, "queue_depth", s->q_len);
+    cJSON_AddNumberToObject(o, "models_loaded", s->live_models);
+    cJSON *h = cJSON_AddArrayToObject(o, "swaps");
+    for (int i = 0; i < s->n_history; i++) {
+        const srv_swap_record *r = &s->history[i];
+        cJSON *e = cJSON_CreateObject();
+        cJSON_AddNumberToObject(e, "at", r->at);
+        cJSON_AddStringToObject(e, "model_path", r->path);
+        cJSON_AddBoolToObject(e, "ok", r->ok);
+        cJSON_AddBoolToObject(e, "drain_first", r->drain_first);
+        cJSON_AddNumberToObject(e, "seconds", r->seconds);
+        cJSON_AddStringToObject(e, "message", r->message);
+        cJSON_AddItemToArray(h, e);
+    }
+    pthread_mutex_unlock(&s->mu);
+    char *text = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    return text;
+}

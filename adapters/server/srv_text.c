@@ -1,0 +1,111 @@
+/* Text helpers for responses: byte-level tokens may end inside a UTF-8 character, and
+ * JSON needs valid UTF-8, so streams hold an incomplete character back and final texts
+ * replace invalid bytes with U+FFFD (as Python's decode does). Stop strings are matched
+ * on the bytes. */
+#include "adapters/server/srv.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* Length of the valid UTF-8 sequence at s[0..len): 1..4, 0 when s is a prefix of a
+ * valid sequence cut short, -1 when invalid. */
+static int utf8_sequence(const unsigned char *s, size_t len)
+{
+    unsigned c = s[0];
+    int n;
+    unsigned min;
+    if (c < 0x80)
+        return 1;
+    if (c >= 0xc2 && c <= 0xdf)
+        n = 2, min = 0x80;
+    else if (c >= 0xe0 && c <= 0xef)
+        n = 3, min = 0x800;
+    else if (c >= 0xf0 && c <= 0xf4)
+        n = 4, min = 0x10000;
+    else
+        return -1;
+    unsigned cp = c & (0x3fu >> (n - 1));
+    for (int i = 1; i < n; i++) {
+        if ((size_t)i >= len)
+            return 0;
+        if ((s[i] & 0xc0) != 0x80)
+            return -1;
+        cp = (cp << 6) | (s[i] & 0x3fu);
+        /* reject overlong forms, surrogates and > U+10FFFF as soon as they show */
+        if (i == 1 && ((n == 3 && c == 0xe0 && s[1] < 0xa0) || (n == 3 && c == 0xed && s[1] > 0x9f) ||
+                       (n == 4 && c == 0xf0 && s[1] < 0x90) || (n == 4 && c == 0xf4 && s[1] > 0x8f)))
+            return -1;
+    }
+    return cp >= min ? n : -1;
+}
+
+size_t srv_utf8_complete_prefix(const char *text, size_t len)
+{
+    const unsigned char *s = (const unsigned char *)text;
+    size_t i = 0;
+    while (i < len) {
+        int n = utf8_sequence(s + i, len - i);
+        if (n == 0)
+            return i;
+        i += n > 0 ? (size_t)n : 1;
+    }
+    return len;
+}
+
+char *srv_utf8_sanitize(const char *text, size_t len)
+{
+    const unsigned char *s = (const unsigned char *)text;
+    char *out = malloc(3 * len + 1); /* each invalid byte becomes 3 bytes */
+    if (!out)
+        return NULL;
+    size_t o = 0;
+    for (size_t i = 0; i < len;) {
+        int n = utf8_sequence(s + i, len - i);
+        if (n > 0) {
+            memcpy(out + o, s + i, (size_t)n);
+            o += (size_t)n;
+            i += (size_t)n;
+        } else {
+            memcpy(out + o, "\xef\xbf\xbd", 3);
+            o += 3;
+            i++;
+        }
+    }
+    out[o] = 0;
+    return out;
+}
+
+long srv_find_stop(const char *text, size_t len, size_t from, char *const *stop, int n_stop)
+{
+    long best = -1;
+    for (int k = 0; k < n_stop; k++) {
+        size_t n = strlen(stop[k]);
+        if (n == 0 || n > len)
+            continue;
+        size_t start = from >= n - 1 ? from - (n - 1) : 0;
+        for (size_t i = start; i + n <= len; i++) {
+            if (best >= 0 && (long)i >= best)
+                break;
+            if (!memcmp(text + i, stop[k], n)) {
+                best = (long)i;
+                break;
+            }
+        }
+    }
+    return best;
+}
+
+size_t srv_stop_holdback(const char *text, size_t len, char *const *stop, int n_stop)
+{
+    size_t hold = 0;
+    for (int k = 0; k < n_stop; k++) {
+        size_t n = strlen(stop[k]);
+        /* the longest proper prefix of the stop string that ends the text */
+        for (size_t m = n > 0 ? n - 1 : 0; m > hold; m--)
+            if (m <= len && !memcmp(text + len - m, stop[k], m)) {
+                hold = m;
+                break;
+            }
+    }
+    return hold;
+}
