@@ -148,16 +148,20 @@ typedef struct srv_server srv_server;
 
 typedef struct srv_metrics srv_metrics;
 
+/* slots >= 1 (AC_ERR_INVALID otherwise). Every call below is thread-safe. */
 ac_status srv_metrics_create(int slots, srv_metrics **m);
 void srv_metrics_free(srv_metrics *m);
 void srv_metrics_count_request(srv_metrics *m, const char *endpoint, int status);
+/* A finished request (nothing writes its progress any more: its fields are read without
+ * req->mu). */
 void srv_metrics_completion(srv_metrics *m, const srv_request *req);
-/* One scheduler step: the sequences it stepped. */
+/* One scheduler step: the sequences it stepped (< 1: ignored). */
 void srv_metrics_step(srv_metrics *m, int sequences);
 void srv_metrics_swap(srv_metrics *m, int ok);
-/* Prometheus text; gauges given by the caller. Malloc'd. */
+/* Prometheus text; gauges given by the caller. Malloc'd; NULL when out of memory. */
 char *srv_metrics_prometheus(srv_metrics *m, int active_slots, int queue_depth, int model_generation);
-/* The live workload's histograms and the contract workload they imply (JSON, malloc'd). */
+/* The live workload's histograms and the contract workload they imply (JSON, malloc'd;
+ * NULL when out of memory). */
 char *srv_metrics_workload_json(srv_metrics *m);
 
 /* ---- scheduler and swaps (srv_sched.c) ---- */
@@ -234,6 +238,9 @@ char *srv_api_completion_json(srv_request *req, const char *model_name);
 /* The next SSE chunk of a stream from the text and tokens ready past *sent_text /
  * *sent_tokens, or NULL when there is nothing new; `final` adds the finish reason. */
 char *srv_api_stream_chunk(srv_request *req, const char *model_name, size_t *sent_text, int *sent_tokens, int final);
+/* A JSON body that is one value and nothing after it (whitespace aside), or NULL;
+ * *error_at (may be NULL) is the byte where parsing stopped. */
+struct cJSON *srv_json_parse_whole(const char *body, size_t len, size_t *error_at);
 /* {"error": {...}} (malloc'd). */
 char *srv_api_error_json(const srv_error *err);
 

@@ -66,6 +66,23 @@ void srv_request_free(srv_request *req)
 
 /* ---- parsing ---- */
 
+cJSON *srv_json_parse_whole(const char *body, size_t len, size_t *error_at)
+{
+    const char *end = NULL; /* cJSON sets it to where parsing stopped, or failed */
+    cJSON *root = cJSON_ParseWithLengthOpts(body, len, &end, 0);
+    if (!end || end < body || end > body + len)
+        end = body + len;
+    while (root && end < body + len && (*end == ' ' || *end == '\t' || *end == '\r' || *end == '\n'))
+        end++;
+    if (root && end != body + len) { /* a second value or garbage after the first */
+        cJSON_Delete(root);
+        root = NULL;
+    }
+    if (error_at)
+        *error_at = (size_t)(end - body);
+    return root;
+}
+
 static int get_int(const cJSON *v, const char *name, long long min, long long max, long long *out, srv_error *err)
 {
     if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble)) {
@@ -302,10 +319,9 @@ static void make_id(srv_request *req)
 srv_request *srv_api_parse_completion(const char *body, size_t len, srv_model *model, const srv_config *config,
                                       srv_error *err)
 {
-    const char *end = NULL;
-    cJSON *root = cJSON_ParseWithLengthOpts(body, len, &end, 0);
+    size_t at = 0;
+    cJSON *root = srv_json_parse_whole(body, len, &at);
     if (!root) {
-        size_t at = end && end >= body ? (size_t)(end - body) : 0;
         INVALID(err, "invalid_json", "the body is not valid JSON (error near byte %zu)", at);
         return NULL;
     }
@@ -515,6 +531,9 @@ char *srv_api_stream_chunk(srv_request *req, const char *model_name, size_t *sen
 {
     size_t ready = final ? req->text_len : req->ready_len;
     int first = *sent_text == 0 && *sent_tokens == 0;
+    /* the echo goes out once, with the first text (the prompt's logprobs are set by then) */
+    if (first && req->echo && !final && ready == 0)
+        return NULL;
     size_t echo_len = 0;
     char *echo = first && req->echo ? prompt_echo(req, &echo_len) : NULL;
     int n_tok = *sent_tokens;

@@ -29,9 +29,14 @@ typedef struct {
 static enum MHD_Result send_text(srv_http *h, struct MHD_Connection *c, const char *endpoint, int status, char *text,
                                  const char *content_type)
 {
+    if (!text) { /* a formatter ran out of memory */
+        status = 500;
+        content_type = "application/json";
+        text = strdup("{\"error\":{\"message\":\"out of memory\",\"type\":\"server_error\",\"code\":null}}");
+        if (!text)
+            return MHD_NO;
+    }
     srv_metrics_count_request(h->metrics, endpoint, status);
-    if (!text)
-        return MHD_NO;
     struct MHD_Response *r = MHD_create_response_from_buffer_with_free_callback(strlen(text), text, free);
     if (!r) {
         free(text);
@@ -287,7 +292,7 @@ static enum MHD_Result metrics(srv_http *h, struct MHD_Connection *c)
 static enum MHD_Result swap(srv_http *h, struct MHD_Connection *c, const connection_ctx *cc)
 {
     const char *ep = "/admin/swap";
-    cJSON *o = cJSON_ParseWithLength(cc->body ? cc->body : "", cc->len);
+    cJSON *o = srv_json_parse_whole(cc->body ? cc->body : "", cc->len, NULL);
     const cJSON *path = o ? cJSON_GetObjectItemCaseSensitive(o, "model_path") : NULL;
     const cJSON *drain = o ? cJSON_GetObjectItemCaseSensitive(o, "drain_first") : NULL;
     const char *problem = !o || !cJSON_IsObject(o)     ? "the body must be a JSON object"

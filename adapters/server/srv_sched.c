@@ -245,7 +245,7 @@ static void slot_drop_cache(srv_server *s, slot *sl)
 
 static int prefix_match(const slot *sl, const srv_request *req)
 {
-    if (sl->model != req->model || sl->n_history >= req->n_prompt)
+    if (sl->n_history == 0 || sl->model != req->model || sl->n_history >= req->n_prompt)
         return 0;
     return !memcmp(sl->history, req->prompt, (size_t)sl->n_history * sizeof *sl->history);
 }
@@ -415,6 +415,9 @@ static int after_forward(srv_server *s, slot *sl, const float *row, const float 
     srv_request *req = sl->req;
     const int32_t *fed = sl->decoding ? &sl->next : req->prompt + sl->fed;
     if (!history_append(sl, fed, sl->step_tokens)) {
+        /* the cache holds tokens the history cannot record: it may not be reused */
+        ac_cache_clear(sl->cache);
+        sl->n_history = 0;
         fail_request(req, "out of memory for a sequence's history");
         return 1;
     }

@@ -7,36 +7,41 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Length of the valid UTF-8 sequence at s[0..len): 1..4, 0 when s is a prefix of a
- * valid sequence cut short, -1 when invalid. */
+/* The UTF-8 sequence at s[0..len): its length (1..4) when valid, 0 when s is a valid
+ * sequence cut short by the end, or -k when invalid, k being its maximal subpart (the
+ * lead byte and the continuation bytes that were still acceptable), which is what one
+ * U+FFFD replaces, as Python and the Unicode standard's practice do. */
 static int utf8_sequence(const unsigned char *s, size_t len)
 {
     unsigned c = s[0];
     int n;
-    unsigned min;
     if (c < 0x80)
         return 1;
     if (c >= 0xc2 && c <= 0xdf)
-        n = 2, min = 0x80;
+        n = 2;
     else if (c >= 0xe0 && c <= 0xef)
-        n = 3, min = 0x800;
+        n = 3;
     else if (c >= 0xf0 && c <= 0xf4)
-        n = 4, min = 0x10000;
+        n = 4;
     else
         return -1;
-    unsigned cp = c & (0x3fu >> (n - 1));
     for (int i = 1; i < n; i++) {
         if ((size_t)i >= len)
             return 0;
-        if ((s[i] & 0xc0) != 0x80)
-            return -1;
-        cp = (cp << 6) | (s[i] & 0x3fu);
-        /* reject overlong forms, surrogates and > U+10FFFF as soon as they show */
-        if (i == 1 && ((n == 3 && c == 0xe0 && s[1] < 0xa0) || (n == 3 && c == 0xed && s[1] > 0x9f) ||
-                       (n == 4 && c == 0xf0 && s[1] < 0x90) || (n == 4 && c == 0xf4 && s[1] > 0x8f)))
-            return -1;
+        /* the second byte's range excludes overlong forms, surrogates and > U+10FFFF */
+        unsigned lo = 0x80, hi = 0xbf;
+        if (i == 1 && c == 0xe0)
+            lo = 0xa0;
+        else if (i == 1 && c == 0xed)
+            hi = 0x9f;
+        else if (i == 1 && c == 0xf0)
+            lo = 0x90;
+        else if (i == 1 && c == 0xf4)
+            hi = 0x8f;
+        if (s[i] < lo || s[i] > hi)
+            return -i;
     }
-    return cp >= min ? n : -1;
+    return n;
 }
 
 size_t srv_utf8_complete_prefix(const char *text, size_t len)
@@ -47,7 +52,7 @@ size_t srv_utf8_complete_prefix(const char *text, size_t len)
         int n = utf8_sequence(s + i, len - i);
         if (n == 0)
             return i;
-        i += n > 0 ? (size_t)n : 1;
+        i += (size_t)(n > 0 ? n : -n);
     }
     return len;
 }
@@ -68,7 +73,7 @@ char *srv_utf8_sanitize(const char *text, size_t len)
         } else {
             memcpy(out + o, "\xef\xbf\xbd", 3);
             o += 3;
-            i++;
+            i += n < 0 ? (size_t)-n : len - i; /* a sequence cut short by the end is one */
         }
     }
     out[o] = 0;

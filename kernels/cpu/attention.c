@@ -3,6 +3,12 @@
 #include <math.h>
 #include <omp.h>
 
+/* exp(x) of a shifted score. Below e^-60 a term adds nothing a float sum of at least 1
+ * can hold, and computing it would bring subnormal arithmetic (tens of times slower on
+ * x86) into the weighted sum: attention's time would depend on how peaked its scores
+ * are, which the cost model cannot know. Such terms are exactly 0. */
+static inline float softmax_exp(float x) { return x > -60.0f ? expf(x) : 0.0f; }
+
 /* One (head, query) pair at a time: scores over the visible keys, a max-shifted softmax
  * in f32, then the weighted sum of values. Each thread keeps its scores in its own row of
  * the workspace, which holds omp_get_max_threads() rows of past + n_new floats. */
@@ -36,7 +42,7 @@ void ac_k_attention(ac_kctx *ctx, int n_new, int past, int n_heads, int n_kv, in
                 }
                 float sum = 0.0f;
                 for (int j = 0; j < visible; j++) {
-                    scores[j] = expf(scores[j] - max);
+                    scores[j] = softmax_exp(scores[j] - max);
                     sum += scores[j];
                 }
                 float inv = 1.0f / sum;
@@ -95,7 +101,7 @@ void ac_k_attention_backward(ac_kctx *ctx, int L, int n_heads, int n_kv, int hd,
                 }
                 float sum = 0.0f;
                 for (int j = 0; j <= i; j++) {
-                    scores[j] = expf(scores[j] - max);
+                    scores[j] = softmax_exp(scores[j] - max);
                     sum += scores[j];
                 }
                 float inv = 1.0f / sum;
@@ -149,7 +155,7 @@ void ac_k_attention_backward(ac_kctx *ctx, int L, int n_heads, int n_kv, int hd,
                             dot += qi[c] * kj[c];
                             dp += gi[c] * vj[c];
                         }
-                        float p = expf(dot * scale - stats[(size_t)i * ldst + h]);
+                        float p = softmax_exp(dot * scale - stats[(size_t)i * ldst + h]);
                         float ds = p * (dp - stats[(size_t)i * ldst + n_heads + h]) * scale;
                         for (int c = 0; c < hd; c++) {
                             dvj[c] += p * gi[c];
