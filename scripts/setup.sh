@@ -46,3 +46,12 @@ fi
 cmake -S "$root" -B "$build_dir" -DAC_SANITIZE="$sanitize" >/dev/null
 cmake --build "$build_dir" -j "$(nproc)"
 echo "setup: built in $build_dir"
+
+# The official OpenAI client, for the server's compatibility test (tests/cli/serve_openai.sh),
+# in a virtualenv inside the build directory; pip runs only when the import fails.
+pyenv="$build_dir/pyenv"
+[ -x "$pyenv/bin/python" ] || python3 -m venv "$pyenv"
+if ! "$pyenv/bin/python" -c "import openai" >/dev/null 2>&1; then
+  echo "setup: installing the openai client into $pyenv"
+  "$pyenv/bin/python" -m pip install -q --disable-pip-version-check openai
+fi

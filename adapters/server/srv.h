@@ -71,7 +71,8 @@ typedef struct srv_model {
 } srv_model;
 
 /* Loads a checkpoint directory (config.json, weights, tokenizer.json) and validates it:
- * a forward on a probe prompt must give finite logits. */
+ * a forward on a probe prompt must give finite logits. Runs on a thread of its own
+ * (srv_model.c says why); the caller waits. */
 ac_status srv_model_load(const char *path, const char *name, srv_model **model);
 void srv_model_free(srv_model *model);
 

@@ -192,7 +192,8 @@ static void publish_token(srv_request *req, const srv_token *tok)
         finish_locked(req, SRV_FINISH_LENGTH, NULL);
     } else {
         update_ready(req);
-        pthread_cond_broadcast(&req->cv);
+        if (req->stream) /* a whole-response waiter only needs the end */
+            pthread_cond_broadcast(&req->cv);
     }
     pthread_mutex_unlock(&req->mu);
 }
