@@ -180,6 +180,9 @@ static int validate(const args *a, const ac_contract *contract, const ac_cost_ta
            r.conventional_memory_mape);
     if (r.retried)
         printf("%d requests run again: another process had taken a core\n", r.retried);
+    if (r.normalised)
+        printf("machine noise: the parent's reference request varied by %.1f%% (1.4826 MAD / median) over the "
+               "validation\n", r.reference_noise_pct);
     printf("%d architectures measured in %.1f s; the expected cost with its gradients takes %.1f us a call\n", r.n,
            r.seconds, expected_call_us(a, contract, tables));
     int rc = 0;

@@ -149,6 +149,11 @@ ac_status ac_cost_validate(const char *model_dir, const ac_contract *contract, c
             ac_progress_update(progress, sweep * n + i + 1);
         }
     if (st == AC_OK && normalise) {
+        /* how steady the machine was: the parent's request, spread over median (the speed
+         * array is free until the running median fills it) */
+        memcpy(speed, refs, (size_t)n * R * sizeof *speed);
+        double mid = ac_stat_median(speed, (size_t)n * R);
+        report->reference_noise_pct = mid > 0 ? 100.0 * ac_stat_spread(speed, (size_t)n * R) / mid : 0;
         ac_stat_running_median(refs, (size_t)n * R, AC_REFERENCE_WINDOW, speed);
         for (int i = 0; i < n; i++)
             for (int q = 0; q < R; q++) {
