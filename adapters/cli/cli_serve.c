@@ -85,11 +85,10 @@ static int write_port_file(const char *path, int port)
     char tmp[4096];
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
     FILE *f = fopen(tmp, "w");
-    if (!f || fprintf(f, "%d\n", port) < 0 || fclose(f) != 0 || rename(tmp, path) != 0) {
-        fprintf(stderr, "autocompress serve: cannot write %s\n", path);
-        return 1;
-    }
-    return 0;
+    int ok = f && fprintf(f, "%d\n", port) >= 0;
+    if (f && fclose(f) != 0)
+        ok = 0;
+    return ok && rename(tmp, path) == 0 ? 0 : 1;
 }
 
 int cli_serve(int argc, char **argv)
@@ -122,7 +121,7 @@ int cli_serve(int argc, char **argv)
         fprintf(stderr, "autocompress serve: listening on http://%s:%d (admin %s)\n", cfg.host, port,
                 cfg.admin_token[0] ? "enabled" : "disabled: no token");
         if (a.port_file && write_port_file(a.port_file, port))
-            st = AC_ERR_IO;
+            st = ac_fail(AC_ERR_IO, "cannot write the port file %s", a.port_file);
     }
     int64_t t0 = ac_monotonic_ns();
     if (st == AC_OK)
@@ -135,7 +134,7 @@ int cli_serve(int argc, char **argv)
         int sig = 0;
         sigwait(&stop_signals, &sig);
         fprintf(stderr, "autocompress serve: signal %d, stopping\n", sig);
-    } else if (st != AC_ERR_IO || !a.port_file) {
+    } else {
         fprintf(stderr, "autocompress serve: %s\n", ac_error_message());
     }
     srv_server_stop(server);

@@ -37,16 +37,7 @@ fi
 ac="$build/autocompress"
 bench="$build/tests/bench_runtime"
 model="$root/examples/parent/prose"
-tmp=$(mktemp -d)
-server_pid=""
-cleanup() {
-  if [ -n "$server_pid" ] && kill -0 "$server_pid" 2>/dev/null; then
-    kill "$server_pid" 2>/dev/null || true
-    wait "$server_pid" 2>/dev/null || true
-  fi
-  rm -rf "$tmp"
-}
-trap cleanup EXIT
+source "$root/tests/server/serve_lib.sh"
 
 echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg) (anything else running skews both sides)"
 offline=""
@@ -60,16 +51,7 @@ for batch in 1 4 16; do
   offline="$offline${offline:+,}$batch:$e2e:$decode"
 done
 
-"$ac" serve --model "$model" --port 0 --port-file "$tmp/port" --slots 16 --threads "$threads" 2>"$tmp/server.log" &
-server_pid=$!
-port=""
-for _ in $(seq 1 300); do
-  kill -0 "$server_pid" 2>/dev/null || { cat "$tmp/server.log"; exit 1; }
-  [ -z "$port" ] && [ -s "$tmp/port" ] && port=$(cat "$tmp/port")
-  [ -n "$port" ] && [ "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$port/health" || true)" = 200 ] && break
-  sleep 0.2
-done
-[ -n "$port" ] || { echo "the server did not start: $(cat "$tmp/server.log")"; exit 1; }
+serve_start "$ac" --model "$model" --slots 16 --threads "$threads"
 echo "server: $threads threads, 16 slots, port $port"
 python3 "$root/tests/bench/server_bench.py" --port "$port" --clients 1,4,16 --seconds "$seconds" --max-tokens 64 \
   --prompt-tokens 64 --offline "$offline"
