@@ -226,29 +226,8 @@ static cJSON *tables_json(const ac_cost_tables *t)
 ac_status ac_cost_tables_write(const ac_cost_tables *t, const char *path)
 {
     cJSON *o = tables_json(t);
-    char *text = o ? cJSON_Print(o) : NULL;
+    ac_status st = o ? ac_write_json_file(path, o) : ac_fail(AC_ERR_NOMEM, "%s: out of memory formatting the tables", path);
     cJSON_Delete(o);
-    if (!text)
-        return ac_fail(AC_ERR_NOMEM, "%s: out of memory formatting the tables", path);
-    size_t n = strlen(path) + 5;
-    char *tmp = malloc(n);
-    if (!tmp) {
-        cJSON_free(text);
-        return ac_fail(AC_ERR_NOMEM, "%s: out of memory", path);
-    }
-    snprintf(tmp, n, "%s.tmp", path);
-    FILE *f = fopen(tmp, "w");
-    int ok = f && fputs(text, f) >= 0 && fputc('\n', f) != EOF;
-    ok = (f && fclose(f) == 0) && ok;
-    cJSON_free(text);
-    ac_status st = AC_OK;
-    if (!ok)
-        st = ac_fail(AC_ERR_IO, "%s: cannot write: %s", tmp, strerror(errno));
-    else if (rename(tmp, path) != 0)
-        st = ac_fail(AC_ERR_IO, "%s: cannot rename %s to it: %s", path, tmp, strerror(errno));
-    if (st != AC_OK)
-        remove(tmp);
-    free(tmp);
     return st;
 }
 

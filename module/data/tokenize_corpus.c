@@ -1,5 +1,6 @@
 /* Tokenizing a corpus into train/val token shards and a manifest (see tokens.h). */
 #include "autocompress/tokens.h"
+#include "io/json_util.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -242,24 +243,10 @@ static ac_status write_manifest(const ac_tokenize_params *p, const ac_tokenizer 
     cJSON *splits = cJSON_AddObjectToObject(root, "splits");
     cJSON_AddItemToObject(splits, "train", split_json("train.bin", stats->documents[0], stats->tokens[0], stats->bytes[0]));
     cJSON_AddItemToObject(splits, "val", split_json("val.bin", stats->documents[1], stats->tokens[1], stats->bytes[1]));
-    char *text = cJSON_Print(root);
-    cJSON_Delete(root);
-    if (!text)
-        return ac_fail(AC_ERR_NOMEM, "tokenize: out of memory writing the manifest");
-    char path[4200], tmp[4210];
+    char path[4200];
     snprintf(path, sizeof path, "%s/manifest.json", p->out_dir);
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    FILE *f = fopen(tmp, "wb");
-    ac_status st = AC_OK;
-    if (!f || fputs(text, f) < 0 || fputc('\n', f) == EOF)
-        st = ac_fail(AC_ERR_IO, "%s: cannot write: %s", tmp, strerror(errno));
-    if (f && fclose(f) != 0 && st == AC_OK)
-        st = ac_fail(AC_ERR_IO, "%s: cannot close: %s", tmp, strerror(errno));
-    if (st == AC_OK && rename(tmp, path) != 0)
-        st = ac_fail(AC_ERR_IO, "%s: cannot rename into place: %s", path, strerror(errno));
-    if (st != AC_OK)
-        remove(tmp);
-    free(text);
+    ac_status st = ac_write_json_file(path, root);
+    cJSON_Delete(root);
     return st;
 }
 

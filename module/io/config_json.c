@@ -6,14 +6,12 @@
 
 #include <cjson/cJSON.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <limits.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 /* Defaults where a key may be absent (transformers' NemotronHConfig defaults). */
 #define DEFAULT_NORM_EPS 1e-5
@@ -792,51 +790,13 @@ ac_status ac_config_json_format(const ac_arch *arch, ac_dtype dtype, char **text
     return *text ? AC_OK : ac_fail(AC_ERR_NOMEM, "config.json: out of memory");
 }
 
-static ac_status write_file_atomic(const char *path, const char *text)
-{
-    size_t plen = strlen(path);
-    char *tmp = malloc(plen + 5);
-    if (!tmp)
-        return ac_fail(AC_ERR_NOMEM, "%s: out of memory", path);
-    memcpy(tmp, path, plen);
-    memcpy(tmp + plen, ".tmp", 5);
-    ac_status st = AC_OK;
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (fd < 0) {
-        st = ac_fail(AC_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));
-        free(tmp);
-        return st;
-    }
-    size_t len = strlen(text), done = 0;
-    while (done < len) {
-        ssize_t w = write(fd, text + done, len - done);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0) {
-            st = ac_fail(AC_ERR_IO, "%s: write failed: %s", tmp, strerror(errno));
-            break;
-        }
-        done += (size_t)w;
-    }
-    if (st == AC_OK && fsync(fd) != 0)
-        st = ac_fail(AC_ERR_IO, "%s: fsync failed: %s", tmp, strerror(errno));
-    if (close(fd) != 0 && st == AC_OK)
-        st = ac_fail(AC_ERR_IO, "%s: close failed: %s", tmp, strerror(errno));
-    if (st == AC_OK && rename(tmp, path) != 0)
-        st = ac_fail(AC_ERR_IO, "%s: cannot rename %s into place: %s", path, tmp, strerror(errno));
-    if (st != AC_OK)
-        unlink(tmp);
-    free(tmp);
-    return st;
-}
-
 ac_status ac_config_json_write_dtype(const char *path, const ac_arch *arch, ac_dtype dtype)
 {
     char *text;
     ac_status st = ac_config_json_format(arch, dtype, &text);
     if (st != AC_OK)
         return ac_fail_context(st, "%s", path);
-    st = write_file_atomic(path, text);
+    st = ac_write_text_file(path, text);
     free(text);
     return st;
 }
