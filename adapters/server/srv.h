@@ -125,7 +125,8 @@ typedef struct srv_request {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     srv_token *tokens;      /* generated tokens kept in the output */
-    int n_tokens, cap_tokens;
+    int n_tokens;
+    size_t cap_tokens;
     int n_generated;        /* sampled, including a final end-of-text token */
     srv_token *prompt_tokens; /* echo with logprobs: the prompt's (first has no logprob) */
     char *text;             /* completion text, stop string cut */

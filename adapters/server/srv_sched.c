@@ -27,7 +27,8 @@ typedef struct {
     srv_model *model;  /* the model of `cache` (a reference), or NULL */
     ac_cache *cache;
     int32_t *history;  /* the tokens in the cache */
-    int n_history, cap_history;
+    int n_history;
+    size_t cap_history;
     srv_request *req;  /* NULL: free */
     int fed;           /* prompt tokens in the cache */
     int decoding;
@@ -123,14 +124,15 @@ static void fail_request(srv_request *req, const char *message)
     pthread_mutex_unlock(&req->mu);
 }
 
-static int grow(void **p, int *cap, int need, size_t size)
+/* Makes *p hold at least `need` elements of `size` bytes (doubling); 0 when out of memory. */
+static int grow(void **p, size_t *cap, size_t need, size_t size)
 {
     if (need <= *cap)
         return 1;
-    int n = *cap ? *cap : 16;
+    size_t n = *cap ? *cap : 16;
     while (n < need)
         n *= 2;
-    void *q = realloc(*p, (size_t)n * size);
+    void *q = realloc(*p, n * size);
     if (!q)
         return 0;
     *p = q;
@@ -163,11 +165,9 @@ static void publish_token(srv_request *req, const srv_token *tok)
     }
     char *piece = NULL;
     size_t len = 0;
-    int cap = (int)req->text_cap;
     int ok = ac_tokenizer_decode(m->tokenizer, &tok->id, 1, &piece, &len) == AC_OK &&
-             grow((void **)&req->tokens, &req->cap_tokens, req->n_tokens + 1, sizeof *req->tokens) &&
-             grow((void **)&req->text, &cap, (int)(req->text_len + len + 1), 1);
-    req->text_cap = (size_t)cap;
+             grow((void **)&req->tokens, &req->cap_tokens, (size_t)req->n_tokens + 1, sizeof *req->tokens) &&
+             grow((void **)&req->text, &req->text_cap, req->text_len + len + 1, 1);
     if (!ok) {
         finish_locked(req, SRV_FINISH_ERROR, "out of memory while decoding");
         pthread_mutex_unlock(&req->mu);
@@ -183,10 +183,9 @@ static void publish_token(srv_request *req, const srv_token *tok)
     long at = srv_find_stop(req->text, req->text_len, before, req->stop, req->n_stop);
     if (at >= 0) {
         req->text_len = (size_t)at;
-        while (req->n_tokens > 0 && req->tokens[req->n_tokens - 1].offset >= (size_t)at && at > 0)
+        /* tokens whose text starts at or after the stop are not part of the output */
+        while (req->n_tokens > 0 && req->tokens[req->n_tokens - 1].offset >= (size_t)at)
             req->n_tokens--;
-        if (at == 0)
-            req->n_tokens = 0;
         finish_locked(req, SRV_FINISH_STOP, NULL);
     } else if (req->n_generated >= req->max_tokens) {
         finish_locked(req, SRV_FINISH_LENGTH, NULL);
@@ -402,7 +401,7 @@ static void prompt_logprobs(srv_request *req, const float *rows, int vocab)
 
 static int history_append(slot *sl, const int32_t *tokens, int n)
 {
-    if (!grow((void **)&sl->history, &sl->cap_history, sl->n_history + n, sizeof *sl->history))
+    if (!grow((void **)&sl->history, &sl->cap_history, (size_t)sl->n_history + (size_t)n, sizeof *sl->history))
         return 0;
     memcpy(sl->history + sl->n_history, tokens, (size_t)n * sizeof *tokens);
     sl->n_history += n;
