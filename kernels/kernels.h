@@ -16,6 +16,11 @@ typedef struct {
 } ac_kctx;
 
 /* C[M,N] = A[M,K] @ W[N,K]^T + beta * C: the layout of nn.Linear weights ([out, in]). */
+/* Sets flush-to-zero and denormals-are-zero on the calling thread and its OpenMP team
+ * (once per calling thread; kernels/cpu/fpenv.c says why). Forwards and training steps
+ * call it first. */
+void ac_k_flush_denormals(void);
+
 void ac_k_linear(ac_kctx *ctx, int M, int N, int K, const float *A, int lda, const float *W,
                  float beta, float *C, int ldc);
 

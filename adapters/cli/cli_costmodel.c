@@ -17,14 +17,14 @@ static int usage(const char *message)
 {
     fprintf(stderr, "autocompress costmodel: %s\n", message);
     fprintf(stderr, "usage: autocompress costmodel validate --model DIR --contract FILE --tables FILE [--n 20]\n"
-                    "                                       [--repeats R] [--seed S] [--plot OUT.png] [--no-reference]\n"
-                    "                                       [--progress MODE]\n"
+                    "                                       [--repeats R] [--requests K] [--seed S] [--plot OUT.png]\n"
+                    "                                       [--samples OUT.tsv] [--no-reference] [--progress MODE]\n"
                     "       autocompress costmodel predict --model DIR --contract FILE --tables FILE --arch CONFIG.json\n");
     return 2;
 }
 
 typedef struct {
-    const char *model_dir, *contract_path, *tables_path, *plot, *arch;
+    const char *model_dir, *contract_path, *tables_path, *plot, *arch, *samples;
     ac_validate_params p;
 } args;
 
@@ -44,6 +44,8 @@ static int parse(int argc, char **argv, args *a)
             a->tables_path = v;
         else if ((v = cli_flag_value(argc, argv, &i, "--plot", &missing)))
             a->plot = v;
+        else if ((v = cli_flag_value(argc, argv, &i, "--samples", &missing)))
+            a->samples = v;
         else if ((v = cli_flag_value(argc, argv, &i, "--arch", &missing)))
             a->arch = v;
         else if ((v = cli_flag_value(argc, argv, &i, "--n", &missing))) {
@@ -52,6 +54,9 @@ static int parse(int argc, char **argv, args *a)
         } else if ((v = cli_flag_value(argc, argv, &i, "--repeats", &missing))) {
             if ((st = cli_parse_int("--repeats", v, 1, 64, &n)) == AC_OK)
                 a->p.repeats = (int)n;
+        } else if ((v = cli_flag_value(argc, argv, &i, "--requests", &missing))) {
+            if ((st = cli_parse_int("--requests", v, 0, AC_MAX_REQUESTS, &n)) == AC_OK)
+                a->p.requests = (int)n;
         } else if ((v = cli_flag_value(argc, argv, &i, "--seed", &missing))) {
             if ((st = cli_parse_int("--seed", v, 0, INT64_MAX, &n)) == AC_OK)
                 a->p.seed = (uint64_t)n;
@@ -183,13 +188,23 @@ static int validate(const args *a, const ac_contract *contract, const ac_cost_ta
     if (r.normalised)
         printf("machine noise: the parent's reference request varied by %.1f%% (1.4826 MAD / median) over the "
                "validation\n", r.reference_noise_pct);
-    printf("%d architectures measured in %.1f s; the expected cost with its gradients takes %.1f us a call\n", r.n,
-           r.seconds, expected_call_us(a, contract, tables));
+    printf("%d architectures measured in %.1f s (%d sweeps of %.1f timed requests each); the expected cost with its "
+           "gradients takes %.1f us a call\n", r.n,
+           r.seconds, a->p.repeats, r.requests_per_arch / a->p.repeats, expected_call_us(a, contract, tables));
     int rc = 0;
     if (a->plot) {
         st = ac_validate_plot(&r, contract, a->plot);
         if (st == AC_OK)
             printf("wrote %s\n", a->plot);
+        else {
+            fprintf(stderr, "autocompress costmodel validate: %s\n", ac_error_message());
+            rc = 1;
+        }
+    }
+    if (a->samples) {
+        st = ac_validate_write_samples(&r, a->samples);
+        if (st == AC_OK)
+            printf("wrote %s\n", a->samples);
         else {
             fprintf(stderr, "autocompress costmodel validate: %s\n", ac_error_message());
             rc = 1;

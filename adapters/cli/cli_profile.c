@@ -14,7 +14,7 @@ static int usage(const char *message)
 {
     fprintf(stderr, "autocompress profile: %s\n", message);
     fprintf(stderr, "usage: autocompress profile --model DIR --contract FILE --out tables.json [--repeats R]\n"
-                    "                            [--layers N] [--balanced] [--no-reference] [--seed S]\n"
+                    "                            [--requests K] [--layers N] [--balanced] [--no-reference] [--seed S]\n"
                     "                            [--trace FILE.json] [--progress MODE]\n");
     return 2;
 }
@@ -43,6 +43,9 @@ int cli_profile(int argc, char **argv)
         else if ((v = cli_flag_value(argc, argv, &i, "--repeats", &missing))) {
             if ((st = cli_parse_int("--repeats", v, 1, 64, &n)) == AC_OK)
                 p.repeats = (int)n;
+        } else if ((v = cli_flag_value(argc, argv, &i, "--requests", &missing))) {
+            if ((st = cli_parse_int("--requests", v, 0, AC_MAX_REQUESTS, &n)) == AC_OK)
+                p.requests = (int)n;
         } else if ((v = cli_flag_value(argc, argv, &i, "--layers", &missing))) {
             if ((st = cli_parse_int("--layers", v, 1, 4096, &n)) == AC_OK)
                 p.layers = (int)n;
@@ -83,9 +86,9 @@ int cli_profile(int argc, char **argv)
     printf("contract %s: batch %d, %lld cached + %lld input + %lld output tokens, %d threads\n", contract.name,
            contract.workload.batch, (long long)contract.workload.cached_tokens, (long long)contract.workload.input_tokens,
            (long long)contract.workload.output_tokens, report.threads);
-    printf("%d runs of %d layers, %d repeats each: %d table rows (%.1f per run; %.1f slot measurements per run), "
-           "%.1f s\n", report.runs, in->layers_per_run, in->repeats, report.rows,
-           report.runs ? (double)report.rows / report.runs : 0.0, report.rows_per_run, report.seconds);
+    printf("%d runs of %d layers, %d sweeps of %.1f timed requests: %d table rows (%.1f per run; %.1f slot "
+           "measurements per run), %.1f s\n", report.runs, in->layers_per_run, in->repeats, report.requests_per_run,
+           report.rows, report.runs ? (double)report.rows / report.runs : 0.0, report.rows_per_run, report.seconds);
     if (report.retried)
         printf("%d requests run again: another process had taken a core\n", report.retried);
     if (in->reference_ms > 0)

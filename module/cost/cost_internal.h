@@ -18,12 +18,6 @@
 double ac_stat_median(double *v, size_t n);
 /* 1.4826 x the median absolute deviation from the median (0 for n < 2; reorders v). */
 double ac_stat_spread(double *v, size_t n);
-/* out[i] = median of x[i - half .. i + half] (clipped to the ends; half <= 31). */
-void ac_stat_running_median(const double *x, size_t n, int half, double *out);
-/* The machine's speed at each of n measurements in time order, from the reference
- * request timed beside each: a running median over REFERENCE_WINDOW neighbours each side,
- * which follows drifts of seconds to minutes without taking one request's noise in. */
-enum { AC_REFERENCE_WINDOW = 3 };
 /* Least-squares y = a + b x over n points (b = 0 when x does not vary). */
 void ac_stat_line(const double *x, const double *y, size_t n, double *a, double *b);
 /* splitmix64 */
@@ -111,24 +105,27 @@ typedef struct {
     const int *parent_layer; /* its layers' parent layers */
     ac_contract_workload workload;
     int threads;             /* as the contract gives it (0: all cores) */
-    int repeats;             /* timed requests */
+    int repeats;             /* timed requests (at most; see min_seconds) */
+    double min_seconds;      /* > 0: stop after the first request that brings the timed
+                                total to min_seconds (so a cheap workload gets more samples
+                                from the same process, a costly one just one) */
     int warmup_steps;        /* decode steps of the untimed warm-up request */
     size_t probe_capacity;   /* spans to keep; 0: no probe */
-    int reference;           /* also time one request of the parent itself, right after */
+    int reference;           /* also time a request of the parent itself right after each */
 } ac_measure_job;
 
 typedef struct {
-    int32_t repeats, threads;
+    int32_t repeats, threads; /* repeats: the timed requests done */
     uint32_t n_spans, dropped;
     double seconds[AC_MEASURE_MAX_REPEATS]; /* each timed request */
-    double reference_seconds; /* the parent's request, when job->reference */
+    double reference_seconds[AC_MEASURE_MAX_REPEATS]; /* the parent's request after each, when job->reference */
     int32_t retried;          /* requests run again because another process took a core */
     double measured_bytes;   /* peak resident size over the size before the model was built */
     ac_memory_sample accounted; /* the runtime's own accounting at the end */
 } ac_measure_result;
 
 /* *spans (malloc'd, result->n_spans of them; NULL without a probe) are the timed
- * requests' spans. */
+ * requests' spans, request after request (each request's clock starts at 0). */
 ac_status ac_measure(const ac_measure_job *job, ac_measure_result *result, ac_span **spans);
 
 /* ---- tables (tables.c) ---- */

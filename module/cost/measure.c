@@ -7,13 +7,15 @@
  * current one, which is the baseline; the model, runtime and caches come after it, so
  * peak minus baseline is what serving this model takes.
  *
- * Reference: on a shared machine the speed of the whole machine drifts (measured here:
- * the same request between 85 and 160 ms within minutes, two profiling sessions ten
- * minutes apart 12% apart overall). With job->reference the child then also serves the
- * workload's input and output on the parent itself (no cached context, at most 4
- * sequences; after the memory peak is read, so it adds nothing to it) and times one
- * parent request a moment after the measured one: the caller can express every time
- * relative to the machine's speed of the moment. */
+ * Reference: on a shared machine a process's speed drifts from request to request and
+ * differs from one process to the next (measured here: the same model's median request
+ * 10-15% apart between processes, within a process 6% from request to request), and the
+ * drift is largely common to whatever runs at that moment. With job->reference the child
+ * also serves the workload's input and output on the parent itself (no cached context,
+ * at most 4 sequences; built after the memory peak is read, so it adds nothing to it) and
+ * times one parent request right after each measured one: the caller can express each
+ * time relative to the speed of its own moment (measured here: the log ratio of the two
+ * varies half as much as either time). */
 #include "cost/cost_internal.h"
 
 #include <malloc.h>
@@ -64,12 +66,53 @@ static ac_status clean_request(ac_server *server, ac_probe *probe, int threads, 
     return st;
 }
 
+typedef struct {
+    ac_span *items;
+    size_t n, cap;
+} span_buffer;
+
+/* Appends the probe's spans (one request's: the probe is reset before each attempt);
+ * what does not fit counts as dropped. The buffer is allocated and touched before the
+ * memory baseline, so keeping spans adds nothing to the measured peak. */
+static ac_status keep_spans(ac_probe *probe, span_buffer *b, uint32_t *dropped)
+{
+    const ac_span *spans = NULL;
+    size_t n = 0;
+    ac_status st = ac_probe_collect(probe, &spans, &n);
+    *dropped += (uint32_t)ac_cpu_probe_dropped(probe);
+    if (st != AC_OK)
+        return st;
+    size_t fit = n < b->cap - b->n ? n : b->cap - b->n;
+    memcpy(b->items + b->n, spans, fit * sizeof *spans);
+    b->n += fit;
+    *dropped += (uint32_t)(n - fit);
+    return AC_OK;
+}
+
+/* The speed gauge, not a measurement: the workload's input and output on the parent,
+ * without the cached context and at most 4 sequences, to keep it cheap; warmed up. */
+static ac_status reference_server(const ac_measure_job *job, const ac_model *parent, ac_server **ref,
+                                  float **snapshot)
+{
+    const ac_arch *pa = ac_model_arch(parent);
+    ac_contract_workload rw = job->workload;
+    rw.cached_tokens = 0;
+    rw.batch = rw.batch > 4 ? 4 : rw.batch;
+    *snapshot = calloc(ac_server_snapshot_floats(pa, rw.batch) + 1, sizeof **snapshot);
+    if (!*snapshot)
+        return ac_fail(AC_ERR_NOMEM, "measure: out of memory");
+    ac_status st = ac_server_create(parent, &rw, job->seed, *snapshot, ref);
+    double warm = 0;
+    if (st == AC_OK)
+        st = ac_server_request(*ref, job->warmup_steps, &warm);
+    return st;
+}
+
 static ac_status measure_child(void *arg, int fd)
 {
     const ac_measure_job *job = ((child_arg *)arg)->job;
     ac_measure_result res;
     memset(&res, 0, sizeof res);
-    res.repeats = job->repeats;
     ac_model *parent = NULL, *model = NULL;
     ac_probe *probe = NULL;
     ac_server *server = NULL, *ref = NULL;
@@ -87,8 +130,16 @@ static ac_status measure_child(void *arg, int fd)
     /* a parent without weights is random, the same one in every measurement */
     if (st == AC_OK)
         st = ac_load_parent(job->model_dir, 1, &parent);
-    if (st == AC_OK && job->probe_capacity > 0)
+    span_buffer kept = {NULL, 0, 0};
+    if (st == AC_OK && job->probe_capacity > 0) {
         st = ac_cpu_probe_create(job->probe_capacity, &probe);
+        kept.cap = job->probe_capacity * (size_t)job->repeats;
+        kept.items = st == AC_OK ? malloc(kept.cap * sizeof *kept.items) : NULL;
+        if (st == AC_OK && !kept.items)
+            st = ac_fail(AC_ERR_NOMEM, "measure: out of memory for %zu spans", kept.cap);
+        else if (st == AC_OK)
+            memset(kept.items, 0, kept.cap * sizeof *kept.items); /* resident before the baseline */
+    }
     size_t snap = ac_server_snapshot_floats(job->arch, job->workload.batch);
     if (st == AC_OK) {
         snapshot = calloc(snap + 1, sizeof *snapshot);
@@ -116,49 +167,38 @@ static ac_status measure_child(void *arg, int fd)
     double seconds = 0;
     if (st == AC_OK)
         st = ac_server_request(server, job->warmup_steps, &seconds);
-    if (st == AC_OK && probe) {
-        ac_probe_reset(probe);
+    if (st == AC_OK && probe)
         ac_server_set_probe(server, probe);
-    }
-    if (st == AC_OK && probe && job->repeats != 1)
-        st = ac_fail(AC_ERR_INVALID, "measure: a probed measurement times one request");
-    for (int r = 0; st == AC_OK && r < job->repeats; r++)
+    double timed = 0;
+    res.repeats = 0;
+    for (int r = 0; st == AC_OK && r < job->repeats; r++) {
         st = clean_request(server, probe, res.threads, &res.seconds[r], &res.retried);
-    const ac_span *spans = NULL;
-    size_t n_spans = 0;
-    if (st == AC_OK) {
-        size_t peak = ac_cpu_peak_resident_bytes();
-        res.measured_bytes = peak > base ? (double)(peak - base) : 0.0;
-        res.accounted = ac_server_memory(server);
-    }
-    /* the reference comes after the memory peak is read, so it adds nothing to it */
-    if (st == AC_OK && job->reference) {
-        /* a speed gauge, not a measurement: the workload's input and output on the parent,
-         * without the cached context and at most 4 sequences, to keep it cheap */
-        const ac_arch *pa = ac_model_arch(parent);
-        ac_contract_workload rw = job->workload;
-        rw.cached_tokens = 0;
-        rw.batch = rw.batch > 4 ? 4 : rw.batch;
-        ref_snapshot = calloc(ac_server_snapshot_floats(pa, rw.batch) + 1, sizeof *ref_snapshot);
-        st = ref_snapshot ? ac_server_create(parent, &rw, job->seed, ref_snapshot, &ref)
-                          : ac_fail(AC_ERR_NOMEM, "measure: out of memory");
-        double warm = 0;
-        if (st == AC_OK)
-            st = ac_server_request(ref, job->warmup_steps, &warm);
-        if (st == AC_OK)
-            st = clean_request(ref, NULL, res.threads, &res.reference_seconds, &res.retried);
-    }
-    if (st == AC_OK) {
-        if (probe) {
-            st = ac_probe_collect(probe, &spans, &n_spans);
-            res.dropped = (uint32_t)ac_cpu_probe_dropped(probe);
+        if (st == AC_OK && probe)
+            st = keep_spans(probe, &kept, &res.dropped);
+        if (st == AC_OK && r == 0) {
+            /* the serving peak is reached by the first full request; the reference's
+             * model is built after it is read, so it adds nothing to it */
+            size_t peak = ac_cpu_peak_resident_bytes();
+            res.measured_bytes = peak > base ? (double)(peak - base) : 0.0;
+            res.accounted = ac_server_memory(server);
+            if (job->reference)
+                st = reference_server(job, parent, &ref, &ref_snapshot);
         }
-        res.n_spans = (uint32_t)n_spans;
+        if (st == AC_OK && ref)
+            st = clean_request(ref, NULL, res.threads, &res.reference_seconds[r], &res.retried);
+        if (st != AC_OK)
+            break;
+        res.repeats = r + 1;
+        timed += res.seconds[r];
+        if (job->min_seconds > 0 && timed >= job->min_seconds)
+            break;
     }
+    res.n_spans = (uint32_t)kept.n;
     if (st == AC_OK)
         st = ac_child_write(fd, &res, sizeof res);
-    if (st == AC_OK && n_spans)
-        st = ac_child_write(fd, spans, n_spans * sizeof *spans);
+    if (st == AC_OK && kept.n)
+        st = ac_child_write(fd, kept.items, kept.n * sizeof *kept.items);
+    free(kept.items);
     ac_server_free(server);
     ac_server_free(ref);
     free(ref_snapshot);

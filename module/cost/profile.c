@@ -15,6 +15,7 @@ ac_profile_params ac_profile_default_params(void)
     ac_profile_params p;
     memset(&p, 0, sizeof p);
     p.repeats = 5;
+    p.requests = 0;
     p.layers = 0;
     p.balanced = 0;
     p.seed = 1;
@@ -222,14 +223,15 @@ enum { FIXED_SITES = 4 }; /* embedding, lm_head, sample, other: sites L .. L+3 *
 
 typedef struct {
     ac_cost_row key;
-    double *prefill;  /* [R] */
-    double *steps;    /* [n_dec][R] */
+    int n;            /* samples (timed requests) */
+    double *prefill;  /* [n] */
+    double *steps;    /* [n_dec][n] */
 } occurrence;
 
 typedef struct {
     occurrence *items;
     size_t n, cap;
-    int R, n_dec;
+    int max_n, n_dec;
 } occurrences;
 
 static int site_of(const ac_span *s, int L)
@@ -243,17 +245,17 @@ static int site_of(const ac_span *s, int L)
     }
 }
 
-/* Fills pre[site][r] and dec[site][t-1][r] (us); "other" is a step's time no site covers,
- * and for the prefill also the request's time between and around its steps (request_s,
- * the request's own clock, minus its steps). *first_end gets the end of the first
- * request's last span (for the trace). */
+/* Fills pre[site][r] and dec[site][t-1][r] (us) for the R requests the spans hold;
+ * "other" is a step's time no site covers, and for the prefill also the request's time
+ * between and around its steps (request_s, the request's own clock, minus its steps).
+ * *first_count gets the number of spans of the first request (for the trace). */
 static ac_status split_spans(const ac_span *spans, size_t n, int L, int R, int n_dec, const double *request_s,
-                             double *pre, double *dec, int64_t *first_end)
+                             double *pre, double *dec, size_t *first_count)
 {
     int sites = L + FIXED_SITES, r = 0;
     double covered = 0;
     double steps_us[AC_MEASURE_MAX_REPEATS] = {0};
-    *first_end = 0;
+    *first_count = 0;
     for (size_t i = 0; i < n; i++) {
         const ac_span *s = &spans[i];
         double us = 1e-3 * (double)(s->end_ns - s->start_ns);
@@ -264,7 +266,7 @@ static ac_status split_spans(const ac_span *spans, size_t n, int L, int R, int n
             return ac_fail(AC_ERR_INTERNAL, "profile: span %zu (%s, %s step %d, layer %d) fits no request", i,
                            ac_site_name(s->site.kind), ac_phase_name(s->site.phase), t, s->site.layer);
         if (rep == 0)
-            *first_end = s->end_ns;
+            *first_count = i + 1;
         if (s->site.kind == AC_SITE_STEP) {
             steps_us[rep] += us;
             us -= covered;
@@ -288,7 +290,8 @@ static ac_status split_spans(const ac_span *spans, size_t n, int L, int R, int n
     return AC_OK;
 }
 
-static ac_status add_occurrence(occurrences *o, const ac_cost_row *key, const double *pre, const double *dec)
+/* pre: [n] samples, dec: [n_dec][n] */
+static ac_status add_occurrence(occurrences *o, const ac_cost_row *key, int n, const double *pre, const double *dec)
 {
     if (o->n == o->cap) {
         size_t cap = o->cap ? 2 * o->cap : 256;
@@ -300,15 +303,17 @@ static ac_status add_occurrence(occurrences *o, const ac_cost_row *key, const do
     }
     occurrence *x = &o->items[o->n];
     x->key = *key;
-    x->prefill = malloc((size_t)o->R * sizeof *x->prefill);
-    x->steps = malloc(((size_t)o->n_dec * o->R + 1) * sizeof *x->steps);
+    x->n = n;
+    x->prefill = malloc((size_t)n * sizeof *x->prefill);
+    x->steps = malloc(((size_t)o->n_dec * n + 1) * sizeof *x->steps);
     if (!x->prefill || !x->steps) {
         free(x->prefill);
         free(x->steps);
         return ac_fail(AC_ERR_NOMEM, "profile: out of memory");
     }
-    memcpy(x->prefill, pre, (size_t)o->R * sizeof *pre);
-    memcpy(x->steps, dec, (size_t)o->n_dec * o->R * sizeof *dec);
+    memcpy(x->prefill, pre, (size_t)n * sizeof *pre);
+    memcpy(x->steps, dec, (size_t)o->n_dec * n * sizeof *dec);
+    o->max_n = n > o->max_n ? n : o->max_n;
     o->n++;
     return AC_OK;
 }
@@ -322,14 +327,34 @@ static void free_occurrences(occurrences *o)
     free(o->items);
 }
 
+/* One site's samples of one run, in time order, without the unfilled slots: from
+ * pre[slot] and dec[step][slot] (K slots per sweep, counts[sweep] filled) into
+ * out_pre[n] and out_dec[step][n]; returns n. */
+static int gather_samples(const double *pre, const double *dec, const int *counts, int R, int K, int n_dec,
+                          double *out_pre, double *out_dec)
+{
+    int n = 0;
+    for (int q = 0; q < R; q++)
+        n += counts[q];
+    int j = 0;
+    for (int q = 0; q < R; q++)
+        for (int k = 0; k < counts[q]; k++, j++) {
+            size_t slot = (size_t)q * K + k;
+            out_pre[j] = pre[slot];
+            for (int t = 0; t < n_dec; t++)
+                out_dec[(size_t)t * n + j] = dec[(size_t)t * R * K + slot];
+        }
+    return n;
+}
+
 /* ---- reducing occurrences to rows ---- */
 
 static ac_status reduce_rows(const occurrences *o, const ac_contract_workload *w, ac_cost_tables *tables)
 {
-    int R = o->R, nd = o->n_dec;
+    int nd = o->n_dec;
     size_t max_occ = o->n;
     double *med = malloc((max_occ + 1) * sizeof *med);
-    double *pool = malloc((max_occ * R + 1) * sizeof *pool);
+    double *pool = malloc((max_occ * (size_t)o->max_n + 1) * sizeof *pool);
     double *steps = malloc(((size_t)nd + 1) * sizeof *steps);
     double *ctx = malloc(((size_t)nd + 1) * sizeof *ctx);
     double *spreads = malloc(((size_t)nd + 1) * sizeof *spreads);
@@ -351,27 +376,35 @@ static ac_status reduce_rows(const occurrences *o, const ac_contract_workload *w
             }
         ac_cost_row row = o->items[i].key;
         row.samples = (int)m;
-        /* prefill: median over occurrences of each one's median over repeats */
+        /* prefill: median over occurrences of each one's median over its samples */
+        size_t pooled = 0;
         for (size_t a = 0; a < m; a++) {
             const occurrence *x = &o->items[members[a]];
-            memcpy(pool, x->prefill, (size_t)R * sizeof *pool);
-            med[a] = ac_stat_median(pool, (size_t)R);
+            memcpy(pool, x->prefill, (size_t)x->n * sizeof *pool);
+            med[a] = ac_stat_median(pool, (size_t)x->n);
         }
         row.prefill_us = ac_stat_median(med, m);
-        for (size_t a = 0; a < m; a++)
-            memcpy(pool + a * R, o->items[members[a]].prefill, (size_t)R * sizeof *pool);
-        row.prefill_spread_us = ac_stat_spread(pool, m * R);
-        /* decode: per step, the median over occurrences of the medians over repeats */
+        for (size_t a = 0; a < m; a++) {
+            const occurrence *x = &o->items[members[a]];
+            memcpy(pool + pooled, x->prefill, (size_t)x->n * sizeof *pool);
+            pooled += (size_t)x->n;
+        }
+        row.prefill_spread_us = ac_stat_spread(pool, pooled);
+        /* decode: per step, the median over occurrences of the medians over samples */
         for (int t = 0; t < nd; t++) {
             for (size_t a = 0; a < m; a++) {
                 const occurrence *x = &o->items[members[a]];
-                memcpy(pool, x->steps + (size_t)t * R, (size_t)R * sizeof *pool);
-                med[a] = ac_stat_median(pool, (size_t)R);
+                memcpy(pool, x->steps + (size_t)t * x->n, (size_t)x->n * sizeof *pool);
+                med[a] = ac_stat_median(pool, (size_t)x->n);
             }
             steps[t] = ac_stat_median(med, m);
-            for (size_t a = 0; a < m; a++)
-                memcpy(pool + a * R, o->items[members[a]].steps + (size_t)t * R, (size_t)R * sizeof *pool);
-            spreads[t] = ac_stat_spread(pool, m * R);
+            pooled = 0;
+            for (size_t a = 0; a < m; a++) {
+                const occurrence *x = &o->items[members[a]];
+                memcpy(pool + pooled, x->steps + (size_t)t * x->n, (size_t)x->n * sizeof *pool);
+                pooled += (size_t)x->n;
+            }
+            spreads[t] = ac_stat_spread(pool, pooled);
         }
         ac_stat_line(ctx, steps, (size_t)nd, &row.decode_a_us, &row.decode_b_us);
         row.decode_spread_us = nd ? ac_stat_median(spreads, (size_t)nd) : 0.0;
@@ -414,12 +447,8 @@ static void free_trace(trace_store *t)
     free(t->labels);
 }
 
-static ac_status keep_trace(trace_store *t, int run, const run_plan *plan, const ac_span *spans, size_t n,
-                            int64_t first_end)
+static ac_status keep_trace(trace_store *t, int run, const run_plan *plan, const ac_span *spans, size_t keep)
 {
-    size_t keep = 0;
-    while (keep < n && spans[keep].end_ns <= first_end)
-        keep++;
     int L = plan->arch.n_layers;
     t->spans[run] = malloc((keep + 1) * sizeof(ac_span));
     t->names[run] = malloc(64);
@@ -450,6 +479,11 @@ ac_status ac_profile_run(const char *model_dir, const ac_contract *contract, con
     int R = params->repeats, n_dec = ac_workload_decode_steps(w);
     if (R < 1 || R > AC_MEASURE_MAX_REPEATS)
         return ac_fail(AC_ERR_INVALID, "profile: repeats must be in [1, %d], got %d", AC_MEASURE_MAX_REPEATS, R);
+    if (params->requests < 0 || params->requests > AC_MAX_REQUESTS)
+        return ac_fail(AC_ERR_INVALID, "profile: requests must be in [0, %d] (0: auto), got %d", AC_MAX_REQUESTS,
+                       params->requests);
+    /* timed requests per measurement: K slots per sweep, S samples per run at most */
+    int K = params->requests > 0 ? params->requests : AC_MAX_REQUESTS, S = R * K;
     if (contract->hardware.kind != AC_DEVICE_CPU)
         return ac_fail(AC_ERR_UNSUPPORTED, "profile: contract %s names device %s; this build profiles on the CPU "
                                            "(the CUPTI probe comes with the CUDA backend)", contract->name,
@@ -478,11 +512,14 @@ ac_status ac_profile_run(const char *model_dir, const ac_contract *contract, con
     if (st == AC_OK)
         st = ac_cost_tables_create(&info, &tables);
     int L = layers, sites = L + FIXED_SITES;
-    double *pre = malloc((size_t)sites * sizeof *pre);              /* one request's */
-    double *dec = malloc(((size_t)sites * n_dec + 1) * sizeof *dec);
-    if (st == AC_OK && (!pre || !dec))
+    /* one measurement's requests, and one run's samples gathered for a site */
+    double *pre = malloc((size_t)sites * K * sizeof *pre);
+    double *dec = malloc(((size_t)sites * n_dec * K + 1) * sizeof *dec);
+    double *gather_pre = malloc((size_t)S * sizeof *gather_pre);
+    double *gather_dec = malloc(((size_t)n_dec * S + 1) * sizeof *gather_dec);
+    if (st == AC_OK && (!pre || !dec || !gather_pre || !gather_dec))
         st = ac_fail(AC_ERR_NOMEM, "profile: out of memory");
-    occurrences occ = {NULL, 0, 0, R, n_dec};
+    occurrences occ = {NULL, 0, 0, 0, n_dec};
     trace_store trace = {0};
     if (st == AC_OK && params->trace_path) {
         trace.L = L;
@@ -501,13 +538,15 @@ ac_status ac_profile_run(const char *model_dir, const ac_contract *contract, con
     /* spans per request: a step, its embedding, layers, head and sampling, every step */
     size_t per_request = (size_t)(1 + n_dec) * (size_t)(L + 4);
     double *resid = malloc(((size_t)n_runs + 1) * sizeof *resid);
-    /* every run's samples, sweep by sweep: [run][site][sweep], [run][site][step][sweep] */
-    double *pre_all = malloc(((size_t)n_runs * sites * R + 1) * sizeof *pre_all);
-    double *dec_all = malloc(((size_t)n_runs * sites * n_dec * R + 1) * sizeof *dec_all);
+    /* every run's samples, sweep by sweep, K slots a sweep of which count[run][sweep] are
+     * filled: [run][site][slot], [run][site][step][slot] */
+    double *pre_all = malloc(((size_t)n_runs * sites * S + 1) * sizeof *pre_all);
+    double *dec_all = malloc(((size_t)n_runs * sites * n_dec * S + 1) * sizeof *dec_all);
+    int *count = calloc((size_t)n_runs * R + 1, sizeof *count);
     double *mem_all = malloc(((size_t)n_runs * R + 1) * sizeof *mem_all);
     int *run_threads = calloc((size_t)n_runs + 1, sizeof *run_threads);
-    double *ref_all = malloc(((size_t)n_runs * R + 1) * sizeof *ref_all);
-    if (st == AC_OK && (!resid || !pre_all || !dec_all || !mem_all || !run_threads || !ref_all))
+    double *ref_all = calloc((size_t)n_runs * S + 1, sizeof *ref_all); /* [run][slot], 0: empty slot */
+    if (st == AC_OK && (!resid || !pre_all || !dec_all || !count || !mem_all || !run_threads || !ref_all))
         st = ac_fail(AC_ERR_NOMEM, "profile: out of memory");
     /* R sweeps over all runs, one timed request per run each: a slow phase of the machine
      * then costs every row a sample, not one row all of its samples */
@@ -516,12 +555,13 @@ ac_status ac_profile_run(const char *model_dir, const ac_contract *contract, con
             const run_plan *plan = &runs[i];
             ac_measure_job job = {
                 .model_dir = model_dir,
-                .seed = params->seed,
+                .seed = params->seed + (uint64_t)sweep, /* each sweep its own prompt */
                 .arch = &plan->arch,
                 .parent_layer = plan->parent_layer,
                 .workload = *w,
                 .threads = contract->hardware.threads,
-                .repeats = 1,
+                .repeats = K,
+                .min_seconds = params->requests > 0 ? 0 : AC_AUTO_REQUEST_SECONDS,
                 .warmup_steps = n_dec < 2 ? n_dec : 2,
                 .probe_capacity = per_request + 16,
                 .reference = !params->no_reference,
@@ -534,60 +574,57 @@ ac_status ac_profile_run(const char *model_dir, const ac_contract *contract, con
                 ac_fail_context(st, "profile run %d (hidden %d)", i, plan->arch.hidden);
                 break;
             }
-            int64_t first_end = 0;
+            size_t first_count = 0;
+            int k_done = res.repeats;
             if (res.dropped)
                 st = ac_fail(AC_ERR_INTERNAL, "profile run %d: the probe dropped %u spans", i, res.dropped);
             if (st == AC_OK)
-                st = split_spans(spans, res.n_spans, L, 1, n_dec, res.seconds, pre, dec, &first_end);
-            for (int s = 0; st == AC_OK && s < sites; s++) {
-                pre_all[((size_t)i * sites + s) * R + sweep] = pre[s];
-                for (int t = 0; t < n_dec; t++)
-                    dec_all[(((size_t)i * sites + s) * n_dec + t) * R + sweep] = dec[(size_t)s * n_dec + t];
-            }
+                st = split_spans(spans, res.n_spans, L, k_done, n_dec, res.seconds, pre, dec, &first_count);
+            for (int s = 0; st == AC_OK && s < sites; s++)
+                for (int k = 0; k < k_done; k++) {
+                    size_t slot = (size_t)sweep * K + k;
+                    pre_all[((size_t)i * sites + s) * S + slot] = pre[(size_t)s * k_done + k];
+                    for (int t = 0; t < n_dec; t++)
+                        dec_all[(((size_t)i * sites + s) * n_dec + t) * S + slot] =
+                            dec[((size_t)s * n_dec + t) * k_done + k];
+                }
+            count[(size_t)i * R + sweep] = k_done;
+            report->requests_per_run += (double)k_done / ((double)n_runs * R);
             if (st == AC_OK && sweep == 0 && params->trace_path)
-                st = keep_trace(&trace, i, plan, spans, res.n_spans, first_end);
+                st = keep_trace(&trace, i, plan, spans, first_count);
             free(spans);
             mem_all[(size_t)i * R + sweep] = res.measured_bytes;
             report->retried += res.retried;
-            ref_all[(size_t)i * R + sweep] = res.reference_seconds;
+            for (int k = 0; k < k_done; k++)
+                ref_all[(size_t)i * S + (size_t)sweep * K + k] = res.reference_seconds[k];
             run_threads[i] = res.threads;
             ac_progress_metric(progress, "run_s", 1e-9 * (double)(ac_monotonic_ns() - run_start));
             ac_progress_update(progress, sweep * n_runs + i + 1);
         }
     /* every sample at the machine's median speed: times the median reference over the
-     * reference timed beside it */
+     * reference timed right after it */
     double reference = 0;
     if (st == AC_OK && !params->no_reference) {
-        double *copy = malloc(((size_t)n_runs * R + 1) * sizeof *copy);
+        double *copy = malloc(((size_t)n_runs * S + 1) * sizeof *copy);
+        size_t filled = 0;
+        for (size_t j = 0; copy && j < (size_t)n_runs * S; j++)
+            if (ref_all[j] > 0)
+                copy[filled++] = ref_all[j];
         if (!copy)
             st = ac_fail(AC_ERR_NOMEM, "profile: out of memory");
-        else {
-            memcpy(copy, ref_all, (size_t)n_runs * R * sizeof *copy);
-            reference = ac_stat_median(copy, (size_t)n_runs * R);
-            free(copy);
-        }
-        /* the references in time order (sweep by sweep), smoothed */
-        double *ordered = malloc(((size_t)n_runs * R + 1) * sizeof *ordered);
-        double *speed = malloc(((size_t)n_runs * R + 1) * sizeof *speed);
-        if (st == AC_OK && (!ordered || !speed))
-            st = ac_fail(AC_ERR_NOMEM, "profile: out of memory");
-        for (int q = 0; st == AC_OK && q < R; q++)
-            for (int i = 0; i < n_runs; i++)
-                ordered[(size_t)q * n_runs + i] = ref_all[(size_t)i * R + q];
-        if (st == AC_OK)
-            ac_stat_running_median(ordered, (size_t)n_runs * R, AC_REFERENCE_WINDOW, speed);
+        else if (filled)
+            reference = ac_stat_median(copy, filled);
+        free(copy);
         for (int i = 0; st == AC_OK && i < n_runs; i++)
-            for (int q = 0; q < R; q++) {
-                double now = speed[(size_t)q * n_runs + i];
+            for (int slot = 0; slot < S; slot++) {
+                double now = ref_all[(size_t)i * S + slot];
                 double f = now > 0 ? reference / now : 1.0;
                 for (int s = 0; s < sites; s++) {
-                    pre_all[((size_t)i * sites + s) * R + q] *= f;
+                    pre_all[((size_t)i * sites + s) * S + slot] *= f;
                     for (int t = 0; t < n_dec; t++)
-                        dec_all[(((size_t)i * sites + s) * n_dec + t) * R + q] *= f;
+                        dec_all[(((size_t)i * sites + s) * n_dec + t) * S + slot] *= f;
                 }
             }
-        free(ordered);
-        free(speed);
     }
     info.reference_ms = 1000.0 * reference;
     for (int i = 0; st == AC_OK && i < n_runs; i++) {
@@ -601,8 +638,9 @@ ac_status ac_profile_run(const char *model_dir, const ac_contract *contract, con
                 key.kind = (ac_row_kind)(AC_ROW_EMBEDDING + (s - L));
                 key.hidden = plan->arch.hidden;
             }
-            st = add_occurrence(&occ, &key, pre_all + ((size_t)i * sites + s) * R,
-                                dec_all + ((size_t)i * sites + s) * n_dec * R);
+            int n = gather_samples(pre_all + ((size_t)i * sites + s) * S, dec_all + ((size_t)i * sites + s) * n_dec * S,
+                                   count + (size_t)i * R, R, K, n_dec, gather_pre, gather_dec);
+            st = add_occurrence(&occ, &key, n, gather_pre, gather_dec);
         }
         if (st == AC_OK) {
             ac_memory_terms f = ac_memory_formula(&plan->arch, w, run_threads[i]);
@@ -614,6 +652,9 @@ ac_status ac_profile_run(const char *model_dir, const ac_contract *contract, con
     }
     free(pre_all);
     free(dec_all);
+    free(count);
+    free(gather_pre);
+    free(gather_dec);
     free(mem_all);
     free(run_threads);
     free(ref_all);

@@ -59,16 +59,3 @@ uint64_t ac_rng_next(uint64_t *state)
 }
 
 int ac_rng_below(uint64_t *state, int n) { return n > 0 ? (int)(ac_rng_next(state) % (uint64_t)n) : 0; }
-
-void ac_stat_running_median(const double *x, size_t n, int half, double *out)
-{
-    double window[64];
-    if (half > 31)
-        half = 31;
-    for (size_t i = 0; i < n; i++) {
-        size_t lo = i >= (size_t)half ? i - (size_t)half : 0, hi = i + (size_t)half < n ? i + (size_t)half : n - 1, k = 0;
-        for (size_t j = lo; j <= hi; j++)
-            window[k++] = x[j];
-        out[i] = ac_stat_median(window, k);
-    }
-}

@@ -2,6 +2,7 @@
  * sampled from the search space, and the predicted-vs-measured plot. */
 #include "autocompress/profile.h"
 #include "cost/cost_internal.h"
+#include "io/json_util.h"
 
 #include <errno.h>
 #include <math.h>
@@ -16,7 +17,8 @@ ac_validate_params ac_validate_default_params(void)
     ac_validate_params p;
     memset(&p, 0, sizeof p);
     p.n = 20;
-    p.repeats = 5;
+    p.repeats = 10;
+    p.requests = 0;
     p.seed = 20261202;
     p.progress = AC_PROGRESS_AUTO;
     return p;
@@ -25,6 +27,7 @@ ac_validate_params ac_validate_default_params(void)
 void ac_validate_report_free(ac_validate_report *r)
 {
     free(r->entries);
+    free(r->samples);
     memset(r, 0, sizeof *r);
 }
 
@@ -61,6 +64,39 @@ static void describe(const ac_arch *a, char *buf, size_t size)
     }
 }
 
+/* Timed requests of architecture i over all sweeps, from count[arch][sweep]. */
+static int requests_of(const int *count, int i, int R)
+{
+    int n = 0;
+    for (int q = 0; q < R; q++)
+        n += count[(size_t)i * R + q];
+    return n;
+}
+
+/* Every timed request in time order (sweep by sweep, architecture by architecture), from
+ * ms[arch][S] and the references refs[arch][S] (seconds; NULL: none), both packed, and
+ * count[arch][sweep]. */
+static ac_status keep_samples(ac_validate_report *r, const double *ms, const double *refs, const int *count, int n,
+                              int R, int S)
+{
+    size_t total = 0;
+    for (int i = 0; i < n * R; i++)
+        total += (size_t)count[i];
+    r->samples = malloc((total + 1) * sizeof *r->samples);
+    if (!r->samples)
+        return ac_fail(AC_ERR_NOMEM, "validate: out of memory for %zu samples", total);
+    for (int q = 0; q < R; q++)
+        for (int i = 0; i < n; i++) {
+            int offset = 0;
+            for (int p = 0; p < q; p++)
+                offset += count[(size_t)i * R + p];
+            for (int k = 0; k < count[(size_t)i * R + q]; k++)
+                r->samples[r->n_samples++] = (ac_validate_sample){
+                    i, q, ms[(size_t)i * S + offset + k], refs ? 1000.0 * refs[(size_t)i * S + offset + k] : 0.0};
+        }
+    return AC_OK;
+}
+
 static double ape(double predicted, double measured)
 {
     return measured > 0 ? 100.0 * fabs(predicted - measured) / measured : 0.0;
@@ -74,6 +110,9 @@ ac_status ac_cost_validate(const char *model_dir, const ac_contract *contract, c
         return ac_fail(AC_ERR_INVALID, "validate: --n must be at least 1, got %d", params->n);
     if (params->repeats < 1)
         return ac_fail(AC_ERR_INVALID, "validate: --repeats must be at least 1, got %d", params->repeats);
+    if (params->requests < 0 || params->requests > AC_MAX_REQUESTS)
+        return ac_fail(AC_ERR_INVALID, "validate: --requests must be in [0, %d] (0: auto), got %d", AC_MAX_REQUESTS,
+                       params->requests);
     int64_t t0 = ac_monotonic_ns();
     ac_arch parent;
     ac_status st = ac_load_parent_arch(model_dir, &parent);
@@ -89,20 +128,23 @@ ac_status ac_cost_validate(const char *model_dir, const ac_contract *contract, c
         st = ac_fail(AC_ERR_NOMEM, "validate: out of memory");
     ac_progress *progress = NULL;
     if (st == AC_OK)
-        st = ac_progress_init(&progress, "validate", (double)params->n * params->repeats, "requests", params->progress,
+        st = ac_progress_init(&progress, "validate", (double)params->n * params->repeats, "measurements", params->progress,
                               params->progress_stream ? params->progress_stream : stderr);
     uint64_t rng = params->seed;
     const ac_contract_workload *w = &contract->workload;
     int n = params->n, R = params->repeats;
+    /* K slots per sweep, count[arch][sweep] of them filled; S slots per architecture */
+    int K = params->requests > 0 ? params->requests : AC_MAX_REQUESTS, S = R * K;
     ac_arch *archs = calloc((size_t)n, sizeof *archs);
     int *maps = malloc((size_t)n * parent.n_layers * sizeof *maps);
-    double *ms = malloc((size_t)n * R * sizeof *ms), *mem = malloc((size_t)n * R * sizeof *mem);
-    double *norm = malloc((size_t)n * R * sizeof *norm), *refs = malloc((size_t)n * R * sizeof *refs);
-    double *speed = malloc((size_t)n * R * sizeof *speed);
+    double *ms = malloc((size_t)n * S * sizeof *ms), *mem = malloc((size_t)n * R * sizeof *mem);
+    double *norm = malloc((size_t)n * S * sizeof *norm), *refs = malloc((size_t)n * S * sizeof *refs);
+    double *scratch = malloc((size_t)n * S * sizeof *scratch);
+    int *count = calloc((size_t)n * R, sizeof *count);
     double reference_ms = ac_cost_tables_get_info(tables)->reference_ms;
     int normalise = reference_ms > 0 && !params->no_reference;
     report->normalised = normalise;
-    if (st == AC_OK && (!archs || !maps || !ms || !mem || !norm || !refs || !speed))
+    if (st == AC_OK && (!archs || !maps || !ms || !mem || !norm || !refs || !scratch || !count))
         st = ac_fail(AC_ERR_NOMEM, "validate: out of memory");
     for (int i = 0; st == AC_OK && i < n; i++) {
         ac_validate_entry *e = &report->entries[i];
@@ -120,18 +162,19 @@ ac_status ac_cost_validate(const char *model_dir, const ac_contract *contract, c
             e->params = (double)ac_arch_param_counts(&archs[i]).total;
         }
     }
-    /* R sweeps over the architectures, one timed request each in a fresh process: slow
-     * phases of the machine spread over all of them */
+    /* R sweeps over the architectures, each time in a fresh process: slow phases of the
+     * machine spread over all of them */
     for (int sweep = 0; st == AC_OK && sweep < R; sweep++)
         for (int i = 0; st == AC_OK && i < n; i++) {
             ac_measure_job job = {
                 .model_dir = model_dir,
-                .seed = params->seed + (uint64_t)i,
+                .seed = params->seed + (uint64_t)sweep, /* each sweep its own prompt */
                 .arch = &archs[i],
                 .parent_layer = maps + (size_t)i * parent.n_layers,
                 .workload = *w,
                 .threads = contract->hardware.threads,
-                .repeats = 1,
+                .repeats = K,
+                .min_seconds = params->requests > 0 ? 0 : AC_AUTO_REQUEST_SECONDS,
                 .warmup_steps = 2,
                 .probe_capacity = 0,
                 .reference = normalise,
@@ -142,33 +185,46 @@ ac_status ac_cost_validate(const char *model_dir, const ac_contract *contract, c
                 ac_fail_context(st, "validate: architecture %d (%s)", i, report->entries[i].description);
                 break;
             }
-            ms[(size_t)i * R + sweep] = 1000.0 * res.seconds[0];
+            /* the samples of architecture i, packed: those of earlier sweeps come first */
+            int done = 0;
+            for (int q = 0; q < sweep; q++)
+                done += count[(size_t)i * R + q];
+            for (int k = 0; k < res.repeats; k++) {
+                ms[(size_t)i * S + done + k] = 1000.0 * res.seconds[k];
+                refs[(size_t)i * S + done + k] = res.reference_seconds[k];
+            }
+            count[(size_t)i * R + sweep] = res.repeats;
+            report->requests_per_arch += (double)res.repeats / n;
             report->retried += res.retried;
-            refs[(size_t)sweep * n + i] = res.reference_seconds; /* in time order */
             mem[(size_t)i * R + sweep] = res.measured_bytes;
             ac_progress_update(progress, sweep * n + i + 1);
         }
     if (st == AC_OK && normalise) {
-        /* how steady the machine was: the parent's request, spread over median (the speed
-         * array is free until the running median fills it) */
-        memcpy(speed, refs, (size_t)n * R * sizeof *speed);
-        double mid = ac_stat_median(speed, (size_t)n * R);
-        report->reference_noise_pct = mid > 0 ? 100.0 * ac_stat_spread(speed, (size_t)n * R) / mid : 0;
-        ac_stat_running_median(refs, (size_t)n * R, AC_REFERENCE_WINDOW, speed);
+        /* how steady the machine was: the parent's request, spread over median */
+        size_t filled = 0;
         for (int i = 0; i < n; i++)
-            for (int q = 0; q < R; q++) {
-                double now = speed[(size_t)q * n + i];
-                norm[(size_t)i * R + q] = now > 0 ? ms[(size_t)i * R + q] * reference_ms / (1000.0 * now) : 0;
+            for (int j = 0; j < requests_of(count, i, R); j++)
+                scratch[filled++] = refs[(size_t)i * S + j];
+        double mid = ac_stat_median(scratch, filled);
+        report->reference_noise_pct = mid > 0 ? 100.0 * ac_stat_spread(scratch, filled) / mid : 0;
+        /* each request at the profiling's speed, through the reference timed right after it */
+        for (int i = 0; i < n; i++)
+            for (int j = 0; j < requests_of(count, i, R); j++) {
+                double now = refs[(size_t)i * S + j];
+                norm[(size_t)i * S + j] = now > 0 ? ms[(size_t)i * S + j] * reference_ms / (1000.0 * now) : 0;
             }
     }
+    if (st == AC_OK)
+        st = keep_samples(report, ms, normalise ? refs : NULL, count, n, R, S);
     for (int i = 0; st == AC_OK && i < n; i++) {
         ac_validate_entry *e = &report->entries[i];
-        e->latency_ms = ac_stat_median(ms + (size_t)i * R, (size_t)R);
-        e->latency_spread_ms = ac_stat_spread(ms + (size_t)i * R, (size_t)R);
+        size_t samples = (size_t)requests_of(count, i, R);
+        e->latency_ms = ac_stat_median(ms + (size_t)i * S, samples);
+        e->latency_spread_ms = ac_stat_spread(ms + (size_t)i * S, samples);
         e->throughput_tok_s = e->latency_ms > 0 ? (double)w->batch * (double)w->output_tokens / (e->latency_ms / 1000.0) : 0;
         e->memory_bytes = ac_stat_median(mem + (size_t)i * R, (size_t)R);
         if (normalise) {
-            e->latency_norm_ms = ac_stat_median(norm + (size_t)i * R, (size_t)R);
+            e->latency_norm_ms = ac_stat_median(norm + (size_t)i * S, samples);
             e->throughput_norm_tok_s = (double)w->batch * (double)w->output_tokens / (e->latency_norm_ms / 1000.0);
         }
         report->n = i + 1;
@@ -185,7 +241,8 @@ ac_status ac_cost_validate(const char *model_dir, const ac_contract *contract, c
     free(mem);
     free(norm);
     free(refs);
-    free(speed);
+    free(scratch);
+    free(count);
     for (int i = 0; st == AC_OK && i < report->n; i++) {
         const ac_validate_entry *e = &report->entries[i];
         double el = ape(e->predicted.latency_ms, e->latency_ms), et = ape(e->predicted.throughput_tok_s, e->throughput_tok_s);
@@ -213,6 +270,24 @@ ac_status ac_cost_validate(const char *model_dir, const ac_contract *contract, c
     ac_arch_free(&parent);
     if (st != AC_OK)
         ac_validate_report_free(report);
+    return st;
+}
+
+ac_status ac_validate_write_samples(const ac_validate_report *r, const char *path)
+{
+    size_t cap = 96 * (r->n_samples + 2), len = 0;
+    char *text = malloc(cap);
+    if (!text)
+        return ac_fail(AC_ERR_NOMEM, "validate: out of memory writing %s", path);
+    len += (size_t)snprintf(text, cap, "arch\tsweep\tms\treference_ms\n");
+    for (size_t i = 0; i < r->n_samples && len < cap; i++) {
+        const ac_validate_sample *x = &r->samples[i];
+        len += (size_t)snprintf(text + len, cap - len, "%d\t%d\t%.4f\t%.4f\n", x->arch, x->sweep, x->ms,
+                                x->reference_ms);
+    }
+    ac_status st = len < cap ? ac_write_text_file(path, text)
+                             : ac_fail(AC_ERR_INTERNAL, "validate: %s: samples outgrew their buffer", path);
+    free(text);
     return st;
 }
 

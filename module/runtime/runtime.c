@@ -192,6 +192,7 @@ ac_status ac_runtime_forward(ac_runtime *rt, const ac_batch *batch, ac_logits_mo
     ac_status st = check_batch(rt, batch);
     if (st != AC_OK)
         return st;
+    ac_k_flush_denormals();
     int T = 0, longest = 0;
     for (int s = 0; s < batch->n_seqs; s++) {
         int after = ac_cache_tokens(batch->caches[s]) + batch->n_tokens[s];

@@ -299,6 +299,7 @@ ac_status ac_train_step_loss(ac_train_step *s, const ac_step_inputs *in, double 
     ac_status st = check_inputs(s, in);
     if (st != AC_OK)
         return st;
+    ac_k_flush_denormals();
     embed(s, in);
     forward(s, in->masks);
     /* keep the logits readable: the loss needs no gradient buffer */
@@ -311,6 +312,7 @@ ac_status ac_train_step_run(ac_train_step *s, const ac_step_inputs *in, double *
     ac_status st = check_inputs(s, in);
     if (st != AC_OK)
         return st;
+    ac_k_flush_denormals();
     embed(s, in);
     forward(s, in->masks);
     *loss = loss_and_dlogits(s, in, 1);

@@ -34,8 +34,9 @@ static const char *const contract_text =
     "  routed_experts = [8, 4]; routed_ffn = [32, 16, 0]; shared_ffn = [48, 0]; removable = [\"mamba\", \"moe\"]; };\n";
 
 /* balanced: slots shared out by configurations (2 runs per hidden size) or as the
- * parent's layers (5 per hidden size). */
-static void check_profile(int balanced)
+ * parent's layers (5 per hidden size). requests: timed requests per measurement (0:
+ * auto, which on this tiny workload is the most a measurement takes). */
+static void check_profile(int balanced, int requests)
 {
     ac_contract c;
     assert_int_equal(ac_contract_parse_string(contract_text, "tiny", &c), AC_OK);
@@ -48,6 +49,7 @@ static void check_profile(int balanced)
     p.progress = AC_PROGRESS_OFF;
     p.trace_path = trace;
     p.balanced = balanced;
+    p.requests = requests;
     ac_cost_tables *t = NULL;
     ac_profile_report rep;
     ac_status st = ac_profile_run(MODEL, &c, &p, &t, &rep);
@@ -62,6 +64,7 @@ static void check_profile(int balanced)
     assert_int_equal(ac_cost_tables_get_info(t)->runs, runs);
     /* 9 layers + embedding, head, sampling, other per run */
     assert_float_equal(rep.rows_per_run, 13.0, 1e-9);
+    assert_float_equal(rep.requests_per_run, requests ? requests : AC_MAX_REQUESTS, 1e-9);
     ac_arch parent;
     assert_int_equal(ac_config_json_read(MODEL "/config.json", &parent), AC_OK);
     ac_cost_model *m = NULL;
@@ -117,20 +120,44 @@ static void check_profile(int balanced)
         processes += !strcmp(cJSON_GetObjectItem(e, "name")->valuestring, "process_name");
     }
     assert_int_equal(processes, runs);
-    /* one request per run: 5 steps, each with embedding, 9 layers, head and sampling */
+    /* the first request of each run: 5 steps, each with embedding, 9 layers, head and
+     * sampling */
     assert_int_equal(slices, runs * 5 * (1 + 1 + 9 + 1 + 1));
     cJSON_Delete(o);
     free(text);
 
     ac_validate_params vp = ac_validate_default_params();
     vp.n = 3;
-    vp.repeats = 1;
+    vp.repeats = 2;
+    vp.requests = requests;
     vp.progress = AC_PROGRESS_OFF;
     ac_validate_report vr;
     st = ac_cost_validate(MODEL, &c, t, &vp, &vr);
     if (st != AC_OK)
         fail_msg("%s", ac_error_message());
     assert_int_equal(vr.n, 3);
+    assert_float_equal(vr.requests_per_arch, 2.0 * (requests ? requests : AC_MAX_REQUESTS), 1e-9);
+    /* every timed request, in time order: sweep 0 of every architecture, then sweep 1 */
+    assert_int_equal(vr.n_samples, (size_t)lround(3 * vr.requests_per_arch));
+    for (size_t i = 1; i < vr.n_samples; i++) {
+        const ac_validate_sample *a = &vr.samples[i - 1], *b = &vr.samples[i];
+        assert_true(b->sweep > a->sweep || (b->sweep == a->sweep && b->arch >= a->arch));
+        assert_true(b->ms > 0 && b->reference_ms > 0);
+    }
+    char tsv[] = "/tmp/ac-samples-XXXXXX";
+    int tfd = mkstemp(tsv);
+    assert_true(tfd >= 0);
+    close(tfd);
+    assert_int_equal(ac_validate_write_samples(&vr, tsv), AC_OK);
+    FILE *tf = fopen(tsv, "r");
+    assert_non_null(tf);
+    char line[256];
+    size_t lines = 0;
+    while (fgets(line, sizeof line, tf))
+        lines++;
+    fclose(tf);
+    remove(tsv);
+    assert_int_equal(lines, vr.n_samples + 1);
     for (int i = 0; i < vr.n; i++) {
         assert_true(vr.entries[i].latency_ms > 0);
         assert_true(vr.entries[i].memory_bytes > 0);
@@ -147,8 +174,8 @@ static void check_profile(int balanced)
 static void test_profile_fills_every_row(void **state)
 {
     (void)state;
-    check_profile(0);
-    check_profile(1);
+    check_profile(0, 0);
+    check_profile(1, 2);
 }
 
 static void test_profile_refuses_what_it_cannot_measure(void **state)
@@ -166,9 +193,61 @@ static void test_profile_refuses_what_it_cannot_measure(void **state)
     assert_int_equal(ac_profile_run(MODEL, &c, &p, &t, &rep), AC_ERR_INVALID);
     assert_non_null(strstr(ac_error_message(), "repeats"));
     p.repeats = 1;
+    p.requests = AC_MAX_REQUESTS + 1;
+    assert_int_equal(ac_profile_run(MODEL, &c, &p, &t, &rep), AC_ERR_INVALID);
+    assert_non_null(strstr(ac_error_message(), "requests"));
+    p.requests = 0;
+    ac_validate_params vp = ac_validate_default_params();
+    vp.requests = -1;
+    ac_validate_report vr;
+    assert_int_equal(ac_cost_validate(MODEL, &c, NULL, &vp, &vr), AC_ERR_INVALID);
+    assert_non_null(strstr(ac_error_message(), "--requests"));
     c.hardware.kind = AC_DEVICE_CUDA;
     assert_int_equal(ac_profile_run(MODEL, &c, &p, &t, &rep), AC_ERR_UNSUPPORTED);
     assert_null(t);
+}
+
+/* A measurement times several requests in one process: all of them, or (min_seconds)
+ * only until their total reaches the threshold; with a probe, the spans of every request
+ * come back one request after the other, each on its own clock. */
+static void test_a_measurement_times_several_requests(void **state)
+{
+    (void)state;
+    ac_arch arch;
+    assert_int_equal(ac_config_json_read(MODEL "/config.json", &arch), AC_OK);
+    /* 1 sequence, 4 input and 3 output tokens: prefill + 2 decode steps; each step has a
+     * step span around embedding, 9 layers, head and sampling */
+    size_t per_request = 3 * (1 + 1 + 9 + 1 + 1);
+    ac_measure_job job = {.model_dir = MODEL, .seed = 1, .arch = &arch, .workload = {1, 0, 4, 3}, .threads = 1,
+                          .repeats = 3, .warmup_steps = 1, .probe_capacity = per_request + 4};
+    ac_measure_result res;
+    ac_span *spans = NULL;
+    ac_status st = ac_measure(&job, &res, &spans);
+    if (st != AC_OK)
+        fail_msg("%s", ac_error_message());
+    assert_int_equal(res.repeats, 3);
+    assert_int_equal(res.n_spans, 3 * per_request);
+    assert_int_equal(res.dropped, 0);
+    for (int r = 0; r < 3; r++) {
+        assert_true(res.seconds[r] > 0);
+        const ac_span *first = &spans[(size_t)r * per_request], *last = &spans[(size_t)(r + 1) * per_request - 1];
+        assert_int_equal(first->site.phase, AC_PHASE_PREFILL);
+        assert_int_equal(last->site.kind, AC_SITE_STEP);
+        assert_int_equal(last->site.step, 2);
+        /* the clock restarts with each request: a request's spans lie within its time */
+        assert_true(last->end_ns <= (int64_t)(1e9 * res.seconds[r]) + 1000000);
+    }
+    free(spans);
+    /* a threshold any request passes: one request */
+    job.min_seconds = 1e-9;
+    job.probe_capacity = 0;
+    assert_int_equal(ac_measure(&job, &res, NULL), AC_OK);
+    assert_int_equal(res.repeats, 1);
+    /* one no request reaches: all of them */
+    job.min_seconds = 1e6;
+    assert_int_equal(ac_measure(&job, &res, NULL), AC_OK);
+    assert_int_equal(res.repeats, 3);
+    ac_arch_free(&arch);
 }
 
 /* Slicing the parent to its own architecture copies every weight; a pruned layer keeps
@@ -254,6 +333,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_profile_fills_every_row),
         cmocka_unit_test(test_profile_refuses_what_it_cannot_measure),
+        cmocka_unit_test(test_a_measurement_times_several_requests),
         cmocka_unit_test(test_slices_keep_the_leading_parts),
         cmocka_unit_test(test_a_hung_child_is_reported),
     };

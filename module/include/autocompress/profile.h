@@ -19,22 +19,26 @@
  * parent layer of the slot's kind (random where the parent has no weights or is
  * smaller), so routers route as trained ones do. Each model serves the workload: the
  * cached context is built first, untimed, in chunks of the input length; then, after an
- * untimed warm-up request (prefill and two decode steps), one timed request prefills the
- * input and decodes. The CPU probe splits every step at layer boundaries. This is done in
- * `repeats` sweeps over all runs (each run once per sweep, in a fresh process), so a slow
- * phase of a shared machine costs every row one sample rather than one row all of its
- * samples. A request during which the process got less than 85% of threads x wall
- * time of CPU (another process took a core: the threads spin or compute whenever they
- * run) is run again, up to 8 times. Machine speed: every child also times one request of the parent itself right
- * after the measured one (the reference); each sample is scaled by the ratio of the
- * median reference over the whole profiling to the machine's speed at its moment (the
- * running median of the references of the 3 measurements before and after it, which
- * follows the drift without taking one request's noise in), so the rows are at the
- * machine's median speed rather than at whatever speed each run met (on
- * a shared host the whole machine drifts by 10-20% over minutes). Per slot the prefill
- * samples give a median, and the decode steps per-step
- * medians; slots with the same configuration (across runs) are combined by the median,
- * and the decode medians get their least-squares line in the context.
+ * untimed warm-up request (prefill and two decode steps), timed requests (see
+ * `requests`) each prefill the input and decode. The CPU probe splits every step at layer
+ * boundaries. This is done in `repeats` sweeps over all runs (each run once per sweep, in
+ * a fresh process, each sweep with its own prompt: MoE routing, and so MoE time, depends
+ * on the tokens), so a slow phase of a shared machine costs every row one sample rather
+ * than one row all of its samples. A request during which the process got less than 85%
+ * of threads x wall time of CPU (another process took a core: the threads spin or compute
+ * whenever they run) is run again, up to 8 times.
+ *
+ * Machine speed. On a shared host the speed drifts from request to request and differs
+ * from process to process (measured here: the same model's median request 10-15% (sd)
+ * apart between processes, 6% between requests of one process), and most of the drift
+ * is common to whatever runs at that moment: the log ratio of two models' requests timed
+ * one after the other varies half as much as either. Every child therefore also times a
+ * request of the parent itself right after each measured one (the reference), and each
+ * sample is scaled by the median reference over the whole profiling over its own
+ * reference, so the rows are at the machine's median speed. Per slot the prefill samples
+ * give a median, and the decode steps per-step medians; slots with the same configuration
+ * (across runs) are combined by the median, and the decode medians get their
+ * least-squares line in the context.
  *
  * Each run executes in a child process (fork), so its memory peak (VmHWM) is its own:
  * the measured memory of a run is its peak resident size over the resident size before
@@ -56,8 +60,17 @@
 extern "C" {
 #endif
 
+/* Timed requests per measurement process: `requests` when set, else (0, the default)
+ * as many as fit in AC_AUTO_REQUEST_SECONDS of timed requests, at least one and at most
+ * AC_MAX_REQUESTS. A fresh process costs far more than a cheap request (loading, slicing,
+ * building the context, a warm-up), so a short workload takes several samples from each
+ * process and a long one just one. */
+enum { AC_MAX_REQUESTS = 8 };
+#define AC_AUTO_REQUEST_SECONDS 0.3
+
 typedef struct {
-    int repeats;             /* sweeps: timed requests per run, one per sweep (default 5) */
+    int repeats;             /* sweeps: each run measured once per sweep (default 5) */
+    int requests;            /* timed requests per measurement; 0: auto (above) */
     int layers;              /* layers of a profiling model; 0: the parent's count */
     int balanced;            /* 1: slots shared out by configuration count (fewer runs) */
     int no_reference;        /* 1: no reference requests, times as measured */
@@ -77,6 +90,7 @@ typedef struct {
     int threads;            /* host threads used */
     int threads_clamped;    /* the contract asked for more threads than cores */
     int retried;            /* requests run again: another process had taken a core */
+    double requests_per_run; /* timed requests per measurement, on average */
 } ac_profile_report;
 
 /* Profiles the search space of `contract` for the parent in `model_dir` (a checkpoint,
@@ -88,7 +102,8 @@ ac_status ac_profile_run(const char *model_dir, const ac_contract *contract, con
 
 typedef struct {
     int n;                  /* held-out architectures (default 20) */
-    int repeats;            /* sweeps: timed requests per architecture, one per sweep (default 5) */
+    int repeats;            /* sweeps: each architecture measured once per sweep (default 10) */
+    int requests;           /* timed requests per measurement; 0: auto (above) */
     int no_reference;       /* 1: no reference requests (only raw times) */
     uint64_t seed;
     ac_progress_mode progress;
@@ -111,9 +126,18 @@ typedef struct {
     double memory_bytes;    /* measured peak over the pre-model baseline */
 } ac_validate_entry;
 
+/* One timed request of the validation. */
+typedef struct {
+    int arch, sweep;
+    double ms;              /* as measured */
+    double reference_ms;    /* the parent's request timed right after it (0: none) */
+} ac_validate_sample;
+
 typedef struct {
     int n;
     ac_validate_entry *entries;   /* n of them, owned */
+    ac_validate_sample *samples;  /* n_samples of them in time order, owned */
+    size_t n_samples;
     double latency_mape, latency_max_ape;       /* percent, raw measurement */
     double throughput_mape, throughput_max_ape;
     int normalised;                             /* the _norm figures are set */
@@ -125,19 +149,23 @@ typedef struct {
                                     percent (how steady the machine was; 0 without references) */
     double seconds;
     int retried;            /* requests run again: another process had taken a core */
+    double requests_per_arch; /* timed requests per architecture (all sweeps), on average */
 } ac_validate_report;
 
 /* Samples params->n architectures uniformly from the search space (a seed's draw; the
  * profiling models are never among them: those carry several configurations of a kind
  * at once), slices their weights from the parent (the first channels, heads and
- * experts), measures each end to end (in `repeats` sweeps over all of them, one request
- * each in a fresh child process; the median counts) and compares with the model: raw,
- * and (when the tables carry a reference) at the profiling's machine speed, each request
- * scaled by reference_ms over the machine's speed at its moment (the running median of
- * the parent requests timed beside it and its neighbours in time). */
+ * experts), measures each end to end (in `repeats` sweeps over all of them, each time in
+ * a fresh child process that times `requests` requests, each sweep with its own prompt;
+ * the median of all counts) and compares with the model: raw, and (when the tables carry
+ * a reference) at the profiling's machine speed, each request scaled by reference_ms over
+ * the parent request timed in its own process. */
 ac_status ac_cost_validate(const char *model_dir, const ac_contract *contract, const ac_cost_tables *tables,
                            const ac_validate_params *params, ac_validate_report *report);
 void ac_validate_report_free(ac_validate_report *report);
+/* Writes every timed request (report->samples) as tab-separated values with a header
+ * line: arch, sweep, ms, reference_ms. */
+ac_status ac_validate_write_samples(const ac_validate_report *report, const char *path);
 /* A PNG of predicted against measured latency (or throughput) and memory, via gnuplot. */
 ac_status ac_validate_plot(const ac_validate_report *report, const ac_contract *contract, const char *png_path);
 
