@@ -174,8 +174,8 @@ static int validate(const args *a, const ac_contract *contract, const ac_cost_ta
                e->predicted.conventional_bytes / mib,
                100.0 * (e->predicted.conventional_bytes - e->memory_bytes) / e->memory_bytes);
     }
-    printf("(%s; raw: as measured; norm: at the profiling's machine speed, each request scaled by the parent's "
-           "reference request timed beside it)\n", unit);
+    printf("(%s; raw: as measured; norm: at the profiling's machine speed, each request scaled by (the tables' "
+           "reference over the parent's request timed right after it) ^ slope)\n", unit);
     printf("latency MAPE %.2f%% (max %.2f%%), throughput MAPE %.2f%% (max %.2f%%)\n", r.latency_mape, r.latency_max_ape,
            r.throughput_mape, r.throughput_max_ape);
     if (r.normalised)
@@ -187,7 +187,8 @@ static int validate(const args *a, const ac_contract *contract, const ac_cost_ta
         printf("%d requests run again: another process had taken a core\n", r.retried);
     if (r.normalised)
         printf("machine noise: the parent's reference request varied by %.1f%% (1.4826 MAD / median) over the "
-               "validation\n", r.reference_noise_pct);
+               "validation; times moved with it with slope %.2f (profiling: %.2f)\n", r.reference_noise_pct,
+               r.reference_slope, ac_cost_tables_get_info(tables)->reference_slope);
     printf("%d architectures measured in %.1f s (%d sweeps of %.1f timed requests each); the expected cost with its "
            "gradients takes %.1f us a call\n", r.n,
            r.seconds, a->p.repeats, r.requests_per_arch / a->p.repeats, expected_call_us(a, contract, tables));

@@ -92,7 +92,8 @@ int cli_profile(int argc, char **argv)
     if (report.retried)
         printf("%d requests run again: another process had taken a core\n", report.retried);
     if (in->reference_ms > 0)
-        printf("rows at the machine's median speed over the profiling: parent request %.2f ms\n", in->reference_ms);
+        printf("rows at the machine's median speed over the profiling: parent request %.2f ms (times moved with it "
+               "with slope %.2f)\n", in->reference_ms, in->reference_slope);
     printf("memory residual eps: %.2f MiB (spread %.2f MiB over %zu runs)\n", in->eps_bytes / 1048576.0,
            in->eps_spread_bytes / 1048576.0, ac_cost_tables_memory_count(tables));
     printf("wrote %s\n", out);

@@ -422,6 +422,49 @@ static ac_status reduce_rows(const occurrences *o, const ac_contract_workload *w
     return st;
 }
 
+/* The median of the references over all filled slots, and the slope of log request time
+ * (the sum of a sample's sites) on log reference within runs. ref[run][slot] (0: empty);
+ * pre[run][site][slot], dec[run][site][step][slot]. */
+static ac_status speed_of_references(const double *ref, const double *pre, const double *dec, int n_runs, int S,
+                                     int sites, int n_dec, double *median, double *slope)
+{
+    size_t total = (size_t)n_runs * S;
+    double *x = malloc((total + 1) * sizeof *x), *y = malloc((total + 1) * sizeof *y);
+    size_t *start = malloc(((size_t)n_runs + 1) * sizeof *start);
+    if (!x || !y || !start) {
+        free(x);
+        free(y);
+        free(start);
+        return ac_fail(AC_ERR_NOMEM, "profile: out of memory");
+    }
+    size_t n = 0;
+    for (int i = 0; i < n_runs; i++) {
+        start[i] = n;
+        for (int slot = 0; slot < S; slot++) {
+            if (ref[(size_t)i * S + slot] <= 0)
+                continue;
+            double us = 0;
+            for (int s = 0; s < sites; s++) {
+                us += pre[((size_t)i * sites + s) * S + slot];
+                for (int t = 0; t < n_dec; t++)
+                    us += dec[(((size_t)i * sites + s) * n_dec + t) * S + slot];
+            }
+            x[n] = log(ref[(size_t)i * S + slot]);
+            y[n] = log(us > 0 ? us : 1e-3);
+            n++;
+        }
+    }
+    start[n_runs] = n;
+    *slope = ac_stat_within_slope(x, y, start, (size_t)n_runs);
+    for (size_t j = 0; j < n; j++)
+        y[j] = exp(x[j]);
+    *median = n ? ac_stat_median(y, n) : 0.0;
+    free(x);
+    free(y);
+    free(start);
+    return AC_OK;
+}
+
 /* ---- the whole profiling ---- */
 
 typedef struct {
@@ -601,31 +644,21 @@ ac_status ac_profile_run(const char *model_dir, const ac_contract *contract, con
             ac_progress_metric(progress, "run_s", 1e-9 * (double)(ac_monotonic_ns() - run_start));
             ac_progress_update(progress, sweep * n_runs + i + 1);
         }
-    /* every sample at the machine's median speed: times the median reference over the
-     * reference timed right after it */
-    double reference = 0;
-    if (st == AC_OK && !params->no_reference) {
-        double *copy = malloc(((size_t)n_runs * S + 1) * sizeof *copy);
-        size_t filled = 0;
-        for (size_t j = 0; copy && j < (size_t)n_runs * S; j++)
-            if (ref_all[j] > 0)
-                copy[filled++] = ref_all[j];
-        if (!copy)
-            st = ac_fail(AC_ERR_NOMEM, "profile: out of memory");
-        else if (filled)
-            reference = ac_stat_median(copy, filled);
-        free(copy);
-        for (int i = 0; st == AC_OK && i < n_runs; i++)
-            for (int slot = 0; slot < S; slot++) {
-                double now = ref_all[(size_t)i * S + slot];
-                double f = now > 0 ? reference / now : 1.0;
-                for (int s = 0; s < sites; s++) {
-                    pre_all[((size_t)i * sites + s) * S + slot] *= f;
-                    for (int t = 0; t < n_dec; t++)
-                        dec_all[(((size_t)i * sites + s) * n_dec + t) * S + slot] *= f;
-                }
+    /* every sample at the machine's median speed: times (the median reference over the
+     * reference timed right after it) ^ slope */
+    double reference = 0, slope = 1.0;
+    if (st == AC_OK && !params->no_reference)
+        st = speed_of_references(ref_all, pre_all, dec_all, n_runs, S, sites, n_dec, &reference, &slope);
+    for (int i = 0; st == AC_OK && reference > 0 && i < n_runs; i++)
+        for (int slot = 0; slot < S; slot++) {
+            double f = ac_speed_factor(reference, ref_all[(size_t)i * S + slot], slope);
+            for (int s = 0; s < sites; s++) {
+                pre_all[((size_t)i * sites + s) * S + slot] *= f;
+                for (int t = 0; t < n_dec; t++)
+                    dec_all[(((size_t)i * sites + s) * n_dec + t) * S + slot] *= f;
             }
-    }
+        }
+    info.reference_slope = slope;
     info.reference_ms = 1000.0 * reference;
     for (int i = 0; st == AC_OK && i < n_runs; i++) {
         const run_plan *plan = &runs[i];

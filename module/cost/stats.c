@@ -59,3 +59,33 @@ uint64_t ac_rng_next(uint64_t *state)
 }
 
 int ac_rng_below(uint64_t *state, int n) { return n > 0 ? (int)(ac_rng_next(state) % (uint64_t)n) : 0; }
+
+double ac_stat_within_slope(const double *x, const double *y, const size_t *start, size_t groups)
+{
+    double sxy = 0, sxx = 0;
+    for (size_t g = 0; g < groups; g++) {
+        size_t lo = start[g], hi = start[g + 1];
+        if (hi - lo < 2)
+            continue;
+        double mx = 0, my = 0;
+        for (size_t i = lo; i < hi; i++) {
+            mx += x[i];
+            my += y[i];
+        }
+        mx /= (double)(hi - lo);
+        my /= (double)(hi - lo);
+        for (size_t i = lo; i < hi; i++) {
+            sxy += (x[i] - mx) * (y[i] - my);
+            sxx += (x[i] - mx) * (x[i] - mx);
+        }
+    }
+    if (sxx <= 0)
+        return 1.0;
+    double b = sxy / sxx;
+    return b < 0 ? 0 : b > 2 ? 2 : b;
+}
+
+double ac_speed_factor(double typical, double now, double slope)
+{
+    return now > 0 && typical > 0 ? pow(typical / now, slope) : 1.0;
+}

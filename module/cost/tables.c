@@ -196,6 +196,7 @@ static cJSON *tables_json(const ac_cost_tables *t)
     ok = ok && add_number(o, "threads", in->threads) && add_number(o, "repeats", in->repeats) &&
          add_number(o, "runs", in->runs) && add_number(o, "layers_per_run", in->layers_per_run) &&
          add_number(o, "seconds", in->seconds) && add_number(o, "reference_ms", in->reference_ms) &&
+         add_number(o, "reference_slope", in->reference_slope) &&
          cJSON_AddStringToObject(o, "decode_model",
                                  "step_us = a_us + b_us * context, context = tokens in the cache before the step");
     cJSON *mem = ok ? cJSON_AddObjectToObject(o, "memory") : NULL;
@@ -385,6 +386,9 @@ static void read_tables(reader *r, const cJSON *o, ac_cost_tables *t)
     in->seconds = get_number(r, o, "seconds", "");
     if (cJSON_GetObjectItemCaseSensitive(o, "reference_ms"))
         in->reference_ms = get_number(r, o, "reference_ms", "");
+    in->reference_slope = 1.0; /* tables written before the slope was measured */
+    if (cJSON_GetObjectItemCaseSensitive(o, "reference_slope"))
+        in->reference_slope = get_number(r, o, "reference_slope", "");
     const cJSON *mem = get_object(r, o, "memory", "");
     in->eps_bytes = get_number(r, mem, "eps_bytes", "memory");
     in->eps_spread_bytes = get_number(r, mem, "eps_spread_bytes", "memory");

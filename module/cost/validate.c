@@ -73,6 +73,36 @@ static int requests_of(const int *count, int i, int R)
     return n;
 }
 
+/* The slope of log time on log reference within architectures, from ms[arch][S] and
+ * refs[arch][S] (packed, count[arch][sweep] per sweep). */
+static ac_status within_slope(const double *ms, const double *refs, const int *count, int n, int R, int S,
+                              double *slope)
+{
+    double *x = malloc(((size_t)n * S + 1) * sizeof *x), *y = malloc(((size_t)n * S + 1) * sizeof *y);
+    size_t *start = malloc(((size_t)n + 1) * sizeof *start);
+    if (!x || !y || !start) {
+        free(x);
+        free(y);
+        free(start);
+        return ac_fail(AC_ERR_NOMEM, "validate: out of memory");
+    }
+    size_t k = 0;
+    for (int i = 0; i < n; i++) {
+        start[i] = k;
+        for (int j = 0; j < requests_of(count, i, R); j++)
+            if (refs[(size_t)i * S + j] > 0 && ms[(size_t)i * S + j] > 0) {
+                x[k] = log(refs[(size_t)i * S + j]);
+                y[k++] = log(ms[(size_t)i * S + j]);
+            }
+    }
+    start[n] = k;
+    *slope = ac_stat_within_slope(x, y, start, (size_t)n);
+    free(x);
+    free(y);
+    free(start);
+    return AC_OK;
+}
+
 /* Every timed request in time order (sweep by sweep, architecture by architecture), from
  * ms[arch][S] and the references refs[arch][S] (seconds; NULL: none), both packed, and
  * count[arch][sweep]. */
@@ -207,12 +237,14 @@ ac_status ac_cost_validate(const char *model_dir, const ac_contract *contract, c
                 scratch[filled++] = refs[(size_t)i * S + j];
         double mid = ac_stat_median(scratch, filled);
         report->reference_noise_pct = mid > 0 ? 100.0 * ac_stat_spread(scratch, filled) / mid : 0;
-        /* each request at the profiling's speed, through the reference timed right after it */
-        for (int i = 0; i < n; i++)
-            for (int j = 0; j < requests_of(count, i, R); j++) {
-                double now = refs[(size_t)i * S + j];
-                norm[(size_t)i * S + j] = now > 0 ? ms[(size_t)i * S + j] * reference_ms / (1000.0 * now) : 0;
-            }
+        /* each request at the profiling's speed, through the reference timed right after
+         * it and how times move with the reference here (the slope within architectures) */
+        st = within_slope(ms, refs, count, n, R, S, &report->reference_slope);
+        for (int i = 0; st == AC_OK && i < n; i++)
+            for (int j = 0; j < requests_of(count, i, R); j++)
+                norm[(size_t)i * S + j] = ms[(size_t)i * S + j] * ac_speed_factor(reference_ms / 1000.0,
+                                                                                  refs[(size_t)i * S + j],
+                                                                                  report->reference_slope);
     }
     if (st == AC_OK)
         st = keep_samples(report, ms, normalise ? refs : NULL, count, n, R, S);

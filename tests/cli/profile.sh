@@ -36,12 +36,17 @@ grep -q '"ph":"X"' "$tmp/trace.json" || fail "trace has no slices"
 grep -q '"name":"thread_name"' "$tmp/trace.json" || fail "trace has no named tracks"
 
 "$ac" costmodel validate --model "$model" --contract "$tmp/tiny.cfg" --tables "$tmp/tables.json" --n 2 \
-  --repeats 1 --progress off --plot "$tmp/v.png" >"$tmp/val" 2>"$tmp/val.err" || {
+  --repeats 1 --requests 3 --samples "$tmp/samples.tsv" --progress off --plot "$tmp/v.png" >"$tmp/val" \
+  2>"$tmp/val.err" || {
   # only a missing gnuplot may fail the plot
   grep -q "gnuplot" "$tmp/val.err" || fail "validate exited: $(cat "$tmp/val.err")"
 }
 grep -q "latency MAPE" "$tmp/val" || fail "no latency MAPE: $(cat "$tmp/val")"
 grep -q "conventional W+C+P MAPE" "$tmp/val" || fail "no conventional memory error"
+grep -q "1 sweeps of 3.0 timed requests" "$tmp/val" || fail "not 3 requests per process: $(cat "$tmp/val")"
+# a header and 2 architectures x 3 requests, each with the reference timed after it
+[ "$(head -1 "$tmp/samples.tsv")" = "$(printf 'arch\tsweep\tms\treference_ms')" ] || fail "samples header"
+[ "$(awk 'NR > 1 && $3 > 0 && $4 > 0' "$tmp/samples.tsv" | wc -l)" -eq 6 ] || fail "samples: $(cat "$tmp/samples.tsv")"
 [ "$(grep -c '^[0-9]* *d[0-9]' "$tmp/val")" -eq 2 ] || fail "expected 2 architectures: $(cat "$tmp/val")"
 if command -v gnuplot >/dev/null; then
   [ "$(head -c 4 "$tmp/v.png" | tail -c 3)" = "PNG" ] || fail "the plot is not a PNG"
@@ -59,6 +64,9 @@ set +e
 [ $rc -ne 0 ] && grep -q "none.cfg" "$tmp/err" || fail "missing contract: rc $rc, $(cat "$tmp/err")"
 "$ac" profile --model "$model" --contract "$tmp/tiny.cfg" --out "$tmp/x.json" --repeats 0 2>"$tmp/err"; rc=$?
 [ $rc -eq 2 ] && grep -q -- "--repeats" "$tmp/err" || fail "--repeats 0: rc $rc, $(cat "$tmp/err")"
+"$ac" costmodel validate --model "$model" --contract "$tmp/tiny.cfg" --tables "$tmp/tables.json" --requests 9 \
+  2>"$tmp/err"; rc=$?
+[ $rc -eq 2 ] && grep -q -- "--requests" "$tmp/err" || fail "--requests 9: rc $rc, $(cat "$tmp/err")"
 "$ac" costmodel frobnicate 2>"$tmp/err"; rc=$?
 [ $rc -eq 2 ] && grep -q "frobnicate" "$tmp/err" || fail "unknown subcommand: rc $rc"
 echo '{"format": "something else"}' >"$tmp/bad.json"

@@ -90,6 +90,7 @@ static ac_cost_tables *make_tables(const ac_contract *c)
     info.workload = c->workload;
     info.threads = 2;
     info.eps_bytes = 12345.0;
+    info.reference_slope = 0.625;
     ac_cost_tables *t = NULL;
     assert_int_equal(ac_cost_tables_create(&info, &t), AC_OK);
     /* runs at hidden 16 leave residuals 10000, 12000, 11000 (median 11000); none ran at
@@ -429,6 +430,7 @@ static void test_tables_round_trip_through_json(void **state)
     assert_float_equal(ac_cost_tables_memory(back, 3)->kv, 1e4, 1e-9);
     assert_int_equal(ac_cost_tables_memory(back, 3)->hidden, 12);
     assert_float_equal(ac_cost_tables_get_info(back)->eps_bytes, 12345.0, 1e-9);
+    assert_float_equal(ac_cost_tables_get_info(back)->reference_slope, 0.625, 1e-12);
     assert_int_equal(ac_cost_tables_get_info(back)->workload.cached_tokens, 5);
     ac_cost_tables_free(back);
     /* a broken field is named */

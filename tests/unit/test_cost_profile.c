@@ -247,7 +247,42 @@ static void test_a_measurement_times_several_requests(void **state)
     job.min_seconds = 1e6;
     assert_int_equal(ac_measure(&job, &res, NULL), AC_OK);
     assert_int_equal(res.repeats, 3);
+    for (int r = 0; r < 3; r++)
+        assert_true(res.reference_seconds[r] == 0);
+    /* with the reference: a parent request after each, and nothing added to the memory
+     * peak (the reference is built after it is read) */
+    double alone = res.measured_bytes;
+    job.reference = 1;
+    assert_int_equal(ac_measure(&job, &res, NULL), AC_OK);
+    assert_int_equal(res.repeats, 3);
+    for (int r = 0; r < 3; r++)
+        assert_true(res.reference_seconds[r] > 0);
+    assert_true(fabs(res.measured_bytes - alone) <= 0.01 * alone);
     ac_arch_free(&arch);
+}
+
+/* The slope within groups ignores the groups' levels: two groups on parallel lines of
+ * slope 0.5 whose levels alone would give a pooled slope of about -1.2. */
+static void test_within_slope_removes_each_groups_level(void **state)
+{
+    (void)state;
+    double x[6] = {0, 1, 2, 5, 6, 7}, y[6];
+    for (int i = 0; i < 6; i++)
+        y[i] = (i < 3 ? 10.0 : -3.0) + 0.5 * x[i];
+    size_t start[3] = {0, 3, 6};
+    assert_float_equal(ac_stat_within_slope(x, y, start, 2), 0.5, 1e-12);
+    double a, b;
+    ac_stat_line(x, y, 6, &a, &b);
+    assert_true(b < -1.0); /* what ignoring the groups would say */
+    /* falling, clamped to 0; flat x: 1 (no information, the plain ratio) */
+    for (int i = 0; i < 6; i++)
+        y[i] = -x[i];
+    assert_float_equal(ac_stat_within_slope(x, y, start, 2), 0.0, 0.0);
+    double flat[6] = {3, 3, 3, 4, 4, 4};
+    assert_float_equal(ac_stat_within_slope(flat, y, start, 2), 1.0, 0.0);
+    /* the correction: (typical / now)^slope */
+    assert_float_equal(ac_speed_factor(0.1, 0.4, 0.5), 0.5, 1e-12);
+    assert_float_equal(ac_speed_factor(0.1, 0.0, 0.5), 1.0, 0.0);
 }
 
 /* Slicing the parent to its own architecture copies every weight; a pruned layer keeps
@@ -334,6 +369,7 @@ int main(void)
         cmocka_unit_test(test_profile_fills_every_row),
         cmocka_unit_test(test_profile_refuses_what_it_cannot_measure),
         cmocka_unit_test(test_a_measurement_times_several_requests),
+        cmocka_unit_test(test_within_slope_removes_each_groups_level),
         cmocka_unit_test(test_slices_keep_the_leading_parts),
         cmocka_unit_test(test_a_hung_child_is_reported),
     };

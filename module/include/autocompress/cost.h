@@ -113,6 +113,8 @@ typedef struct {
     double reference_ms;  /* the parent's request at the machine's median speed over the
                              profiling (0: times not normalised); every time in the rows
                              is at that speed (autocompress/profile.h) */
+    double reference_slope; /* how a profiling model's time moves with the reference's
+                               (log-log, within runs): the exponent of the correction */
     double eps_bytes;     /* memory residual: median over all runs */
     double eps_spread_bytes;
 } ac_cost_tables_info;

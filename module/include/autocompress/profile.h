@@ -145,6 +145,8 @@ typedef struct {
     double throughput_norm_mape, throughput_norm_max_ape;
     double memory_mape, memory_max_ape;
     double conventional_memory_mape;            /* W + C + P against the measurement */
+    double reference_slope;      /* how the measured times move with the reference here
+                                    (log-log, within architectures): the correction's exponent */
     double reference_noise_pct;  /* the parent's reference request: 1.4826 MAD over median,
                                     percent (how steady the machine was; 0 without references) */
     double seconds;
