@@ -3,9 +3,10 @@
  * send back the request times, the probe's spans and the memory peak.
  *
  * Memory: after the parent is loaded and everything the measurement itself needs is
- * allocated (probe buffer, context snapshot), the peak resident size is reset to the
- * current one, which is the baseline; the model, runtime and caches come after it, so
- * peak minus baseline is what serving this model takes.
+ * allocated (probe and span buffers, context snapshot), the peak resident size is reset
+ * to the current one, which is the baseline; the model, runtime and caches come after
+ * it, and the peak is read after the first timed request, so peak minus baseline is what
+ * serving this model takes.
  *
  * Reference: on a shared machine a process's speed drifts from request to request and
  * differs from one process to the next (measured here: the same model's median request

@@ -118,8 +118,9 @@ typedef struct {
     ac_cost_prediction predicted;
     double latency_ms;      /* measured: median of the timed requests */
     double latency_spread_ms;
-    /* the same at the profiling's machine speed: each request scaled by the tables'
-     * reference_ms over the reference request timed beside it (0 without references) */
+    /* the same at the profiling's machine speed: each request scaled by (the tables'
+     * reference_ms over the reference request timed right after it) ^ reference_slope
+     * (0 without references) */
     double latency_norm_ms;
     double throughput_norm_tok_s;
     double throughput_tok_s;
