@@ -209,7 +209,7 @@ static void test_profile_refuses_what_it_cannot_measure(void **state)
 
 /* A measurement times several requests in one process: all of them, or (min_seconds)
  * only until their total reaches the threshold; with a probe, the spans of every request
- * come back one request after the other, each on its own clock. */
+ * come back one request after the other. */
 static void test_a_measurement_times_several_requests(void **state)
 {
     (void)state;
@@ -234,8 +234,10 @@ static void test_a_measurement_times_several_requests(void **state)
         assert_int_equal(first->site.phase, AC_PHASE_PREFILL);
         assert_int_equal(last->site.kind, AC_SITE_STEP);
         assert_int_equal(last->site.step, 2);
-        /* the clock restarts with each request: a request's spans lie within its time */
-        assert_true(last->end_ns <= (int64_t)(1e9 * res.seconds[r]) + 1000000);
+        /* a request's spans all end by the end of its last step (one clock per request;
+         * nothing here depends on how long anything took) */
+        for (const ac_span *x = first; x < last; x++)
+            assert_true(x->start_ns <= x->end_ns && x->end_ns <= last->end_ns);
     }
     free(spans);
     /* a threshold any request passes: one request */
