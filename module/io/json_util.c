@@ -1,11 +1,9 @@
 #include "io/json_util.h"
+#include "io/atomic_file.h"
 
-#include <errno.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 const char *ac_json_type_name(const cJSON *v)
 {
@@ -28,40 +26,8 @@ const char *ac_json_type_name(const cJSON *v)
 
 ac_status ac_write_text_file(const char *path, const char *text)
 {
-    size_t plen = strlen(path);
-    char *tmp = malloc(plen + 5);
-    if (!tmp)
-        return ac_fail(AC_ERR_NOMEM, "%s: out of memory", path);
-    memcpy(tmp, path, plen);
-    memcpy(tmp + plen, ".tmp", 5);
-    ac_status st = AC_OK;
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (fd < 0) {
-        st = ac_fail(AC_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));
-        free(tmp);
-        return st;
-    }
-    size_t len = strlen(text), done = 0;
-    while (done < len) {
-        ssize_t w = write(fd, text + done, len - done);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0) {
-            st = ac_fail(AC_ERR_IO, "%s: write failed: %s", tmp, strerror(errno));
-            break;
-        }
-        done += (size_t)w;
-    }
-    if (st == AC_OK && fsync(fd) != 0)
-        st = ac_fail(AC_ERR_IO, "%s: fsync failed: %s", tmp, strerror(errno));
-    if (close(fd) != 0 && st == AC_OK)
-        st = ac_fail(AC_ERR_IO, "%s: close failed: %s", tmp, strerror(errno));
-    if (st == AC_OK && rename(tmp, path) != 0)
-        st = ac_fail(AC_ERR_IO, "%s: cannot rename %s into place: %s", path, tmp, strerror(errno));
-    if (st != AC_OK)
-        unlink(tmp);
-    free(tmp);
-    return st;
+    ac_file_piece piece = {text, strlen(text)};
+    return ac_write_file_atomically(path, &piece, 1);
 }
 
 ac_status ac_write_json_file(const char *path, const cJSON *root)

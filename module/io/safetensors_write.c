@@ -1,6 +1,7 @@
 /* Safetensors writer: collects tensors (by pointer) and metadata, then writes a file
  * through PATH.tmp + rename, or a sharded checkpoint directory with an index. */
 #include "autocompress/safetensors.h"
+#include "io/atomic_file.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -228,23 +229,6 @@ ac_status ac_safetensors_writer_set_metadata(ac_safetensors_writer *w, const cha
 
 /* ---- file output ---- */
 
-static ac_status write_all(int fd, const void *buf, uint64_t n, const char *path)
-{
-    const unsigned char *p = buf;
-    while (n > 0) {
-        size_t chunk = n > ((uint64_t)1 << 30) ? (size_t)1 << 30 : (size_t)n;
-        ssize_t got = write(fd, p, chunk);
-        if (got < 0) {
-            if (errno == EINTR)
-                continue;
-            return ac_fail(AC_ERR_IO, "%s: write failed: %s", path, strerror(errno));
-        }
-        p += got;
-        n -= (uint64_t)got;
-    }
-    return AC_OK;
-}
-
 static char *join_path(const char *dir, const char *name)
 {
     size_t a = strlen(dir), b = strlen(name);
@@ -252,68 +236,6 @@ static char *join_path(const char *dir, const char *name)
     if (p)
         snprintf(p, a + b + 2, "%s%s%s", dir, (a && dir[a - 1] == '/') ? "" : "/", name);
     return p;
-}
-
-/* Makes a completed rename durable; failures here are not worth failing the write for. */
-static void sync_parent_dir(const char *path)
-{
-    char *copy = strdup(path);
-    if (!copy)
-        return;
-    char *slash = strrchr(copy, '/');
-    const char *dir = ".";
-    if (slash == copy)
-        dir = "/";
-    else if (slash) {
-        *slash = '\0';
-        dir = copy;
-    }
-    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd >= 0) {
-        (void)fsync(fd);
-        close(fd);
-    }
-    free(copy);
-}
-
-/* Writes `n` bytes of `pieces` (a header and then the tensor data, in order) to
- * PATH.tmp, syncs, and renames it over PATH. */
-typedef struct {
-    const void *data;
-    uint64_t nbytes;
-} wr_piece;
-
-static ac_status write_atomically(const char *path, const wr_piece *pieces, size_t n)
-{
-    size_t len = strlen(path);
-    char *tmp = malloc(len + 5);
-    if (!tmp)
-        return ac_fail(AC_ERR_NOMEM, "%s: out of memory", path);
-    memcpy(tmp, path, len);
-    memcpy(tmp + len, ".tmp", 5);
-
-    ac_status rc = AC_OK;
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) {
-        rc = ac_fail(AC_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));
-        free(tmp);
-        return rc;
-    }
-    for (size_t i = 0; i < n && rc == AC_OK; i++)
-        if (pieces[i].nbytes)
-            rc = write_all(fd, pieces[i].data, pieces[i].nbytes, tmp);
-    if (rc == AC_OK && fsync(fd) != 0)
-        rc = ac_fail(AC_ERR_IO, "%s: fsync failed: %s", tmp, strerror(errno));
-    if (close(fd) != 0 && rc == AC_OK)
-        rc = ac_fail(AC_ERR_IO, "%s: close failed: %s", tmp, strerror(errno));
-    if (rc == AC_OK && rename(tmp, path) != 0)
-        rc = ac_fail(AC_ERR_IO, "%s: cannot rename %s over it: %s", path, tmp, strerror(errno));
-    if (rc != AC_OK)
-        unlink(tmp);
-    else
-        sync_parent_dir(path);
-    free(tmp);
-    return rc;
 }
 
 static int compare_slot_data_order(const void *a, const void *b)
@@ -385,7 +307,7 @@ static ac_status write_file(const ac_safetensors_writer *w, const wr_tensor *con
     ac_status rc = AC_OK;
     wr_slot *slots = calloc(n ? n : 1, sizeof *slots);
     const wr_slot **by_name = calloc(n ? n : 1, sizeof *by_name);
-    wr_piece *pieces = calloc(n + 2, sizeof *pieces);
+    ac_file_piece *pieces = calloc(n + 2, sizeof *pieces);
     cJSON *root = cJSON_CreateObject();
     char *json = NULL, *header = NULL;
     if (!slots || !by_name || !pieces || !root) {
@@ -464,7 +386,7 @@ static ac_status write_file(const ac_safetensors_writer *w, const wr_tensor *con
         pieces[i + 1].data = slots[i].t->data;
         pieces[i + 1].nbytes = slots[i].t->nbytes;
     }
-    rc = write_atomically(path, pieces, n + 1);
+    rc = ac_write_file_atomically(path, pieces, n + 1);
 
 done:
     cJSON_Delete(root);
@@ -585,8 +507,8 @@ ac_status ac_safetensors_writer_write_dir(const ac_safetensors_writer *w, const 
         rc = ac_fail(AC_ERR_NOMEM, "%s: out of memory", dir);
         goto done;
     }
-    wr_piece piece = {json, strlen(json)};
-    rc = write_atomically(path, &piece, 1);
+    ac_file_piece piece = {json, strlen(json)};
+    rc = ac_write_file_atomically(path, &piece, 1);
     if (rc == AC_OK)
         rc = remove_stale(dir, "model.safetensors");
 
