@@ -67,6 +67,9 @@ set +e
 "$ac" costmodel validate --model "$model" --contract "$tmp/tiny.cfg" --tables "$tmp/tables.json" --requests 9 \
   2>"$tmp/err"; rc=$?
 [ $rc -eq 2 ] && grep -q -- "--requests" "$tmp/err" || fail "--requests 9: rc $rc, $(cat "$tmp/err")"
+"$ac" costmodel validate --model "$model" --contract "$tmp/tiny.cfg" --tables "$tmp/tables.json" --n 1 --repeats 1 \
+  --progress off --samples "$tmp/missing/s.tsv" >/dev/null 2>"$tmp/err"; rc=$?
+[ $rc -eq 1 ] && grep -q "missing/s.tsv" "$tmp/err" || fail "unwritable --samples: rc $rc, $(cat "$tmp/err")"
 "$ac" costmodel frobnicate 2>"$tmp/err"; rc=$?
 [ $rc -eq 2 ] && grep -q "frobnicate" "$tmp/err" || fail "unknown subcommand: rc $rc"
 echo '{"format": "something else"}' >"$tmp/bad.json"
