@@ -2,189 +2,466 @@
  * workspace) and plain pointers, which are device pointers on an accelerator backend.
  * Matrices are row-major; `ld*` is the distance in floats between consecutive rows, so
  * an op can read columns of a wider buffer (a slice of a fused projection) in place.
- * The CPU implementations (kernels/cpu) are the reference for every other backend. */
+ * The CPU implementations (kernels/cpu) are the reference for every other backend.
+ *
+ * A backend is a table of function pointers (struct ac_backend below): its memory
+ * (alloc, free, copy, memset_zero, sync) and one member per op. A kernel context names
+ * the backend its ops run on; ac_k_X(ctx, ...) calls ctx->backend->X(ctx, ...), the CPU
+ * backend's when ctx->backend is NULL, so callers never name a backend themselves. */
 #ifndef AC_KERNELS_H
 #define AC_KERNELS_H
 
 #include <stddef.h>
 #include <stdint.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct ac_backend ac_backend;
+
 typedef struct {
     void *stream;           /* backend stream (cudaStream_t); unused on the CPU */
     void *workspace;        /* scratch memory owned by the caller */
     size_t workspace_bytes;
+    const ac_backend *backend; /* NULL: the CPU backend */
 } ac_kctx;
 
-/* C[M,N] = A[M,K] @ W[N,K]^T + beta * C: the layout of nn.Linear weights ([out, in]). */
+/* The direction of a backend copy. On the CPU every kind is a memcpy. */
+typedef enum {
+    AC_COPY_HOST_TO_DEVICE,
+    AC_COPY_DEVICE_TO_HOST,
+    AC_COPY_DEVICE_TO_DEVICE
+} ac_copy_kind;
+
 /* Sets flush-to-zero and denormals-are-zero on the calling thread and its OpenMP team
  * (once per calling thread; kernels/cpu/fpenv.c says why). Forwards and training steps
  * call it first. */
 void ac_k_flush_denormals(void);
 
-void ac_k_linear(ac_kctx *ctx, int M, int N, int K, const float *A, int lda, const float *W,
-                 float beta, float *C, int ldc);
+/* The workspace (in bytes) that ac_k_attention and ac_k_attention_backward need for a
+ * sequence of total_tokens keys when `threads` threads run them (the CPU kernels give
+ * each OpenMP thread a row of scores). The runtime's plan and the memory model both
+ * size it here. */
+size_t ac_k_attention_workspace(int threads, int total_tokens);
 
-/* y = x * rsqrt(mean(x^2) + eps) * w per row of `dim`. x and y may alias. */
-void ac_k_rmsnorm(ac_kctx *ctx, int rows, int dim, const float *x, int ldx, const float *w,
-                  float eps, float *y, int ldy);
+struct ac_backend {
+    const char *name; /* "cpu", "cuda": what ac_backend_find takes */
 
-/* Mamba2's gated norm: u = y * silu(z), RMS-normalised within each contiguous group of
- * `group_size` channels, times w. out may alias y. */
-void ac_k_gated_rmsnorm(ac_kctx *ctx, int rows, int dim, int group_size, const float *y, int ldy,
-                        const float *z, int ldz, const float *w, float eps, float *out, int ldout);
+    /* ---- memory: device memory on an accelerator, host memory on the CPU ---- */
 
-/* Causal depthwise conv over time then SiLU, for one sequence of T new steps of C
- * channels. `state` [C, K-1] holds the previous K-1 raw inputs (oldest first, zeros for
- * a new sequence) and is advanced past the T inputs. w [C, K], bias [C] or NULL. */
-void ac_k_conv1d_silu(ac_kctx *ctx, int T, int C, int K, const float *x, int ldx, const float *w,
-                      const float *bias, float *state, float *y, int ldy);
+    void *(*alloc)(size_t bytes); /* NULL when out of memory */
+    void (*free)(void *p);        /* p may be NULL */
+    void (*copy)(void *dst, const void *src, size_t bytes, ac_copy_kind kind);
+    void (*memset_zero)(void *p, size_t bytes);
+    /* Waits until every op queued on ctx's stream has finished (a no-op on the CPU). */
+    void (*sync)(ac_kctx *ctx);
 
-/* dt[t,h] = max(softplus(raw[t,h] + bias[h]), dt_min). */
-void ac_k_softplus_dt(ac_kctx *ctx, int T, int H, const float *raw, int ldraw, const float *bias,
-                      float dt_min, float *dt);
+    /* ---- forward ops ---- */
 
-/* The selective state-space recurrence of one sequence, T steps, H heads of P channels,
- * state size N, B and C in G groups (head h reads group h / (H / G)):
- *   s = exp(dt A) s + dt x B^T ;  y = s C + D x
- * x [T, H*P] (ldx), B and C [T, G*N] (ldbc), dt [T, H], A and Dskip [H]. `state`
- * [H, P, N] is read and advanced. y [T, H*P] (ldy). A decode step is T = 1. */
-void ac_k_ssd_scan(ac_kctx *ctx, int T, int H, int P, int N, int G, const float *x, int ldx,
-                   const float *B, const float *C, int ldbc, const float *dt, const float *A,
-                   const float *Dskip, float *state, float *y, int ldy);
+    /* C[M,N] = A[M,K] @ W[N,K]^T + beta * C: the layout of nn.Linear weights ([out, in]). */
+    void (*linear)(ac_kctx *ctx, int M, int N, int K, const float *A, int lda, const float *W, float beta,
+                   float *C, int ldc);
 
-/* Causal GQA attention of one sequence: n_new queries at positions past..past+n_new-1
- * over keys 0..past+n_new-1 held in k_cache / v_cache [n_kv, cap, hd]. Query head h
- * reads KV head h / (n_heads / n_kv). q and out [n_new, n_heads*hd]. The workspace
- * holds ac_k_attention_workspace(past + n_new) bytes. */
-size_t ac_k_attention_workspace(int total_tokens);
-void ac_k_attention(ac_kctx *ctx, int n_new, int past, int n_heads, int n_kv, int hd,
-                    const float *q, int ldq, const float *k_cache, const float *v_cache, int cap,
-                    float scale, float *out, int ldout);
+    /* y = x * rsqrt(mean(x^2) + eps) * w per row of `dim`. x and y may alias. */
+    void (*rmsnorm)(ac_kctx *ctx, int rows, int dim, const float *x, int ldx, const float *w, float eps, float *y,
+                    int ldy);
 
-/* MoE routing for T tokens over E experts: scores = sigmoid(logits); selection by
- * scores + bias, limited to the topk_group best of n_group groups (a group scores the
- * sum of its two best); the chosen unbiased scores, normalised when norm != 0, times
- * scale. idx and weight are [T, top_k]. */
-void ac_k_moe_route(ac_kctx *ctx, int T, int E, const float *logits, const float *bias,
-                    int n_group, int topk_group, int top_k, int norm, float scale, int32_t *idx,
-                    float *weight);
+    /* Mamba2's gated norm: u = y * silu(z), RMS-normalised within each contiguous group of
+     * `group_size` channels, times w. out may alias y. */
+    void (*gated_rmsnorm)(ac_kctx *ctx, int rows, int dim, int group_size, const float *y, int ldy, const float *z,
+                          int ldz, const float *w, float eps, float *out, int ldout);
 
-/* dst[i] = src[rows[i]] for n rows of D floats. */
-void ac_k_gather_rows(ac_kctx *ctx, int n, int D, const float *src, int ldsrc, const int32_t *rows,
-                      float *dst);
-/* dst[rows[i]] += weight[i] * src[i]; rows must be distinct within one call. */
-void ac_k_scatter_add_rows(ac_kctx *ctx, int n, int D, const float *src, const int32_t *rows,
-                           const float *weight, float *dst, int lddst);
+    /* Causal depthwise conv over time then SiLU, for one sequence of T new steps of C
+     * channels. `state` [C, K-1] holds the previous K-1 raw inputs (oldest first, zeros for
+     * a new sequence) and is advanced past the T inputs. w [C, K], bias [C] or NULL. */
+    void (*conv1d_silu)(ac_kctx *ctx, int T, int C, int K, const float *x, int ldx, const float *w,
+                        const float *bias, float *state, float *y, int ldy);
 
-/* x = relu(x)^2 in place. */
-void ac_k_relu2(ac_kctx *ctx, size_t n, float *x);
-/* y += x */
-void ac_k_add(ac_kctx *ctx, size_t n, const float *x, float *y);
-/* x[r, c] *= mask[c] (a soft mask over columns). */
-void ac_k_mul_columns(ac_kctx *ctx, int rows, int cols, const float *mask, float *x, int ldx);
-/* out[c] += sum_r a[r, c] * b[r, c] (a column mask's gradient). */
-void ac_k_column_dot(ac_kctx *ctx, int rows, int cols, const float *a, int lda, const float *b, int ldb, float *out);
+    /* dt[t,h] = max(softplus(raw[t,h] + bias[h]), dt_min). */
+    void (*softplus_dt)(ac_kctx *ctx, int T, int H, const float *raw, int ldraw, const float *bias, float dt_min,
+                        float *dt);
 
-/* ---- backward ops: gradients for training. "+=" marks an accumulated output. ---- */
+    /* The selective state-space recurrence of one sequence, T steps, H heads of P channels,
+     * state size N, B and C in G groups (head h reads group h / (H / G)):
+     *   s = exp(dt A) s + dt x B^T ;  y = s C + D x
+     * x [T, H*P] (ldx), B and C [T, G*N] (ldbc), dt [T, H], A and Dskip [H]. `state`
+     * [H, P, N] is read and advanced. y [T, H*P] (ldy). A decode step is T = 1. */
+    void (*ssd_scan)(ac_kctx *ctx, int T, int H, int P, int N, int G, const float *x, int ldx, const float *B,
+                     const float *C, int ldbc, const float *dt, const float *A, const float *Dskip, float *state,
+                     float *y, int ldy);
 
-/* For C = A @ W^T: dA = dC @ W + beta_dA * dA (dA may be NULL), dW += dC^T @ A (dW may
- * be NULL). A [M, K], W [N, K], dC [M, N]. */
-void ac_k_linear_backward(ac_kctx *ctx, int M, int N, int K, const float *A, int lda, const float *W,
-                          const float *dC, int lddc, float beta_dA, float *dA, int ldda, float *dW);
-/* For y = rmsnorm(x) * w: dx = dL/dx (overwritten; may not alias dy), dw += (may be NULL). */
-void ac_k_rmsnorm_backward(ac_kctx *ctx, int rows, int dim, const float *x, int ldx, const float *w, float eps,
-                           const float *dy, int lddy, float *dx, int lddx, float *dw);
-/* For x = relu(pre)^2: grad (dL/dx on entry) becomes dL/dpre. */
-void ac_k_relu2_backward(ac_kctx *ctx, size_t n, const float *pre, float *grad);
+    /* Causal GQA attention of one sequence: n_new queries at positions past..past+n_new-1
+     * over keys 0..past+n_new-1 held in k_cache / v_cache [n_kv, cap, hd]. Query head h
+     * reads KV head h / (n_heads / n_kv). q and out [n_new, n_heads*hd]. The workspace
+     * holds ac_k_attention_workspace(omp threads, past + n_new) bytes. */
+    void (*attention)(ac_kctx *ctx, int n_new, int past, int n_heads, int n_kv, int hd, const float *q, int ldq,
+                      const float *k_cache, const float *v_cache, int cap, float scale, float *out, int ldout);
 
-/* Cross-entropy of rows of logits against targets: row_loss[r] = -log softmax(logits)[target];
- * dlogits (may alias logits; NULL: loss only) becomes scale * (softmax - onehot). Rows
- * whose target is < 0 get loss 0 and zero gradient. The caller sums row_loss in order,
- * so the total is the same bits whatever the thread count. */
-void ac_k_cross_entropy(ac_kctx *ctx, int rows, int V, const float *logits, const int32_t *targets, float scale,
-                        float *dlogits, double *row_loss);
-/* Distillation: row_loss[r] = tau^2 KL(softmax(t/tau) || softmax(s/tau)); dlogits (may
- * alias student; NULL: loss only) becomes scale * tau * (p_s - p_t). */
-void ac_k_kd_loss(ac_kctx *ctx, int rows, int V, const float *student, const float *teacher, float tau, float scale,
-                  float *dlogits, double *row_loss);
-/* One AdamW step (decoupled weight decay) on n weights; `step` counts from 1:
- *   m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2;  w -= lr (wd w + m_hat / (sqrt(v_hat) + eps)) */
-void ac_k_adamw(ac_kctx *ctx, size_t n, float *w, const float *g, float *m, float *v, float lr, float beta1,
-                float beta2, float eps, float weight_decay, int step);
-/* sum of squares of x (for the global gradient norm), in double. */
-double ac_k_sum_squares(ac_kctx *ctx, size_t n, const float *x);
-/* x *= s */
-void ac_k_scale(ac_kctx *ctx, size_t n, float s, float *x);
+    /* MoE routing for T tokens over E experts: scores = sigmoid(logits); selection by
+     * scores + bias, limited to the topk_group best of n_group groups (a group scores the
+     * sum of its two best); the chosen unbiased scores, normalised when norm != 0, times
+     * scale. idx and weight are [T, top_k]. */
+    void (*moe_route)(ac_kctx *ctx, int T, int E, const float *logits, const float *bias, int n_group,
+                      int topk_group, int top_k, int norm, float scale, int32_t *idx, float *weight);
 
-/* ---- Mamba2 backward ---- */
+    /* dst[i] = src[rows[i]] for n rows of D floats. */
+    void (*gather_rows)(ac_kctx *ctx, int n, int D, const float *src, int ldsrc, const int32_t *rows, float *dst);
+    /* dst[rows[i]] += weight[i] * src[i]; rows must be distinct within one call. */
+    void (*scatter_add_rows)(ac_kctx *ctx, int n, int D, const float *src, const int32_t *rows, const float *weight,
+                             float *dst, int lddst);
 
-/* ac_k_ssd_scan that keeps every state, for the backward: starts from state0 [H, P, N]
- * (NULL: zeros; not modified) and writes states [T, H, P, N], states[t] being s after
- * step t. Other arguments as ac_k_ssd_scan. */
-void ac_k_ssd_scan_save(ac_kctx *ctx, int T, int H, int P, int N, int G, const float *x, int ldx,
-                        const float *B, const float *C, int ldbc, const float *dt, const float *A,
-                        const float *Dskip, const float *state0, float *states, float *y, int ldy);
-/* Backward of ac_k_ssd_scan_save, given dy = dL/dy [T, H*P] (lddy), the same inputs,
- * state0 and the states it wrote: dx [T, H*P] (lddx), dB and dC [T, G*N] (lddbc) and
- * ddt [T, H] are overwritten; dA and dD [H] += (either may be NULL). No gradient goes
- * to state0. work: caller scratch of H * (2T + P) * N floats. */
-void ac_k_ssd_scan_backward(ac_kctx *ctx, int T, int H, int P, int N, int G, const float *x, int ldx,
-                            const float *B, const float *C, int ldbc, const float *dt, const float *A,
-                            const float *Dskip, const float *state0, const float *states, const float *dy,
-                            int lddy, float *dx, int lddx, float *dB, float *dC, int lddbc, float *ddt, float *dA,
-                            float *dD, float *work);
-/* x[t, h*P + p] *= mask[h] (a soft mask over heads of P channels; the forward uses it). */
-void ac_k_mul_heads(ac_kctx *ctx, int T, int H, int P, const float *mask, float *x, int ldx);
-/* For out = mask[h] * y per head: dmask[h] += sum over t, p of dy * y (dmask may be
- * NULL), then dy (dL/dout on entry) becomes dL/dy = mask[h] * dy. */
-void ac_k_mul_heads_backward(ac_kctx *ctx, int T, int H, int P, const float *mask, const float *y, int ldy,
-                             float *dy, int lddy, float *dmask);
-/* For dt = max(softplus(raw + bias), dt_min): draw [T, H] (lddraw) = dL/draw, overwritten
- * (zero where dt was clamped); dbias [H] += (may be NULL). ddt [T, H]. */
-void ac_k_softplus_dt_backward(ac_kctx *ctx, int T, int H, const float *raw, int ldraw, const float *bias,
-                               float dt_min, const float *ddt, float *draw, int lddraw, float *dbias);
-/* Backward of ac_k_conv1d_silu for one sequence: x are the raw inputs it read and state
- * [C, K-1] the state before the call (NULL: zeros). Given dy [T, C] (lddy): dx [T, C]
- * (lddx, may not alias dy) = dL/dx, overwritten; dw [C, K] and dbias [C] += (either may
- * be NULL). No gradient goes to the state. */
-void ac_k_conv1d_silu_backward(ac_kctx *ctx, int T, int C, int K, const float *x, int ldx, const float *w,
-                               const float *bias, const float *state, const float *dy, int lddy, float *dx,
-                               int lddx, float *dw, float *dbias);
-/* Backward of ac_k_gated_rmsnorm: given dout (lddout), dy (lddy) and dz (lddz) are
- * overwritten (neither may alias an input); dw [dim] += (may be NULL). rstd: caller
- * scratch of rows * (dim / group_size) floats. */
-void ac_k_gated_rmsnorm_backward(ac_kctx *ctx, int rows, int dim, int group_size, const float *y, int ldy,
-                                 const float *z, int ldz, const float *w, float eps, const float *dout, int lddout,
-                                 float *dy, int lddy, float *dz, int lddz, float *dw, float *rstd);
+    /* x = relu(x)^2 in place. */
+    void (*relu2)(ac_kctx *ctx, size_t n, float *x);
+    /* y += x */
+    void (*add)(ac_kctx *ctx, size_t n, const float *x, float *y);
+    /* x[r, c] *= mask[c] (a soft mask over columns). */
+    void (*mul_columns)(ac_kctx *ctx, int rows, int cols, const float *mask, float *x, int ldx);
+    /* out[c] += sum_r a[r, c] * b[r, c] (a column mask's gradient). */
+    void (*column_dot)(ac_kctx *ctx, int rows, int cols, const float *a, int lda, const float *b, int ldb,
+                       float *out);
 
-/* ---- attention and MoE backward ---- */
+    /* ---- backward ops: gradients for training. "+=" marks an accumulated output. ---- */
 
-/* Backward of causal GQA attention for one sequence of L tokens that starts empty
- * (training), keys and values in rows: q, datt = dL/d(attention output), out, dq
- * [L, n_heads*hd] (ldq); k, v, dk, dv [L, n_kv*hd] (ldkv). Scores are recomputed row
- * by row (nothing T^2 is kept). Writes out (the forward's output, recomputed), dq, dk,
- * dv (all overwritten) and stats [L, 2*n_heads] (per query and head: the softmax's log
- * normaliser, then sum_c datt*out). The workspace holds ac_k_attention_workspace(L). */
-void ac_k_attention_backward(ac_kctx *ctx, int L, int n_heads, int n_kv, int hd, const float *q, int ldq,
-                             const float *k, const float *v, int ldkv, const float *datt, float scale,
-                             float *out, float *stats, float *dq, float *dk, float *dv);
+    /* For C = A @ W^T: dA = dC @ W + beta_dA * dA (dA may be NULL), dW += dC^T @ A (dW may
+     * be NULL). A [M, K], W [N, K], dC [M, N]. */
+    void (*linear_backward)(ac_kctx *ctx, int M, int N, int K, const float *A, int lda, const float *W,
+                            const float *dC, int lddc, float beta_dA, float *dA, int ldda, float *dW);
+    /* For y = rmsnorm(x) * w: dx = dL/dx (overwritten; may not alias dy), dw += (may be NULL). */
+    void (*rmsnorm_backward)(ac_kctx *ctx, int rows, int dim, const float *x, int ldx, const float *w, float eps,
+                             const float *dy, int lddy, float *dx, int lddx, float *dw);
+    /* For x = relu(pre)^2: grad (dL/dx on entry) becomes dL/dpre. */
+    void (*relu2_backward)(ac_kctx *ctx, size_t n, const float *pre, float *grad);
 
-/* Backward of ac_k_moe_route's weights. The selection is piecewise constant and passes
- * no gradient (neither does the bias): from dweight = dL/dweight [T, top_k] of the chosen
- * idx, dlogits [T, E] = dL/dlogits is overwritten, zero for the experts not chosen. */
-void ac_k_moe_route_backward(ac_kctx *ctx, int T, int E, const float *logits, int top_k, int norm,
-                             float scale, const int32_t *idx, const float *dweight, float *dlogits);
+    /* Cross-entropy of rows of logits against targets: row_loss[r] = -log softmax(logits)[target];
+     * dlogits (may alias logits; NULL: loss only) becomes scale * (softmax - onehot). Rows
+     * whose target is < 0 get loss 0 and zero gradient. The caller sums row_loss in order,
+     * so the total is the same bits whatever the thread count. */
+    void (*cross_entropy)(ac_kctx *ctx, int rows, int V, const float *logits, const int32_t *targets, float scale,
+                          float *dlogits, double *row_loss);
+    /* Distillation: row_loss[r] = tau^2 KL(softmax(t/tau) || softmax(s/tau)); dlogits (may
+     * alias student; NULL: loss only) becomes scale * tau * (p_s - p_t). */
+    void (*kd_loss)(ac_kctx *ctx, int rows, int V, const float *student, const float *teacher, float tau,
+                    float scale, float *dlogits, double *row_loss);
+    /* One AdamW step (decoupled weight decay) on n weights; `step` counts from 1:
+     *   m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2;  w -= lr (wd w + m_hat / (sqrt(v_hat) + eps)) */
+    void (*adamw)(ac_kctx *ctx, size_t n, float *w, const float *g, float *m, float *v, float lr, float beta1,
+                  float beta2, float eps, float weight_decay, int step);
+    /* sum of squares of x (for the global gradient norm), in double. */
+    double (*sum_squares)(ac_kctx *ctx, size_t n, const float *x);
+    /* x *= s */
+    void (*scale)(ac_kctx *ctx, size_t n, float s, float *x);
 
-/* Backward of one expert's share of the combine, dst[rows[i]] += weight[i] * mask * y[i]
- * (mask: one float, NULL for 1). For i < n, with d = <dout[rows[i]], y[i]>:
- * dweight[pair[i]] = mask * d (overwritten); *dmask += sum_i weight[i] d (dmask may be
- * NULL); dy[i] = weight[i] * mask * dout[rows[i]] (dy may alias y). */
-void ac_k_moe_combine_backward(ac_kctx *ctx, int n, int D, const float *dout, int lddout, const int32_t *rows,
-                               const float *y, const float *weight, const float *mask, const int32_t *pair,
-                               float *dweight, float *dmask, float *dy);
+    /* ---- Mamba2 backward ---- */
 
-/* Backward of ac_k_gather_rows: dsrc[rows[i]] += ddst[i]; rows distinct within one call. */
-void ac_k_gather_rows_backward(ac_kctx *ctx, int n, int D, const float *ddst, const int32_t *rows, float *dsrc,
-                               int lddsrc);
+    /* ac_k_ssd_scan that keeps every state, for the backward: starts from state0 [H, P, N]
+     * (NULL: zeros; not modified) and writes states [T, H, P, N], states[t] being s after
+     * step t. Other arguments as ac_k_ssd_scan. */
+    void (*ssd_scan_save)(ac_kctx *ctx, int T, int H, int P, int N, int G, const float *x, int ldx,
+                          const float *B, const float *C, int ldbc, const float *dt, const float *A,
+                          const float *Dskip, const float *state0, float *states, float *y, int ldy);
+    /* Backward of ac_k_ssd_scan_save, given dy = dL/dy [T, H*P] (lddy), the same inputs,
+     * state0 and the states it wrote: dx [T, H*P] (lddx), dB and dC [T, G*N] (lddbc) and
+     * ddt [T, H] are overwritten; dA and dD [H] += (either may be NULL). No gradient goes
+     * to state0. work: caller scratch of H * (2T + P) * N floats. */
+    void (*ssd_scan_backward)(ac_kctx *ctx, int T, int H, int P, int N, int G, const float *x, int ldx,
+                              const float *B, const float *C, int ldbc, const float *dt, const float *A,
+                              const float *Dskip, const float *state0, const float *states, const float *dy,
+                              int lddy, float *dx, int lddx, float *dB, float *dC, int lddbc, float *ddt,
+                              float *dA, float *dD, float *work);
+    /* x[t, h*P + p] *= mask[h] (a soft mask over heads of P channels; the forward uses it). */
+    void (*mul_heads)(ac_kctx *ctx, int T, int H, int P, const float *mask, float *x, int ldx);
+    /* For out = mask[h] * y per head: dmask[h] += sum over t, p of dy * y (dmask may be
+     * NULL), then dy (dL/dout on entry) becomes dL/dy = mask[h] * dy. */
+    void (*mul_heads_backward)(ac_kctx *ctx, int T, int H, int P, const float *mask, const float *y, int ldy,
+                               float *dy, int lddy, float *dmask);
+    /* For dt = max(softplus(raw + bias), dt_min): draw [T, H] (lddraw) = dL/draw, overwritten
+     * (zero where dt was clamped); dbias [H] += (may be NULL). ddt [T, H]. */
+    void (*softplus_dt_backward)(ac_kctx *ctx, int T, int H, const float *raw, int ldraw, const float *bias,
+                                 float dt_min, const float *ddt, float *draw, int lddraw, float *dbias);
+    /* Backward of ac_k_conv1d_silu for one sequence: x are the raw inputs it read and state
+     * [C, K-1] the state before the call (NULL: zeros). Given dy [T, C] (lddy): dx [T, C]
+     * (lddx, may not alias dy) = dL/dx, overwritten; dw [C, K] and dbias [C] += (either may
+     * be NULL). No gradient goes to the state. */
+    void (*conv1d_silu_backward)(ac_kctx *ctx, int T, int C, int K, const float *x, int ldx, const float *w,
+                                 const float *bias, const float *state, const float *dy, int lddy, float *dx,
+                                 int lddx, float *dw, float *dbias);
+    /* Backward of ac_k_gated_rmsnorm: given dout (lddout), dy (lddy) and dz (lddz) are
+     * overwritten (neither may alias an input); dw [dim] += (may be NULL). rstd: caller
+     * scratch of rows * (dim / group_size) floats. */
+    void (*gated_rmsnorm_backward)(ac_kctx *ctx, int rows, int dim, int group_size, const float *y, int ldy,
+                                   const float *z, int ldz, const float *w, float eps, const float *dout,
+                                   int lddout, float *dy, int lddy, float *dz, int lddz, float *dw, float *rstd);
+
+    /* ---- attention and MoE backward ---- */
+
+    /* Backward of causal GQA attention for one sequence of L tokens that starts empty
+     * (training), keys and values in rows: q, datt = dL/d(attention output), out, dq
+     * [L, n_heads*hd] (ldq); k, v, dk, dv [L, n_kv*hd] (ldkv). Scores are recomputed row
+     * by row (nothing T^2 is kept). Writes out (the forward's output, recomputed), dq, dk,
+     * dv (all overwritten) and stats [L, 2*n_heads] (per query and head: the softmax's log
+     * normaliser, then sum_c datt*out). The workspace holds ac_k_attention_workspace(omp threads, L). */
+    void (*attention_backward)(ac_kctx *ctx, int L, int n_heads, int n_kv, int hd, const float *q, int ldq,
+                               const float *k, const float *v, int ldkv, const float *datt, float scale,
+                               float *out, float *stats, float *dq, float *dk, float *dv);
+
+    /* Backward of ac_k_moe_route's weights. The selection is piecewise constant and passes
+     * no gradient (neither does the bias): from dweight = dL/dweight [T, top_k] of the chosen
+     * idx, dlogits [T, E] = dL/dlogits is overwritten, zero for the experts not chosen. */
+    void (*moe_route_backward)(ac_kctx *ctx, int T, int E, const float *logits, int top_k, int norm, float scale,
+                               const int32_t *idx, const float *dweight, float *dlogits);
+
+    /* Backward of one expert's share of the combine, dst[rows[i]] += weight[i] * mask * y[i]
+     * (mask: one float, NULL for 1). For i < n, with d = <dout[rows[i]], y[i]>:
+     * dweight[pair[i]] = mask * d (overwritten); *dmask += sum_i weight[i] d (dmask may be
+     * NULL); dy[i] = weight[i] * mask * dout[rows[i]] (dy may alias y). */
+    void (*moe_combine_backward)(ac_kctx *ctx, int n, int D, const float *dout, int lddout, const int32_t *rows,
+                                 const float *y, const float *weight, const float *mask, const int32_t *pair,
+                                 float *dweight, float *dmask, float *dy);
+
+    /* Backward of ac_k_gather_rows: dsrc[rows[i]] += ddst[i]; rows distinct within one call. */
+    void (*gather_rows_backward)(ac_kctx *ctx, int n, int D, const float *ddst, const int32_t *rows, float *dsrc,
+                                 int lddsrc);
+};
+
+/* The reference backend (kernels/cpu), always compiled in. */
+extern const ac_backend ac_cpu_backend;
+
+/* The backend a context's ops run on: ctx->backend, or the CPU backend when that (or ctx)
+ * is NULL. */
+static inline const ac_backend *ac_backend_of(const ac_kctx *ctx)
+{
+    return ctx && ctx->backend ? ctx->backend : &ac_cpu_backend;
+}
+
+/* The compiled-in backends (kernels/backend.c): "cpu" always, "cuda" when built with
+ * AC_HAVE_CUDA. ac_backend_find returns NULL for a name not compiled in; ac_backend_at
+ * returns NULL outside 0..ac_backend_count()-1. */
+const ac_backend *ac_backend_find(const char *name);
+int ac_backend_count(void);
+const ac_backend *ac_backend_at(int i);
+
+/* ---- the ops: each runs ac_backend_of(ctx)'s member of the same name (documented in
+ * struct ac_backend above) ---- */
+
+static inline void ac_k_linear(ac_kctx *ctx, int M, int N, int K, const float *A, int lda, const float *W,
+                               float beta, float *C, int ldc)
+{
+    ac_backend_of(ctx)->linear(ctx, M, N, K, A, lda, W, beta, C, ldc);
+}
+
+static inline void ac_k_rmsnorm(ac_kctx *ctx, int rows, int dim, const float *x, int ldx, const float *w,
+                                float eps, float *y, int ldy)
+{
+    ac_backend_of(ctx)->rmsnorm(ctx, rows, dim, x, ldx, w, eps, y, ldy);
+}
+
+static inline void ac_k_gated_rmsnorm(ac_kctx *ctx, int rows, int dim, int group_size, const float *y, int ldy,
+                                      const float *z, int ldz, const float *w, float eps, float *out, int ldout)
+{
+    ac_backend_of(ctx)->gated_rmsnorm(ctx, rows, dim, group_size, y, ldy, z, ldz, w, eps, out, ldout);
+}
+
+static inline void ac_k_conv1d_silu(ac_kctx *ctx, int T, int C, int K, const float *x, int ldx, const float *w,
+                                    const float *bias, float *state, float *y, int ldy)
+{
+    ac_backend_of(ctx)->conv1d_silu(ctx, T, C, K, x, ldx, w, bias, state, y, ldy);
+}
+
+static inline void ac_k_softplus_dt(ac_kctx *ctx, int T, int H, const float *raw, int ldraw, const float *bias,
+                                    float dt_min, float *dt)
+{
+    ac_backend_of(ctx)->softplus_dt(ctx, T, H, raw, ldraw, bias, dt_min, dt);
+}
+
+static inline void ac_k_ssd_scan(ac_kctx *ctx, int T, int H, int P, int N, int G, const float *x, int ldx,
+                                 const float *B, const float *C, int ldbc, const float *dt, const float *A,
+                                 const float *Dskip, float *state, float *y, int ldy)
+{
+    ac_backend_of(ctx)->ssd_scan(ctx, T, H, P, N, G, x, ldx, B, C, ldbc, dt, A, Dskip, state, y, ldy);
+}
+
+static inline void ac_k_attention(ac_kctx *ctx, int n_new, int past, int n_heads, int n_kv, int hd,
+                                  const float *q, int ldq, const float *k_cache, const float *v_cache, int cap,
+                                  float scale, float *out, int ldout)
+{
+    ac_backend_of(ctx)->attention(ctx, n_new, past, n_heads, n_kv, hd, q, ldq, k_cache, v_cache, cap, scale, out,
+                                  ldout);
+}
+
+static inline void ac_k_moe_route(ac_kctx *ctx, int T, int E, const float *logits, const float *bias,
+                                  int n_group, int topk_group, int top_k, int norm, float scale, int32_t *idx,
+                                  float *weight)
+{
+    ac_backend_of(ctx)->moe_route(ctx, T, E, logits, bias, n_group, topk_group, top_k, norm, scale, idx, weight);
+}
+
+static inline void ac_k_gather_rows(ac_kctx *ctx, int n, int D, const float *src, int ldsrc,
+                                    const int32_t *rows, float *dst)
+{
+    ac_backend_of(ctx)->gather_rows(ctx, n, D, src, ldsrc, rows, dst);
+}
+
+static inline void ac_k_scatter_add_rows(ac_kctx *ctx, int n, int D, const float *src, const int32_t *rows,
+                                         const float *weight, float *dst, int lddst)
+{
+    ac_backend_of(ctx)->scatter_add_rows(ctx, n, D, src, rows, weight, dst, lddst);
+}
+
+static inline void ac_k_relu2(ac_kctx *ctx, size_t n, float *x)
+{
+    ac_backend_of(ctx)->relu2(ctx, n, x);
+}
+
+static inline void ac_k_add(ac_kctx *ctx, size_t n, const float *x, float *y)
+{
+    ac_backend_of(ctx)->add(ctx, n, x, y);
+}
+
+static inline void ac_k_mul_columns(ac_kctx *ctx, int rows, int cols, const float *mask, float *x, int ldx)
+{
+    ac_backend_of(ctx)->mul_columns(ctx, rows, cols, mask, x, ldx);
+}
+
+static inline void ac_k_column_dot(ac_kctx *ctx, int rows, int cols, const float *a, int lda, const float *b,
+                                   int ldb, float *out)
+{
+    ac_backend_of(ctx)->column_dot(ctx, rows, cols, a, lda, b, ldb, out);
+}
+
+static inline void ac_k_linear_backward(ac_kctx *ctx, int M, int N, int K, const float *A, int lda,
+                                        const float *W, const float *dC, int lddc, float beta_dA, float *dA,
+                                        int ldda, float *dW)
+{
+    ac_backend_of(ctx)->linear_backward(ctx, M, N, K, A, lda, W, dC, lddc, beta_dA, dA, ldda, dW);
+}
+
+static inline void ac_k_rmsnorm_backward(ac_kctx *ctx, int rows, int dim, const float *x, int ldx,
+                                         const float *w, float eps, const float *dy, int lddy, float *dx,
+                                         int lddx, float *dw)
+{
+    ac_backend_of(ctx)->rmsnorm_backward(ctx, rows, dim, x, ldx, w, eps, dy, lddy, dx, lddx, dw);
+}
+
+static inline void ac_k_relu2_backward(ac_kctx *ctx, size_t n, const float *pre, float *grad)
+{
+    ac_backend_of(ctx)->relu2_backward(ctx, n, pre, grad);
+}
+
+static inline void ac_k_cross_entropy(ac_kctx *ctx, int rows, int V, const float *logits,
+                                      const int32_t *targets, float scale, float *dlogits, double *row_loss)
+{
+    ac_backend_of(ctx)->cross_entropy(ctx, rows, V, logits, targets, scale, dlogits, row_loss);
+}
+
+static inline void ac_k_kd_loss(ac_kctx *ctx, int rows, int V, const float *student, const float *teacher,
+                                float tau, float scale, float *dlogits, double *row_loss)
+{
+    ac_backend_of(ctx)->kd_loss(ctx, rows, V, student, teacher, tau, scale, dlogits, row_loss);
+}
+
+static inline void ac_k_adamw(ac_kctx *ctx, size_t n, float *w, const float *g, float *m, float *v, float lr,
+                              float beta1, float beta2, float eps, float weight_decay, int step)
+{
+    ac_backend_of(ctx)->adamw(ctx, n, w, g, m, v, lr, beta1, beta2, eps, weight_decay, step);
+}
+
+static inline double ac_k_sum_squares(ac_kctx *ctx, size_t n, const float *x)
+{
+    return ac_backend_of(ctx)->sum_squares(ctx, n, x);
+}
+
+static inline void ac_k_scale(ac_kctx *ctx, size_t n, float s, float *x)
+{
+    ac_backend_of(ctx)->scale(ctx, n, s, x);
+}
+
+static inline void ac_k_ssd_scan_save(ac_kctx *ctx, int T, int H, int P, int N, int G, const float *x, int ldx,
+                                      const float *B, const float *C, int ldbc, const float *dt, const float *A,
+                                      const float *Dskip, const float *state0, float *states, float *y, int ldy)
+{
+    ac_backend_of(ctx)->ssd_scan_save(ctx, T, H, P, N, G, x, ldx, B, C, ldbc, dt, A, Dskip, state0, states, y,
+                                      ldy);
+}
+
+static inline void ac_k_ssd_scan_backward(ac_kctx *ctx, int T, int H, int P, int N, int G, const float *x,
+                                          int ldx, const float *B, const float *C, int ldbc, const float *dt,
+                                          const float *A, const float *Dskip, const float *state0,
+                                          const float *states, const float *dy, int lddy, float *dx, int lddx,
+                                          float *dB, float *dC, int lddbc, float *ddt, float *dA, float *dD,
+                                          float *work)
+{
+    ac_backend_of(ctx)->ssd_scan_backward(ctx, T, H, P, N, G, x, ldx, B, C, ldbc, dt, A, Dskip, state0, states, dy,
+                                          lddy, dx, lddx, dB, dC, lddbc, ddt, dA, dD, work);
+}
+
+static inline void ac_k_mul_heads(ac_kctx *ctx, int T, int H, int P, const float *mask, float *x, int ldx)
+{
+    ac_backend_of(ctx)->mul_heads(ctx, T, H, P, mask, x, ldx);
+}
+
+static inline void ac_k_mul_heads_backward(ac_kctx *ctx, int T, int H, int P, const float *mask, const float *y,
+                                           int ldy, float *dy, int lddy, float *dmask)
+{
+    ac_backend_of(ctx)->mul_heads_backward(ctx, T, H, P, mask, y, ldy, dy, lddy, dmask);
+}
+
+static inline void ac_k_softplus_dt_backward(ac_kctx *ctx, int T, int H, const float *raw, int ldraw,
+                                             const float *bias, float dt_min, const float *ddt, float *draw,
+                                             int lddraw, float *dbias)
+{
+    ac_backend_of(ctx)->softplus_dt_backward(ctx, T, H, raw, ldraw, bias, dt_min, ddt, draw, lddraw, dbias);
+}
+
+static inline void ac_k_conv1d_silu_backward(ac_kctx *ctx, int T, int C, int K, const float *x, int ldx,
+                                             const float *w, const float *bias, const float *state,
+                                             const float *dy, int lddy, float *dx, int lddx, float *dw,
+                                             float *dbias)
+{
+    ac_backend_of(ctx)->conv1d_silu_backward(ctx, T, C, K, x, ldx, w, bias, state, dy, lddy, dx, lddx, dw, dbias);
+}
+
+static inline void ac_k_gated_rmsnorm_backward(ac_kctx *ctx, int rows, int dim, int group_size, const float *y,
+                                               int ldy, const float *z, int ldz, const float *w, float eps,
+                                               const float *dout, int lddout, float *dy, int lddy, float *dz,
+                                               int lddz, float *dw, float *rstd)
+{
+    ac_backend_of(ctx)->gated_rmsnorm_backward(ctx, rows, dim, group_size, y, ldy, z, ldz, w, eps, dout, lddout, dy,
+                                               lddy, dz, lddz, dw, rstd);
+}
+
+static inline void ac_k_attention_backward(ac_kctx *ctx, int L, int n_heads, int n_kv, int hd, const float *q,
+                                           int ldq, const float *k, const float *v, int ldkv, const float *datt,
+                                           float scale, float *out, float *stats, float *dq, float *dk,
+                                           float *dv)
+{
+    ac_backend_of(ctx)->attention_backward(ctx, L, n_heads, n_kv, hd, q, ldq, k, v, ldkv, datt, scale, out, stats,
+                                           dq, dk, dv);
+}
+
+static inline void ac_k_moe_route_backward(ac_kctx *ctx, int T, int E, const float *logits, int top_k, int norm,
+                                           float scale, const int32_t *idx, const float *dweight, float *dlogits)
+{
+    ac_backend_of(ctx)->moe_route_backward(ctx, T, E, logits, top_k, norm, scale, idx, dweight, dlogits);
+}
+
+static inline void ac_k_moe_combine_backward(ac_kctx *ctx, int n, int D, const float *dout, int lddout,
+                                             const int32_t *rows, const float *y, const float *weight,
+                                             const float *mask, const int32_t *pair, float *dweight,
+                                             float *dmask, float *dy)
+{
+    ac_backend_of(ctx)->moe_combine_backward(ctx, n, D, dout, lddout, rows, y, weight, mask, pair, dweight, dmask,
+                                             dy);
+}
+
+static inline void ac_k_gather_rows_backward(ac_kctx *ctx, int n, int D, const float *ddst, const int32_t *rows,
+                                             float *dsrc, int lddsrc)
+{
+    ac_backend_of(ctx)->gather_rows_backward(ctx, n, D, ddst, rows, dsrc, lddsrc);
+}
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

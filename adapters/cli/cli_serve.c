@@ -6,7 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "adapters/server/srv.h"
+#include "server/srv.h"
 #include "autocompress/probe.h"
 
 static int usage(const char *message)

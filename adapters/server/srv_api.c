@@ -9,7 +9,7 @@
  * accepted and ignored. Anything else is a 400 naming the field, as is a wrong type or
  * value. Logprobs are of the model's distribution (before temperature); text_offset
  * counts bytes of the returned text. */
-#include "adapters/server/srv.h"
+#include "server/srv.h"
 
 #include <cjson/cJSON.h>
 #include <math.h>

@@ -8,7 +8,7 @@
  *   max_body_bytes = 1048576;  max_connections = 64;
  *   threads = 0;               model_name = "prose";
  *   admin_token = "...";       prefix_reuse = true; */
-#include "adapters/server/srv.h"
+#include "server/srv.h"
 
 #include <libconfig.h>
 #include <stdio.h>

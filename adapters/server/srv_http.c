@@ -1,7 +1,7 @@
 /* HTTP on libmicrohttpd, one thread per connection: routing, bodies within the size
  * limit, bearer tokens for /admin, JSON and SSE responses. Handlers block (waiting for a
  * completion, or inside a stream's reader) only on their own connection's thread. */
-#include "adapters/server/srv.h"
+#include "server/srv.h"
 
 #include <arpa/inet.h>
 #include <cjson/cJSON.h>

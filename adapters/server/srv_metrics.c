@@ -5,7 +5,7 @@
  * exports copy what they need under it and format outside it where that is heavy
  * (the workload's sort). Updates never fail: a request row that cannot be allocated
  * is not counted, since the callers have no way to report it. */
-#include "adapters/server/srv.h"
+#include "server/srv.h"
 
 #include <cjson/cJSON.h>
 #include <inttypes.h>

@@ -1,6 +1,6 @@
 /* A served model: checkpoint, tokenizer and the scheduler's runtime, loaded and checked
  * before it may take requests. */
-#include "adapters/server/srv.h"
+#include "server/srv.h"
 
 #include <math.h>
 #include <stdio.h>

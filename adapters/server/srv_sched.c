@@ -9,7 +9,7 @@
  *
  * Everything a slot holds is the scheduler thread's alone. The server lock guards the
  * queue, the current model, model references, the active count and the swap state. */
-#include "adapters/server/srv.h"
+#include "server/srv.h"
 
 #include <errno.h>
 #include <float.h>

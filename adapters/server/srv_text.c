@@ -2,7 +2,7 @@
  * JSON needs valid UTF-8, so streams hold an incomplete character back and final texts
  * replace invalid bytes with U+FFFD (as Python's decode does). Stop strings are matched
  * on the bytes. */
-#include "adapters/server/srv.h"
+#include "server/srv.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -1,9 +1,9 @@
-#include "kernels/kernels.h"
+#include "kernels/cpu/cpu_ops.h"
 
 #include <math.h>
 
-void ac_k_adamw(ac_kctx *ctx, size_t n, float *w, const float *g, float *m, float *v, float lr, float beta1,
-                float beta2, float eps, float weight_decay, int step)
+void ac_cpu_adamw(ac_kctx *ctx, size_t n, float *w, const float *g, float *m, float *v, float lr, float beta1,
+                  float beta2, float eps, float weight_decay, int step)
 {
     (void)ctx;
     float c1 = 1.0f - powf(beta1, (float)step);
@@ -20,7 +20,7 @@ void ac_k_adamw(ac_kctx *ctx, size_t n, float *w, const float *g, float *m, floa
 
 /* Fixed chunks summed in a fixed order: the same bits whatever the thread count, so a
  * resumed training run clips exactly as an uninterrupted one. */
-double ac_k_sum_squares(ac_kctx *ctx, size_t n, const float *x)
+double ac_cpu_sum_squares(ac_kctx *ctx, size_t n, const float *x)
 {
     (void)ctx;
     enum { CHUNKS = 64 };
@@ -40,7 +40,7 @@ double ac_k_sum_squares(ac_kctx *ctx, size_t n, const float *x)
     return total;
 }
 
-void ac_k_scale(ac_kctx *ctx, size_t n, float s, float *x)
+void ac_cpu_scale(ac_kctx *ctx, size_t n, float s, float *x)
 {
     (void)ctx;
 #pragma omp parallel for schedule(static) if (n > 65536)

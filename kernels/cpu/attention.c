@@ -1,4 +1,4 @@
-#include "kernels/kernels.h"
+#include "kernels/cpu/cpu_ops.h"
 
 #include <math.h>
 #include <omp.h>
@@ -18,9 +18,9 @@ static inline float softmax_exp(float x)
 /* One (head, query) pair at a time: scores over the visible keys, a max-shifted softmax
  * in f32, then the weighted sum of values. Each thread keeps its scores in its own row of
  * the workspace, which holds omp_get_max_threads() rows of past + n_new floats. */
-void ac_k_attention(ac_kctx *ctx, int n_new, int past, int n_heads, int n_kv, int hd,
-                    const float *q, int ldq, const float *k_cache, const float *v_cache, int cap,
-                    float scale, float *out, int ldout)
+void ac_cpu_attention(ac_kctx *ctx, int n_new, int past, int n_heads, int n_kv, int hd,
+                      const float *q, int ldq, const float *k_cache, const float *v_cache, int cap,
+                      float scale, float *out, int ldout)
 {
     int group = n_heads / n_kv;
     int total = past + n_new;
@@ -64,9 +64,9 @@ void ac_k_attention(ac_kctx *ctx, int n_new, int past, int n_heads, int n_kv, in
     }
 }
 
-size_t ac_k_attention_workspace(int total_tokens)
+size_t ac_k_attention_workspace(int threads, int total_tokens)
 {
-    return (size_t)omp_get_max_threads() * (size_t)total_tokens * sizeof(float);
+    return (size_t)threads * (size_t)total_tokens * sizeof(float);
 }
 
 /* Flash-style backward: no probability matrix is kept. With p the softmax of row i and
@@ -76,9 +76,9 @@ size_t ac_k_attention_workspace(int total_tokens)
  * delta, and dq_i = scale sum_j ds_j k_j. Pass 2 runs over (KV head, key): for key j it
  * loops over the queries i >= j of every query head sharing it, rebuilding p_ij from the
  * saved normaliser, so dk_j and dv_j each have one writer. */
-void ac_k_attention_backward(ac_kctx *ctx, int L, int n_heads, int n_kv, int hd, const float *q, int ldq,
-                             const float *k, const float *v, int ldkv, const float *datt, float scale,
-                             float *out, float *stats, float *dq, float *dk, float *dv)
+void ac_cpu_attention_backward(ac_kctx *ctx, int L, int n_heads, int n_kv, int hd, const float *q, int ldq,
+                               const float *k, const float *v, int ldkv, const float *datt, float scale,
+                               float *out, float *stats, float *dq, float *dk, float *dv)
 {
     int group = n_heads / n_kv;
     int ldst = 2 * n_heads;

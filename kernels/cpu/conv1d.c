@@ -1,4 +1,4 @@
-#include "kernels/kernels.h"
+#include "kernels/cpu/cpu_ops.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -6,8 +6,8 @@
 
 /* Time-major so the inner loop runs over contiguous channels; each thread owns a block of
  * channels for the whole sequence, then advances that block's state. */
-void ac_k_conv1d_silu(ac_kctx *ctx, int T, int C, int K, const float *x, int ldx, const float *w,
-                      const float *bias, float *state, float *y, int ldy)
+void ac_cpu_conv1d_silu(ac_kctx *ctx, int T, int C, int K, const float *x, int ldx, const float *w,
+                        const float *bias, float *state, float *y, int ldy)
 {
     (void)ctx;
     enum { BLOCK = 64 };
@@ -61,9 +61,9 @@ static inline float conv_input(const float *x, int ldx, const float *state, int 
  *   2. dw[c, k] += sum_t dpre[t, c] in(t - S + k, c), dbias[c] += sum_t dpre[t, c];
  *   3. in place, t ascending: dx[t, c] = sum_k w[c, k] dpre[t + S - k, c], which reads
  *      only dpre rows >= t, none yet overwritten. */
-void ac_k_conv1d_silu_backward(ac_kctx *ctx, int T, int C, int K, const float *x, int ldx, const float *w,
-                               const float *bias, const float *state, const float *dy, int lddy, float *dx,
-                               int lddx, float *dw, float *dbias)
+void ac_cpu_conv1d_silu_backward(ac_kctx *ctx, int T, int C, int K, const float *x, int ldx, const float *w,
+                                 const float *bias, const float *state, const float *dy, int lddy, float *dx,
+                                 int lddx, float *dw, float *dbias)
 {
     (void)ctx;
     enum { BLOCK = 64 };

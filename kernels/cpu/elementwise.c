@@ -1,8 +1,8 @@
-#include "kernels/kernels.h"
+#include "kernels/cpu/cpu_ops.h"
 
 #include <math.h>
 
-void ac_k_relu2(ac_kctx *ctx, size_t n, float *x)
+void ac_cpu_relu2(ac_kctx *ctx, size_t n, float *x)
 {
     (void)ctx;
 #pragma omp parallel for schedule(static) if (n > 65536)
@@ -12,7 +12,7 @@ void ac_k_relu2(ac_kctx *ctx, size_t n, float *x)
     }
 }
 
-void ac_k_relu2_backward(ac_kctx *ctx, size_t n, const float *pre, float *grad)
+void ac_cpu_relu2_backward(ac_kctx *ctx, size_t n, const float *pre, float *grad)
 {
     (void)ctx;
 #pragma omp parallel for schedule(static) if (n > 65536)
@@ -20,7 +20,7 @@ void ac_k_relu2_backward(ac_kctx *ctx, size_t n, const float *pre, float *grad)
         grad[i] = pre[i] > 0.0f ? 2.0f * pre[i] * grad[i] : 0.0f;
 }
 
-void ac_k_mul_columns(ac_kctx *ctx, int rows, int cols, const float *mask, float *x, int ldx)
+void ac_cpu_mul_columns(ac_kctx *ctx, int rows, int cols, const float *mask, float *x, int ldx)
 {
     (void)ctx;
 #pragma omp parallel for schedule(static) if ((long)rows * cols > 65536)
@@ -29,7 +29,7 @@ void ac_k_mul_columns(ac_kctx *ctx, int rows, int cols, const float *mask, float
             x[(size_t)r * ldx + c] *= mask[c];
 }
 
-void ac_k_column_dot(ac_kctx *ctx, int rows, int cols, const float *a, int lda, const float *b, int ldb, float *out)
+void ac_cpu_column_dot(ac_kctx *ctx, int rows, int cols, const float *a, int lda, const float *b, int ldb, float *out)
 {
     (void)ctx;
     for (int r = 0; r < rows; r++)
@@ -37,7 +37,7 @@ void ac_k_column_dot(ac_kctx *ctx, int rows, int cols, const float *a, int lda, 
             out[c] += a[(size_t)r * lda + c] * b[(size_t)r * ldb + c];
 }
 
-void ac_k_add(ac_kctx *ctx, size_t n, const float *x, float *y)
+void ac_cpu_add(ac_kctx *ctx, size_t n, const float *x, float *y)
 {
     (void)ctx;
 #pragma omp parallel for schedule(static) if (n > 65536)
@@ -45,8 +45,8 @@ void ac_k_add(ac_kctx *ctx, size_t n, const float *x, float *y)
         y[i] += x[i];
 }
 
-void ac_k_gather_rows(ac_kctx *ctx, int n, int D, const float *src, int ldsrc, const int32_t *rows,
-                      float *dst)
+void ac_cpu_gather_rows(ac_kctx *ctx, int n, int D, const float *src, int ldsrc, const int32_t *rows,
+                        float *dst)
 {
     (void)ctx;
 #pragma omp parallel for schedule(static) if (n > 64)
@@ -58,8 +58,8 @@ void ac_k_gather_rows(ac_kctx *ctx, int n, int D, const float *src, int ldsrc, c
     }
 }
 
-void ac_k_scatter_add_rows(ac_kctx *ctx, int n, int D, const float *src, const int32_t *rows,
-                           const float *weight, float *dst, int lddst)
+void ac_cpu_scatter_add_rows(ac_kctx *ctx, int n, int D, const float *src, const int32_t *rows,
+                             const float *weight, float *dst, int lddst)
 {
     (void)ctx;
 #pragma omp parallel for schedule(static) if (n > 64)

@@ -1,4 +1,4 @@
-#include "kernels/kernels.h"
+#include "kernels/cpu/cpu_ops.h"
 
 #include <cblas.h>
 
@@ -6,8 +6,8 @@
  * whole weight matrix on every call (measured: 80% of batch-1 decode time). */
 enum { GEMV_MAX_ROWS = 4 };
 
-void ac_k_linear(ac_kctx *ctx, int M, int N, int K, const float *A, int lda, const float *W,
-                 float beta, float *C, int ldc)
+void ac_cpu_linear(ac_kctx *ctx, int M, int N, int K, const float *A, int lda, const float *W,
+                   float beta, float *C, int ldc)
 {
     (void)ctx;
     if (M == 0 || N == 0)
@@ -20,8 +20,8 @@ void ac_k_linear(ac_kctx *ctx, int M, int N, int K, const float *A, int lda, con
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, N, K, 1.0f, A, lda, W, K, beta, C, ldc);
 }
 
-void ac_k_linear_backward(ac_kctx *ctx, int M, int N, int K, const float *A, int lda, const float *W,
-                          const float *dC, int lddc, float beta_dA, float *dA, int ldda, float *dW)
+void ac_cpu_linear_backward(ac_kctx *ctx, int M, int N, int K, const float *A, int lda, const float *W,
+                            const float *dC, int lddc, float beta_dA, float *dA, int ldda, float *dW)
 {
     (void)ctx;
     if (M == 0)

@@ -1,4 +1,4 @@
-#include "kernels/kernels.h"
+#include "kernels/cpu/cpu_ops.h"
 
 #include <math.h>
 
@@ -15,8 +15,8 @@ static double row_logsumexp(const float *x, int V, float inv_tau, float *max_out
     return (double)max + log(sum);
 }
 
-void ac_k_cross_entropy(ac_kctx *ctx, int rows, int V, const float *logits, const int32_t *targets, float scale,
-                        float *dlogits, double *row_loss)
+void ac_cpu_cross_entropy(ac_kctx *ctx, int rows, int V, const float *logits, const int32_t *targets, float scale,
+                          float *dlogits, double *row_loss)
 {
     (void)ctx;
 #pragma omp parallel for schedule(static)
@@ -40,8 +40,8 @@ void ac_k_cross_entropy(ac_kctx *ctx, int rows, int V, const float *logits, cons
     }
 }
 
-void ac_k_kd_loss(ac_kctx *ctx, int rows, int V, const float *student, const float *teacher, float tau, float scale,
-                  float *dlogits, double *row_loss)
+void ac_cpu_kd_loss(ac_kctx *ctx, int rows, int V, const float *student, const float *teacher, float tau, float scale,
+                    float *dlogits, double *row_loss)
 {
     (void)ctx;
     float inv_tau = 1.0f / tau;

@@ -1,4 +1,4 @@
-#include "kernels/kernels.h"
+#include "kernels/cpu/cpu_ops.h"
 
 #include <math.h>
 
@@ -22,9 +22,9 @@ static void top_k_indices(const float *v, int n, int k, int32_t *out)
 /* the engine's limit (AC_MAX_EXPERTS in arch.h) */
 enum { MAX_EXPERTS = 1024 };
 
-void ac_k_moe_route(ac_kctx *ctx, int T, int E, const float *logits, const float *bias,
-                    int n_group, int topk_group, int top_k, int norm, float scale, int32_t *idx,
-                    float *weight)
+void ac_cpu_moe_route(ac_kctx *ctx, int T, int E, const float *logits, const float *bias,
+                      int n_group, int topk_group, int top_k, int norm, float scale, int32_t *idx,
+                      float *weight)
 {
     (void)ctx;
     int per_group = E / n_group;
@@ -74,8 +74,8 @@ void ac_k_moe_route(ac_kctx *ctx, int T, int E, const float *logits, const float
 /* w_j = scale s_j / Z with Z = sum_l s_l + 1e-20 (norm) or w_j = scale s_j, s = sigmoid:
  *   dL/ds_j = (scale / Z) (dw_j - sum_l dw_l s_l / Z)   or   scale dw_j,
  *   dL/dlogit_j = dL/ds_j s_j (1 - s_j). */
-void ac_k_moe_route_backward(ac_kctx *ctx, int T, int E, const float *logits, int top_k, int norm,
-                             float scale, const int32_t *idx, const float *dweight, float *dlogits)
+void ac_cpu_moe_route_backward(ac_kctx *ctx, int T, int E, const float *logits, int top_k, int norm,
+                               float scale, const int32_t *idx, const float *dweight, float *dlogits)
 {
     (void)ctx;
 #pragma omp parallel for schedule(static) if (T > 16)
@@ -103,9 +103,9 @@ void ac_k_moe_route_backward(ac_kctx *ctx, int T, int E, const float *logits, in
 
 /* The dot products run in parallel over rows into dweight; the mask's gradient then sums
  * them in row order, so a run repeats bit for bit. */
-void ac_k_moe_combine_backward(ac_kctx *ctx, int n, int D, const float *dout, int lddout, const int32_t *rows,
-                               const float *y, const float *weight, const float *mask, const int32_t *pair,
-                               float *dweight, float *dmask, float *dy)
+void ac_cpu_moe_combine_backward(ac_kctx *ctx, int n, int D, const float *dout, int lddout, const int32_t *rows,
+                                 const float *y, const float *weight, const float *mask, const int32_t *pair,
+                                 float *dweight, float *dmask, float *dy)
 {
     (void)ctx;
     float m = mask ? *mask : 1.0f;
@@ -132,8 +132,8 @@ void ac_k_moe_combine_backward(ac_kctx *ctx, int n, int D, const float *dout, in
         *dmask += acc;
 }
 
-void ac_k_gather_rows_backward(ac_kctx *ctx, int n, int D, const float *ddst, const int32_t *rows, float *dsrc,
-                               int lddsrc)
+void ac_cpu_gather_rows_backward(ac_kctx *ctx, int n, int D, const float *ddst, const int32_t *rows, float *dsrc,
+                                 int lddsrc)
 {
     (void)ctx;
 #pragma omp parallel for schedule(static) if (n > 64)

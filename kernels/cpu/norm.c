@@ -1,9 +1,9 @@
-#include "kernels/kernels.h"
+#include "kernels/cpu/cpu_ops.h"
 
 #include <math.h>
 
-void ac_k_rmsnorm(ac_kctx *ctx, int rows, int dim, const float *x, int ldx, const float *w,
-                  float eps, float *y, int ldy)
+void ac_cpu_rmsnorm(ac_kctx *ctx, int rows, int dim, const float *x, int ldx, const float *w,
+                    float eps, float *y, int ldy)
 {
     (void)ctx;
 #pragma omp parallel for schedule(static)
@@ -20,8 +20,8 @@ void ac_k_rmsnorm(ac_kctx *ctx, int rows, int dim, const float *x, int ldx, cons
 }
 
 /* With r = rsqrt(mean(x^2) + eps) and g = dy * w: dx = r g - x r^3 mean(g x). */
-void ac_k_rmsnorm_backward(ac_kctx *ctx, int rows, int dim, const float *x, int ldx, const float *w, float eps,
-                           const float *dy, int lddy, float *dx, int lddx, float *dw)
+void ac_cpu_rmsnorm_backward(ac_kctx *ctx, int rows, int dim, const float *x, int ldx, const float *w, float eps,
+                             const float *dy, int lddy, float *dx, int lddx, float *dw)
 {
     (void)ctx;
 #pragma omp parallel for schedule(static)

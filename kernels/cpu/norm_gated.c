@@ -1,11 +1,11 @@
-#include "kernels/kernels.h"
+#include "kernels/cpu/cpu_ops.h"
 
 #include <math.h>
 
 static inline float silu(float v) { return v / (1.0f + expf(-v)); }
 
-void ac_k_gated_rmsnorm(ac_kctx *ctx, int rows, int dim, int group_size, const float *y, int ldy,
-                        const float *z, int ldz, const float *w, float eps, float *out, int ldout)
+void ac_cpu_gated_rmsnorm(ac_kctx *ctx, int rows, int dim, int group_size, const float *y, int ldy,
+                          const float *z, int ldz, const float *w, float eps, float *out, int ldout)
 {
     (void)ctx;
 #pragma omp parallel for schedule(static)
@@ -33,9 +33,9 @@ void ac_k_gated_rmsnorm(ac_kctx *ctx, int rows, int dim, int group_size, const f
  *   dw += sum over rows of dout u r
  * Rows run in parallel for dy and dz (r goes to rstd); then column blocks run in parallel
  * for dw, each summing its rows before the one add. */
-void ac_k_gated_rmsnorm_backward(ac_kctx *ctx, int rows, int dim, int group_size, const float *y, int ldy,
-                                 const float *z, int ldz, const float *w, float eps, const float *dout, int lddout,
-                                 float *dy, int lddy, float *dz, int lddz, float *dw, float *rstd)
+void ac_cpu_gated_rmsnorm_backward(ac_kctx *ctx, int rows, int dim, int group_size, const float *y, int ldy,
+                                   const float *z, int ldz, const float *w, float eps, const float *dout, int lddout,
+                                   float *dy, int lddy, float *dz, int lddz, float *dw, float *rstd)
 {
     (void)ctx;
     int groups = dim / group_size;

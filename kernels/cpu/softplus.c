@@ -1,9 +1,9 @@
-#include "kernels/kernels.h"
+#include "kernels/cpu/cpu_ops.h"
 
 #include <math.h>
 
-void ac_k_softplus_dt(ac_kctx *ctx, int T, int H, const float *raw, int ldraw, const float *bias,
-                      float dt_min, float *dt)
+void ac_cpu_softplus_dt(ac_kctx *ctx, int T, int H, const float *raw, int ldraw, const float *bias,
+                        float dt_min, float *dt)
 {
     (void)ctx;
     for (int t = 0; t < T; t++)
@@ -17,8 +17,8 @@ void ac_k_softplus_dt(ac_kctx *ctx, int T, int H, const float *raw, int ldraw, c
 
 /* d softplus(v) / dv = sigmoid(v); the identity branch above 20 has slope 1, and a value
  * held at dt_min passes no gradient. Tokens run in order, so dbias gets one sum per head. */
-void ac_k_softplus_dt_backward(ac_kctx *ctx, int T, int H, const float *raw, int ldraw, const float *bias,
-                               float dt_min, const float *ddt, float *draw, int lddraw, float *dbias)
+void ac_cpu_softplus_dt_backward(ac_kctx *ctx, int T, int H, const float *raw, int ldraw, const float *bias,
+                                 float dt_min, const float *ddt, float *draw, int lddraw, float *dbias)
 {
     (void)ctx;
     for (int h = 0; h < H; h++) {

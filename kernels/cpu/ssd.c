@@ -1,12 +1,12 @@
-#include "kernels/kernels.h"
+#include "kernels/cpu/cpu_ops.h"
 
 #include <math.h>
 
 /* The recurrence step by step: exact, and cheap next to the projections at these sizes
  * (H*P*N multiply-adds a token). Heads are independent, so they run in parallel. */
-void ac_k_ssd_scan(ac_kctx *ctx, int T, int H, int P, int N, int G, const float *x, int ldx,
-                   const float *B, const float *C, int ldbc, const float *dt, const float *A,
-                   const float *Dskip, float *state, float *y, int ldy)
+void ac_cpu_ssd_scan(ac_kctx *ctx, int T, int H, int P, int N, int G, const float *x, int ldx,
+                     const float *B, const float *C, int ldbc, const float *dt, const float *A,
+                     const float *Dskip, float *state, float *y, int ldy)
 {
     (void)ctx;
     int heads_per_group = H / G;
@@ -38,9 +38,9 @@ void ac_k_ssd_scan(ac_kctx *ctx, int T, int H, int P, int N, int G, const float 
 
 /* ---- training: the scan keeping every state, its backward, and the head mask ---- */
 
-void ac_k_ssd_scan_save(ac_kctx *ctx, int T, int H, int P, int N, int G, const float *x, int ldx,
-                        const float *B, const float *C, int ldbc, const float *dt, const float *A,
-                        const float *Dskip, const float *state0, float *states, float *y, int ldy)
+void ac_cpu_ssd_scan_save(ac_kctx *ctx, int T, int H, int P, int N, int G, const float *x, int ldx,
+                          const float *B, const float *C, int ldbc, const float *dt, const float *A,
+                          const float *Dskip, const float *state0, float *states, float *y, int ldy)
 {
     (void)ctx;
     int heads_per_group = H / G;
@@ -90,11 +90,11 @@ void ac_k_ssd_scan_save(ac_kctx *ctx, int T, int H, int P, int N, int G, const f
  *   dB_t  += dt_t x_t[p] ds_t;  dC_t += dy_t[p] s_t
  * dB and dC go to the head's own rows of the work buffer, summed over the heads of each
  * group afterwards, so no two threads write one float. */
-void ac_k_ssd_scan_backward(ac_kctx *ctx, int T, int H, int P, int N, int G, const float *x, int ldx,
-                            const float *B, const float *C, int ldbc, const float *dt, const float *A,
-                            const float *Dskip, const float *state0, const float *states, const float *dy,
-                            int lddy, float *dx, int lddx, float *dB, float *dC, int lddbc, float *ddt, float *dA,
-                            float *dD, float *work)
+void ac_cpu_ssd_scan_backward(ac_kctx *ctx, int T, int H, int P, int N, int G, const float *x, int ldx,
+                              const float *B, const float *C, int ldbc, const float *dt, const float *A,
+                              const float *Dskip, const float *state0, const float *states, const float *dy,
+                              int lddy, float *dx, int lddx, float *dB, float *dC, int lddbc, float *ddt, float *dA,
+                              float *dD, float *work)
 {
     (void)ctx;
     int heads_per_group = H / G;
@@ -179,7 +179,7 @@ void ac_k_ssd_scan_backward(ac_kctx *ctx, int T, int H, int P, int N, int G, con
         }
 }
 
-void ac_k_mul_heads(ac_kctx *ctx, int T, int H, int P, const float *mask, float *x, int ldx)
+void ac_cpu_mul_heads(ac_kctx *ctx, int T, int H, int P, const float *mask, float *x, int ldx)
 {
     (void)ctx;
 #pragma omp parallel for schedule(static) if ((long)T * H * P > 65536)
@@ -192,8 +192,8 @@ void ac_k_mul_heads(ac_kctx *ctx, int T, int H, int P, const float *mask, float 
         }
 }
 
-void ac_k_mul_heads_backward(ac_kctx *ctx, int T, int H, int P, const float *mask, const float *y, int ldy,
-                             float *dy, int lddy, float *dmask)
+void ac_cpu_mul_heads_backward(ac_kctx *ctx, int T, int H, int P, const float *mask, const float *y, int ldy,
+                               float *dy, int lddy, float *dmask)
 {
     (void)ctx;
 #pragma omp parallel for schedule(static) if ((long)T * H * P > 65536)

@@ -42,8 +42,6 @@ int ac_mamba_groups_for(int heads, int parent_groups);
 void ac_dims_mamba(ac_block_dims *b, const ac_block_dims *parent, int heads);
 void ac_dims_moe(ac_block_dims *b, const ac_block_dims *parent, int experts, int expert_ffn, int shared_ffn);
 void ac_dims_mlp(ac_block_dims *b, const ac_block_dims *parent, int ffn);
-/* The table key of block b at `hidden`. */
-ac_cost_row ac_row_key(const ac_block_dims *b, int hidden);
 /* "moe E16 F128 S256", "mamba H8", "attention", "mlp F256" */
 void ac_row_label(const ac_cost_row *key, char *buf, size_t size);
 
@@ -55,13 +53,7 @@ double ac_block_state_bytes(const ac_block_dims *b, const ac_contract_workload *
 /* R given the widest block's scratch floats per token. */
 double ac_fixed_activation_bytes(const ac_arch *arch, const ac_contract_workload *w, int threads, double scratch_floats);
 
-/* ---- weights (slice.c) ---- */
-
-/* A model of `arch` whose layer i takes the leading channels, heads and experts of
- * parent layer parent_layer[i] (same kind, or a MoE parent's shared expert for an MLP
- * layer); every part the parent lacks (a larger dim, another kind) is random (seed). */
-ac_status ac_slice_model(const ac_model *parent, const ac_arch *arch, const int *parent_layer, uint64_t seed,
-                         ac_model **out);
+/* ---- the parent (parent.c) ---- */
 
 /* The parent: DIR's checkpoint, or DIR/config.json with random weights (seed) when the
  * directory holds no weights. */

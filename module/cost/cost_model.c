@@ -3,6 +3,7 @@
  * probabilities as sums over layers, conditioned on the global choice (autocompress/
  * cost.h has the factorisation). A concrete candidate is the one-hot case. */
 #include "cost/cost_internal.h"
+#include "runtime/block.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -231,7 +232,7 @@ static ac_status fill_costs(ac_cost_model *m)
                     decode_combo(m, li, c, idx);
                     if (!layer_block(m, l, mg, idx, &b))
                         continue;
-                    ac_cost_row key = ac_row_key(&b, ah.hidden);
+                    ac_cost_row key = ac_block_row_key(&b, ah.hidden);
                     ac_status st = row_cost(m, &key, &cc->lat, &cc->pre, &cc->dec);
                     if (st != AC_OK)
                         return st;

@@ -159,7 +159,7 @@ static ac_status measure_child(void *arg, int fd)
             base = ac_cpu_resident_bytes();
         else
             base = ac_cpu_peak_resident_bytes(); /* no reset: the peak so far is the floor */
-        st = ac_slice_model(parent, job->arch, job->parent_layer, job->seed + 1, &model);
+        st = ac_model_slice(parent, job->arch, job->parent_layer, job->seed + 1, &model);
     }
     if (st == AC_OK)
         st = ac_server_create(model, &job->workload, job->seed, snapshot, &server);

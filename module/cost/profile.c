@@ -4,6 +4,7 @@
 #include "autocompress/profile.h"
 #include "autocompress/trace.h"
 #include "cost/cost_internal.h"
+#include "runtime/block.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -501,7 +502,7 @@ static ac_status keep_trace(trace_store *t, int run, const run_plan *plan, const
     memcpy(t->spans[run], spans, keep * sizeof(ac_span));
     snprintf(t->names[run], 64, "run %d: hidden %d", run, plan->arch.hidden);
     for (int l = 0; l < L; l++) {
-        ac_cost_row key = ac_row_key(&plan->arch.layers[l], plan->arch.hidden);
+        ac_cost_row key = ac_block_row_key(&plan->arch.layers[l], plan->arch.hidden);
         char label[64];
         ac_row_label(&key, label, sizeof label);
         t->labels[run][l] = malloc(80);
@@ -665,7 +666,7 @@ ac_status ac_profile_run(const char *model_dir, const ac_contract *contract, con
         for (int s = 0; st == AC_OK && s < sites; s++) {
             ac_cost_row key;
             if (s < L) {
-                key = ac_row_key(&plan->arch.layers[s], plan->arch.hidden);
+                key = ac_block_row_key(&plan->arch.layers[s], plan->arch.hidden);
             } else {
                 memset(&key, 0, sizeof key);
                 key.kind = (ac_row_kind)(AC_ROW_EMBEDDING + (s - L));

@@ -6,7 +6,7 @@
  * reserved up front for the whole request, as a server sizes its KV per slot, so no
  * step pays for growing it. */
 #include "cost/cost_internal.h"
-#include "runtime/runtime_internal.h"
+#include "runtime/plan.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -28,16 +28,9 @@ struct ac_server {
     uint64_t rng;
 };
 
-static size_t conv_floats(const ac_block_dims *b) { return (size_t)ac_mamba_conv_dim(b) * (b->conv_kernel - 1); }
-static size_t ssm_floats(const ac_block_dims *b) { return (size_t)b->mamba_heads * b->mamba_head_dim * b->ssm_state; }
-
 size_t ac_server_snapshot_floats(const ac_arch *arch, int batch)
 {
-    size_t n = 0;
-    for (int i = 0; i < arch->n_layers; i++)
-        if (arch->layers[i].kind == AC_BLOCK_MAMBA)
-            n += conv_floats(&arch->layers[i]) + ssm_floats(&arch->layers[i]);
-    return n * (size_t)batch;
+    return ac_plan_state_floats(arch) * (size_t)batch;
 }
 
 void ac_server_free(ac_server *s)
@@ -109,38 +102,22 @@ void ac_server_set_probe(ac_server *s, ac_probe *probe)
     ac_runtime_set_probe(s->rt, probe);
 }
 
-static void copy_state(ac_server *s, int save)
+static void save_state(ac_server *s)
 {
-    const ac_arch *a = ac_model_arch(s->model);
-    float *p = s->snapshot;
-    for (int q = 0; q < s->batch; q++) {
-        ac_cache_layers *l = &s->caches[q]->l;
-        for (int i = 0; i < a->n_layers; i++) {
-            const ac_block_dims *b = &a->layers[i];
-            if (b->kind != AC_BLOCK_MAMBA)
-                continue;
-            size_t nc = conv_floats(b), ns = ssm_floats(b);
-            if (save) {
-                memcpy(p, l->conv[i], nc * sizeof *p);
-                memcpy(p + nc, l->ssm[i], ns * sizeof *p);
-            } else {
-                memcpy(l->conv[i], p, nc * sizeof *p);
-                memcpy(l->ssm[i], p + nc, ns * sizeof *p);
-            }
-            p += nc + ns;
-        }
-    }
+    size_t per_seq = ac_plan_state_floats(ac_model_arch(s->model));
+    for (int q = 0; q < s->batch; q++)
+        ac_cache_save_state(s->caches[q], s->snapshot + (size_t)q * per_seq);
 }
 
 static void rollback(ac_server *s)
 {
+    size_t per_seq = ac_plan_state_floats(ac_model_arch(s->model));
     for (int q = 0; q < s->batch; q++) {
         if (s->context_tokens == 0)
             ac_cache_clear(s->caches[q]);
-        s->caches[q]->l.tokens = s->context_tokens;
+        else
+            ac_cache_restore_state(s->caches[q], s->snapshot + (size_t)q * per_seq, s->context_tokens);
     }
-    if (s->context_tokens > 0)
-        copy_state(s, 0);
 }
 
 static void greedy(ac_server *s)
@@ -187,7 +164,7 @@ ac_status ac_server_build_context(ac_server *s)
         return st;
     s->context_tokens = cached;
     if (cached > 0)
-        copy_state(s, 1);
+        save_state(s);
     return AC_OK;
 }
 
@@ -250,21 +227,13 @@ ac_memory_sample ac_server_memory(const ac_server *s)
     memset(&m, 0, sizeof m);
     const ac_model *model = s->model;
     const ac_arch *a = ac_model_arch(model);
-    m.weights = model->arena_count * sizeof(float);
+    m.weights = (size_t)ac_arch_param_counts(a).total * sizeof(float);
     for (int q = 0; q < s->batch; q++) {
-        const ac_cache_layers *l = &s->caches[q]->l;
-        for (int i = 0; i < a->n_layers; i++) {
-            const ac_block_dims *b = &a->layers[i];
-            if (b->kind == AC_BLOCK_ATTENTION)
-                m.kv_cache += 2 * (size_t)b->attn_kv_heads * b->attn_head_dim * l->capacity * sizeof(float);
-            else if (b->kind == AC_BLOCK_MAMBA)
-                m.state += (conv_floats(b) + 1 + ssm_floats(b)) * sizeof(float);
-        }
+        size_t state = ac_cache_state_bytes(s->caches[q]);
+        m.kv_cache += ac_cache_bytes(s->caches[q]) - state;
+        m.state += state;
     }
-    const ac_runtime *rt = s->rt;
-    size_t T = (size_t)rt->capacity_tokens, D = (size_t)a->hidden;
-    m.activations = (3 * T * D + T * rt->scratch_per_token + 1) * sizeof(float) + rt->workspace_bytes +
-                    (size_t)s->batch * a->vocab * sizeof(float);
+    m.activations = ac_runtime_bytes(s->rt) + (size_t)s->batch * a->vocab * sizeof(float);
     m.resident = ac_cpu_resident_bytes();
     return m;
 }

@@ -51,25 +51,6 @@ void ac_dims_mlp(ac_block_dims *b, const ac_block_dims *parent, int ffn)
     b->ffn = ffn;
 }
 
-ac_cost_row ac_row_key(const ac_block_dims *b, int hidden)
-{
-    ac_cost_row k;
-    memset(&k, 0, sizeof k);
-    k.kind = (ac_row_kind)b->kind;
-    k.hidden = hidden;
-    switch (b->kind) {
-    case AC_BLOCK_MAMBA: k.heads = b->mamba_heads; break;
-    case AC_BLOCK_ATTENTION: break;
-    case AC_BLOCK_MLP: k.ffn = b->ffn; break;
-    case AC_BLOCK_MOE:
-        k.experts = b->n_experts;
-        k.expert_ffn = b->expert_ffn;
-        k.shared_ffn = b->shared_ffn;
-        break;
-    }
-    return k;
-}
-
 void ac_row_label(const ac_cost_row *k, char *buf, size_t size)
 {
     switch (k->kind) {

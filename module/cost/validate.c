@@ -2,6 +2,7 @@
  * sampled from the search space, and the predicted-vs-measured plot. */
 #include "autocompress/profile.h"
 #include "cost/cost_internal.h"
+#include "runtime/block.h"
 #include "io/json_util.h"
 
 #include <errno.h>
@@ -51,16 +52,10 @@ static void sample_choice(const ac_cost_model *m, uint64_t *rng, int *choice)
 static void describe(const ac_arch *a, char *buf, size_t size)
 {
     size_t n = (size_t)snprintf(buf, size, "d%d", a->hidden);
-    for (int i = 0; i < a->n_layers && n < size; i++) {
-        const ac_block_dims *b = &a->layers[i];
-        switch (b->kind) {
-        case AC_BLOCK_MAMBA: n += (size_t)snprintf(buf + n, size - n, " M%d", b->mamba_heads); break;
-        case AC_BLOCK_ATTENTION: n += (size_t)snprintf(buf + n, size - n, " *"); break;
-        case AC_BLOCK_MLP: n += (size_t)snprintf(buf + n, size - n, " F%d", b->ffn); break;
-        case AC_BLOCK_MOE:
-            n += (size_t)snprintf(buf + n, size - n, " E%d/%d/%d", b->n_experts, b->expert_ffn, b->shared_ffn);
-            break;
-        }
+    for (int i = 0; i < a->n_layers && n + 1 < size; i++) {
+        buf[n++] = ' ';
+        ac_block(&a->layers[i])->tag(&a->layers[i], buf + n, size - n);
+        n += strlen(buf + n);
     }
 }
 

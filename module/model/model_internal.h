@@ -43,4 +43,11 @@ struct ac_model {
     size_t n_params;
 };
 
+/* The arena's layout, built in two passes: the first only counts, the second assigns
+ * each pointer slot and records the parameter's name and shape (model.c). */
+typedef struct ac_layout ac_layout;
+void ac_layout_param(ac_layout *l, float **slot, int ndim, const int64_t *shape, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+#define AC_SHAPE(...) ((const int64_t[]){__VA_ARGS__})
+
 #endif

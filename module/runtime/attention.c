@@ -3,10 +3,11 @@
  * (caches == NULL) attends within the batch's own sequences and keeps nothing. */
 #include "runtime/runtime_internal.h"
 
+#include <limits.h>
 #include <math.h>
 #include <string.h>
 
-size_t ac_attention_scratch_per_token(const ac_arch *arch, const ac_block_dims *b)
+static size_t attention_scratch_per_token(const ac_arch *arch, const ac_block_dims *b)
 {
     (void)arch;
     size_t q = (size_t)b->attn_heads * b->attn_head_dim, kv = (size_t)b->attn_kv_heads * b->attn_head_dim;
@@ -15,7 +16,7 @@ size_t ac_attention_scratch_per_token(const ac_arch *arch, const ac_block_dims *
 
 /* q, k, v, att, datt, dq, dk, dv and two statistics per query and head. The scores are
  * recomputed row by row in the kernel's workspace, so nothing grows with T^2. */
-size_t ac_attention_backward_scratch_per_token(const ac_arch *arch, const ac_block_dims *b)
+static size_t attention_backward_scratch_per_token(const ac_arch *arch, const ac_block_dims *b)
 {
     (void)arch;
     size_t q = (size_t)b->attn_heads * b->attn_head_dim, kv = (size_t)b->attn_kv_heads * b->attn_head_dim;
@@ -31,7 +32,7 @@ static void append_kv(float *cache, int cap, int past, int L, int n_kv, int hd, 
                    (size_t)hd * sizeof *cache);
 }
 
-void ac_attention_forward(ac_runtime *rt, int layer, const ac_seqs *seqs, const float *xn, const ac_block_masks *masks, float *out)
+static void attention_forward(ac_runtime *rt, int layer, const ac_seqs *seqs, const float *xn, const ac_block_masks *masks, float *out)
 {
     (void)masks; /* attention has no masks of its own */
     const ac_arch *a = &rt->model->arch;
@@ -74,7 +75,7 @@ void ac_attention_forward(ac_runtime *rt, int layer, const ac_seqs *seqs, const 
     ac_k_linear(&rt->kctx, T, D, nq, att, nq, w->o_proj, 0.0f, out, D);
 }
 
-void ac_attention_backward(ac_runtime *rt, int layer, const ac_seqs *seqs, const float *xn, const ac_block_masks *masks,
+static void attention_backward(ac_runtime *rt, int layer, const ac_seqs *seqs, const float *xn, const ac_block_masks *masks,
                            const float *dout, float *dxn, ac_layer_weights *grad, ac_block_mask_grads *mask_grads)
 {
     (void)masks;
@@ -113,3 +114,100 @@ void ac_attention_backward(ac_runtime *rt, int layer, const ac_seqs *seqs, const
     ac_k_linear_backward(&rt->kctx, T, nkv, D, xn, D, w->k_proj, dk, nkv, 1.0f, dxn, D, grad ? grad->k_proj : NULL);
     ac_k_linear_backward(&rt->kctx, T, nkv, D, xn, D, w->v_proj, dv, nkv, 1.0f, dxn, D, grad ? grad->v_proj : NULL);
 }
+
+/* ---- the kind's entry in the block table ---- */
+
+static ac_status attention_validate(int i, const ac_block_dims *b)
+{
+    if (b->attn_heads <= 0)
+        return ac_layer_fail(i, b, "attn_heads must be positive, got %d", b->attn_heads);
+    if (b->attn_kv_heads <= 0)
+        return ac_layer_fail(i, b, "attn_kv_heads must be positive, got %d", b->attn_kv_heads);
+    if (b->attn_head_dim <= 0)
+        return ac_layer_fail(i, b, "attn_head_dim must be positive, got %d", b->attn_head_dim);
+    if (b->attn_heads % b->attn_kv_heads)
+        return ac_layer_fail(i, b, "attn_heads %d is not a multiple of attn_kv_heads %d", b->attn_heads,
+                             b->attn_kv_heads);
+    int64_t q = (int64_t)b->attn_heads * b->attn_head_dim;
+    if (q > INT_MAX)
+        return ac_layer_fail(i, b, "attn_heads x attn_head_dim overflows");
+    return AC_OK;
+}
+
+static int attention_same_dims(const ac_block_dims *a, const ac_block_dims *b)
+{
+    return a->attn_heads == b->attn_heads && a->attn_kv_heads == b->attn_kv_heads &&
+           a->attn_head_dim == b->attn_head_dim;
+}
+
+static int64_t attention_params(const ac_arch *arch, const ac_block_dims *b, int active)
+{
+    (void)active;
+    int64_t q = (int64_t)b->attn_heads * b->attn_head_dim, kv = (int64_t)b->attn_kv_heads * b->attn_head_dim;
+    return 2 * q * arch->hidden + 2 * kv * arch->hidden;
+}
+
+static void attention_print(const ac_block_dims *b, FILE *out)
+{
+    fprintf(out, "heads %d, kv_heads %d, head_dim %d", b->attn_heads, b->attn_kv_heads, b->attn_head_dim);
+}
+
+static void attention_tag(const ac_block_dims *b, char *buf, size_t size)
+{
+    (void)b;
+    snprintf(buf, size, "*");
+}
+
+static void attention_layout(ac_layout *l, int i, const ac_arch *arch, const ac_block_dims *b, ac_layer_weights *w)
+{
+    int D = arch->hidden, q = b->attn_heads * b->attn_head_dim, kv = b->attn_kv_heads * b->attn_head_dim;
+    ac_layout_param(l, &w->q_proj, 2, AC_SHAPE(q, D), "layers.%d.mixer.q_proj.weight", i);
+    ac_layout_param(l, &w->k_proj, 2, AC_SHAPE(kv, D), "layers.%d.mixer.k_proj.weight", i);
+    ac_layout_param(l, &w->v_proj, 2, AC_SHAPE(kv, D), "layers.%d.mixer.v_proj.weight", i);
+    ac_layout_param(l, &w->o_proj, 2, AC_SHAPE(D, q), "layers.%d.mixer.o_proj.weight", i);
+}
+
+/* Leading query and KV heads of the same head size. */
+static void attention_slice(const ac_arch *child, const ac_block_dims *cb, ac_layer_weights *cw,
+                            const ac_arch *parent, const ac_block_dims *pb, const ac_layer_weights *pw)
+{
+    if (pb->kind != AC_BLOCK_ATTENTION || cb->attn_head_dim != pb->attn_head_dim)
+        return;
+    int Dc = child->hidden, Dp = parent->hidden, hd = cb->attn_head_dim;
+    int q = (cb->attn_heads < pb->attn_heads ? cb->attn_heads : pb->attn_heads) * hd;
+    int kv = (cb->attn_kv_heads < pb->attn_kv_heads ? cb->attn_kv_heads : pb->attn_kv_heads) * hd;
+    ac_copy_rows(cw->q_proj, Dc, 0, pw->q_proj, Dp, 0, q);
+    ac_copy_rows(cw->k_proj, Dc, 0, pw->k_proj, Dp, 0, kv);
+    ac_copy_rows(cw->v_proj, Dc, 0, pw->v_proj, Dp, 0, kv);
+    ac_copy_rows(cw->o_proj, cb->attn_heads * hd, 0, pw->o_proj, pb->attn_heads * hd, 0, Dc < Dp ? Dc : Dp);
+}
+
+static int attention_kv_heads(const ac_block_dims *b) { return b->attn_kv_heads; }
+static int attention_kv_head_dim(const ac_block_dims *b) { return b->attn_head_dim; }
+
+static void attention_row_key(const ac_block_dims *b, ac_cost_row *key)
+{
+    (void)b;
+    (void)key; /* one row per hidden size */
+}
+
+const ac_block_ops ac_attention_ops = {
+    .kind = AC_BLOCK_ATTENTION,
+    .name = "attention",
+    .letter = '*',
+    .validate = attention_validate,
+    .same_dims = attention_same_dims,
+    .params = attention_params,
+    .print = attention_print,
+    .tag = attention_tag,
+    .layout = attention_layout,
+    .slice = attention_slice,
+    .scratch_per_token = attention_scratch_per_token,
+    .backward_scratch_per_token = attention_backward_scratch_per_token,
+    .state_floats = ac_block_no_state,
+    .kv_heads = attention_kv_heads,
+    .kv_head_dim = attention_kv_head_dim,
+    .forward = attention_forward,
+    .backward = attention_backward,
+    .row_key = attention_row_key,
+};

@@ -1,14 +1,10 @@
-/* Per-sequence decode state: KV rows that grow with the sequence, fixed Mamba state. */
+/* Per-sequence decode state: KV rows that grow with the sequence, each kind's fixed
+ * state (Mamba's conv and SSM state), both sized by the block table. */
 #include "runtime/runtime_internal.h"
+#include "runtime/plan.h"
 
 #include <stdlib.h>
 #include <string.h>
-
-static size_t conv_state_floats(const ac_block_dims *b) { return (size_t)ac_mamba_conv_dim(b) * (b->conv_kernel - 1); }
-static size_t ssm_state_floats(const ac_block_dims *b)
-{
-    return (size_t)b->mamba_heads * b->mamba_head_dim * b->ssm_state;
-}
 
 ac_status ac_cache_create(const ac_model *model, ac_cache **cache)
 {
@@ -19,16 +15,14 @@ ac_status ac_cache_create(const ac_model *model, ac_cache **cache)
     c->model = model;
     c->l.k = calloc((size_t)a->n_layers, sizeof *c->l.k);
     c->l.v = calloc((size_t)a->n_layers, sizeof *c->l.v);
-    c->l.conv = calloc((size_t)a->n_layers, sizeof *c->l.conv);
-    c->l.ssm = calloc((size_t)a->n_layers, sizeof *c->l.ssm);
-    int ok = c->l.k && c->l.v && c->l.conv && c->l.ssm;
+    c->l.state = calloc((size_t)a->n_layers, sizeof *c->l.state);
+    int ok = c->l.k && c->l.v && c->l.state;
     for (int i = 0; ok && i < a->n_layers; i++) {
-        const ac_block_dims *b = &a->layers[i];
-        if (b->kind != AC_BLOCK_MAMBA)
+        size_t floats = ac_plan_block_state_floats(&a->layers[i]);
+        if (floats == 0)
             continue;
-        c->l.conv[i] = calloc(conv_state_floats(b) + 1, sizeof(float));
-        c->l.ssm[i] = calloc(ssm_state_floats(b), sizeof(float));
-        ok = c->l.conv[i] && c->l.ssm[i];
+        c->l.state[i] = calloc(floats, sizeof(float));
+        ok = c->l.state[i] != NULL;
     }
     if (!ok) {
         ac_cache_free(c);
@@ -42,10 +36,8 @@ void ac_cache_clear(ac_cache *cache)
 {
     const ac_arch *a = &cache->model->arch;
     for (int i = 0; i < a->n_layers; i++)
-        if (a->layers[i].kind == AC_BLOCK_MAMBA) {
-            memset(cache->l.conv[i], 0, conv_state_floats(&a->layers[i]) * sizeof(float));
-            memset(cache->l.ssm[i], 0, ssm_state_floats(&a->layers[i]) * sizeof(float));
-        }
+        if (cache->l.state[i])
+            memset(cache->l.state[i], 0, ac_plan_block_state_floats(&a->layers[i]) * sizeof(float));
     cache->l.tokens = 0;
 }
 
@@ -57,17 +49,18 @@ void ac_cache_free(ac_cache *cache)
     for (int i = 0; i < n; i++) {
         if (cache->l.k) free(cache->l.k[i]);
         if (cache->l.v) free(cache->l.v[i]);
-        if (cache->l.conv) free(cache->l.conv[i]);
-        if (cache->l.ssm) free(cache->l.ssm[i]);
+        if (cache->l.state) free(cache->l.state[i]);
     }
     free(cache->l.k);
     free(cache->l.v);
-    free(cache->l.conv);
-    free(cache->l.ssm);
+    free(cache->l.state);
     free(cache);
 }
 
 int ac_cache_tokens(const ac_cache *cache) { return cache->l.tokens; }
+
+/* Floats of K (or V) per cached token of layer b. */
+static size_t kv_row_floats(const ac_block_dims *b) { return ac_plan_block_kv_floats_per_token(b) / 2; }
 
 size_t ac_cache_bytes(const ac_cache *cache)
 {
@@ -75,18 +68,15 @@ size_t ac_cache_bytes(const ac_cache *cache)
     size_t floats = 0;
     for (int i = 0; i < a->n_layers; i++) {
         const ac_block_dims *b = &a->layers[i];
-        if (b->kind == AC_BLOCK_ATTENTION)
-            floats += 2 * (size_t)b->attn_kv_heads * cache->l.capacity * b->attn_head_dim;
-        else if (b->kind == AC_BLOCK_MAMBA)
-            floats += conv_state_floats(b) + ssm_state_floats(b);
+        floats += ac_plan_block_kv_floats_per_token(b) * (size_t)cache->l.capacity + ac_plan_block_state_floats(b);
     }
     return floats * sizeof(float);
 }
 
-/* Copies the first `used` rows of [n_kv, old_cap, hd] into [n_kv, new_cap, hd]. */
-static void copy_kv(float *dst, const float *src, int n_kv, int hd, int old_cap, int new_cap, int used)
+/* Copies the first `used` rows of [heads, old_cap, hd] into [heads, new_cap, hd]. */
+static void copy_kv(float *dst, const float *src, int heads, int hd, int old_cap, int new_cap, int used)
 {
-    for (int j = 0; src && j < n_kv; j++)
+    for (int j = 0; src && j < heads; j++)
         memcpy(dst + (size_t)j * new_cap * hd, src + (size_t)j * old_cap * hd, (size_t)used * hd * sizeof *dst);
 }
 
@@ -103,10 +93,9 @@ ac_status ac_cache_reserve(ac_cache *cache, int tokens)
     float **grown = calloc(2 * (size_t)n, sizeof *grown);
     int ok = grown != NULL;
     for (int i = 0; ok && i < n; i++) {
-        const ac_block_dims *b = &a->layers[i];
-        if (b->kind != AC_BLOCK_ATTENTION)
+        size_t floats = kv_row_floats(&a->layers[i]) * (size_t)new_cap;
+        if (floats == 0)
             continue;
-        size_t floats = (size_t)b->attn_kv_heads * new_cap * b->attn_head_dim;
         grown[2 * i] = malloc(floats * sizeof(float));
         grown[2 * i + 1] = malloc(floats * sizeof(float));
         ok = grown[2 * i] && grown[2 * i + 1];
@@ -119,11 +108,12 @@ ac_status ac_cache_reserve(ac_cache *cache, int tokens)
     }
     for (int i = 0; i < n; i++) {
         const ac_block_dims *b = &a->layers[i];
-        if (b->kind != AC_BLOCK_ATTENTION)
+        if (!grown[2 * i])
             continue;
+        int heads = ac_block(b)->kv_heads(b), hd = ac_block(b)->kv_head_dim(b);
         int old_cap = cache->l.capacity, used = cache->l.tokens;
-        copy_kv(grown[2 * i], cache->l.k[i], b->attn_kv_heads, b->attn_head_dim, old_cap, new_cap, used);
-        copy_kv(grown[2 * i + 1], cache->l.v[i], b->attn_kv_heads, b->attn_head_dim, old_cap, new_cap, used);
+        copy_kv(grown[2 * i], cache->l.k[i], heads, hd, old_cap, new_cap, used);
+        copy_kv(grown[2 * i + 1], cache->l.v[i], heads, hd, old_cap, new_cap, used);
         free(cache->l.k[i]);
         free(cache->l.v[i]);
         cache->l.k[i] = grown[2 * i];
@@ -132,4 +122,29 @@ ac_status ac_cache_reserve(ac_cache *cache, int tokens)
     free(grown);
     cache->l.capacity = new_cap;
     return AC_OK;
+}
+
+size_t ac_cache_state_bytes(const ac_cache *cache) { return ac_plan_state_floats(&cache->model->arch) * sizeof(float); }
+
+void ac_cache_save_state(const ac_cache *cache, float *dst)
+{
+    const ac_arch *a = &cache->model->arch;
+    for (int i = 0; i < a->n_layers; i++) {
+        size_t n = ac_plan_block_state_floats(&a->layers[i]);
+        if (n)
+            memcpy(dst, cache->l.state[i], n * sizeof *dst);
+        dst += n;
+    }
+}
+
+void ac_cache_restore_state(ac_cache *cache, const float *src, int tokens)
+{
+    const ac_arch *a = &cache->model->arch;
+    for (int i = 0; i < a->n_layers; i++) {
+        size_t n = ac_plan_block_state_floats(&a->layers[i]);
+        if (n)
+            memcpy(cache->l.state[i], src, n * sizeof *src);
+        src += n;
+    }
+    cache->l.tokens = tokens;
 }

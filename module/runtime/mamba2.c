@@ -13,22 +13,25 @@
  * forward scan, no chunk checkpoints, at H*P*N floats a token of scratch. */
 #include "runtime/runtime_internal.h"
 
+#include <inttypes.h>
+#include <limits.h>
 #include <math.h>
 #include <string.h>
 
-size_t ac_mamba2_scratch_per_token(const ac_arch *arch, const ac_block_dims *b)
+static size_t mamba2_scratch_per_token(const ac_arch *arch, const ac_block_dims *b)
 {
     (void)arch;
     return (size_t)ac_mamba_in_proj_dim(b) + (size_t)ac_mamba_conv_dim(b) + (size_t)b->mamba_heads +
            (size_t)ac_mamba_d_inner(b);
 }
 
-/* Floats of one sequence's conv and SSM state. */
+/* Floats of one sequence's conv and SSM state; the cache holds them in this order. */
 static size_t conv_state_floats(const ac_block_dims *b) { return (size_t)ac_mamba_conv_dim(b) * (b->conv_kernel - 1); }
 static size_t ssm_state_floats(const ac_block_dims *b)
 {
     return (size_t)b->mamba_heads * b->mamba_head_dim * b->ssm_state;
 }
+static size_t mamba2_state_floats(const ac_block_dims *b) { return conv_state_floats(b) + ssm_state_floats(b); }
 
 /* Per token: the forward's buffers (proj, xbc, dt, y) plus the masked y, the norm output
  * (later its gradient), dL/dy, dproj, dxbc, ddt, the norm's rstd, the saved states and
@@ -36,7 +39,7 @@ static size_t ssm_state_floats(const ac_block_dims *b)
  * token too, which covers them for any T >= 1: the conv weight and bias gradients summed
  * over sequences (conv (K + 1)), and the zero states of the training forward (conv (K-1)
  * + H P N), so the training reservation also plans ac_mamba2_forward without caches. */
-size_t ac_mamba2_backward_scratch_per_token(const ac_arch *arch, const ac_block_dims *b)
+static size_t mamba2_backward_scratch_per_token(const ac_arch *arch, const ac_block_dims *b)
 {
     (void)arch;
     size_t H = (size_t)b->mamba_heads, N = (size_t)b->ssm_state, G = (size_t)b->mamba_groups;
@@ -46,7 +49,7 @@ size_t ac_mamba2_backward_scratch_per_token(const ac_arch *arch, const ac_block_
            conv_state_floats(b) + hpn;
 }
 
-void ac_mamba2_forward(ac_runtime *rt, int layer, const ac_seqs *seqs, const float *xn, const ac_block_masks *masks, float *out)
+static void mamba2_forward(ac_runtime *rt, int layer, const ac_seqs *seqs, const float *xn, const ac_block_masks *masks, float *out)
 {
     const ac_arch *a = &rt->model->arch;
     const ac_block_dims *b = &a->layers[layer];
@@ -75,9 +78,8 @@ void ac_mamba2_forward(ac_runtime *rt, int layer, const ac_seqs *seqs, const flo
         int o = seqs->offset[s], L = seqs->len[s];
         float *conv_state = conv0, *ssm_state = ssm0;
         if (seqs->caches) {
-            ac_cache_layers *c = &seqs->caches[s]->l;
-            conv_state = c->conv[layer];
-            ssm_state = c->ssm[layer];
+            conv_state = seqs->caches[s]->l.state[layer];
+            ssm_state = conv_state + conv_state_floats(b);
         } else {
             memset(conv0, 0, conv_state_floats(b) * sizeof *conv0);
             memset(ssm0, 0, ssm_state_floats(b) * sizeof *ssm0);
@@ -97,7 +99,7 @@ void ac_mamba2_forward(ac_runtime *rt, int layer, const ac_seqs *seqs, const flo
     ac_k_linear(&rt->kctx, T, D, dI, y, dI, w->out_proj, 0.0f, out, D);
 }
 
-void ac_mamba2_backward(ac_runtime *rt, int layer, const ac_seqs *seqs, const float *xn, const ac_block_masks *masks,
+static void mamba2_backward(ac_runtime *rt, int layer, const ac_seqs *seqs, const float *xn, const ac_block_masks *masks,
                         const float *dout, float *dxn, ac_layer_weights *grad, ac_block_mask_grads *mask_grads)
 {
     const ac_arch *a = &rt->model->arch;
@@ -196,3 +198,123 @@ void ac_mamba2_backward(ac_runtime *rt, int layer, const ac_seqs *seqs, const fl
     ac_k_linear_backward(&rt->kctx, T, nproj, D, xn, D, w->in_proj, dproj, nproj, 0.0f, dxn, D,
                          grad ? grad->in_proj : NULL);
 }
+
+/* ---- the kind's entry in the block table ---- */
+
+static ac_status mamba2_validate(int i, const ac_block_dims *b)
+{
+    if (b->mamba_heads <= 0)
+        return ac_layer_fail(i, b, "mamba_heads must be positive, got %d", b->mamba_heads);
+    if (b->mamba_heads > AC_MAX_MAMBA_HEADS)
+        return ac_layer_fail(i, b, "mamba_heads %d exceeds the engine's limit of %d", b->mamba_heads,
+                             AC_MAX_MAMBA_HEADS);
+    if (b->mamba_head_dim <= 0)
+        return ac_layer_fail(i, b, "mamba_head_dim must be positive, got %d", b->mamba_head_dim);
+    if (b->mamba_groups <= 0)
+        return ac_layer_fail(i, b, "mamba_groups must be positive, got %d", b->mamba_groups);
+    if (b->ssm_state <= 0)
+        return ac_layer_fail(i, b, "ssm_state must be positive, got %d", b->ssm_state);
+    if (b->conv_kernel <= 0)
+        return ac_layer_fail(i, b, "conv_kernel must be positive, got %d", b->conv_kernel);
+    if (b->mamba_heads % b->mamba_groups)
+        return ac_layer_fail(i, b, "mamba_heads %d is not a multiple of mamba_groups %d", b->mamba_heads,
+                             b->mamba_groups);
+    int64_t d_inner = (int64_t)b->mamba_heads * b->mamba_head_dim;
+    int64_t in_proj = 2 * d_inner + 2 * (int64_t)b->mamba_groups * b->ssm_state + b->mamba_heads;
+    if (in_proj <= 0 || in_proj > INT_MAX)
+        return ac_layer_fail(i, b, "in_proj rows (2 d_inner + 2 groups state + heads = %" PRId64 ") overflow",
+                             in_proj);
+    return AC_OK;
+}
+
+static int mamba2_same_dims(const ac_block_dims *a, const ac_block_dims *b)
+{
+    return a->mamba_heads == b->mamba_heads && a->mamba_head_dim == b->mamba_head_dim &&
+           a->mamba_groups == b->mamba_groups && a->ssm_state == b->ssm_state && a->conv_kernel == b->conv_kernel;
+}
+
+static int64_t mamba2_params(const ac_arch *arch, const ac_block_dims *b, int active)
+{
+    (void)active;
+    int64_t D = arch->hidden, dI = ac_mamba_d_inner(b), conv = ac_mamba_conv_dim(b), H = b->mamba_heads;
+    return (int64_t)ac_mamba_in_proj_dim(b) * D + conv * b->conv_kernel + (arch->use_conv_bias ? conv : 0) + 3 * H +
+           dI + D * dI;
+}
+
+static void mamba2_print(const ac_block_dims *b, FILE *out)
+{
+    fprintf(out, "heads %d x %d (d_inner %d), groups %d, state %d, conv %d, in_proj %d", b->mamba_heads,
+            b->mamba_head_dim, ac_mamba_d_inner(b), b->mamba_groups, b->ssm_state, b->conv_kernel,
+            ac_mamba_in_proj_dim(b));
+}
+
+static void mamba2_tag(const ac_block_dims *b, char *buf, size_t size) { snprintf(buf, size, "M%d", b->mamba_heads); }
+
+static void mamba2_layout(ac_layout *l, int i, const ac_arch *arch, const ac_block_dims *b, ac_layer_weights *w)
+{
+    int D = arch->hidden, dI = ac_mamba_d_inner(b), conv = ac_mamba_conv_dim(b), H = b->mamba_heads;
+    ac_layout_param(l, &w->in_proj, 2, AC_SHAPE(ac_mamba_in_proj_dim(b), D), "layers.%d.mixer.in_proj.weight", i);
+    ac_layout_param(l, &w->conv_w, 3, AC_SHAPE(conv, 1, b->conv_kernel), "layers.%d.mixer.conv1d.weight", i);
+    if (arch->use_conv_bias)
+        ac_layout_param(l, &w->conv_b, 1, AC_SHAPE(conv), "layers.%d.mixer.conv1d.bias", i);
+    ac_layout_param(l, &w->dt_bias, 1, AC_SHAPE(H), "layers.%d.mixer.dt_bias", i);
+    ac_layout_param(l, &w->A_log, 1, AC_SHAPE(H), "layers.%d.mixer.A_log", i);
+    ac_layout_param(l, &w->D, 1, AC_SHAPE(H), "layers.%d.mixer.D", i);
+    ac_layout_param(l, &w->gate_norm, 1, AC_SHAPE(dI), "layers.%d.mixer.norm.weight", i);
+    ac_layout_param(l, &w->out_proj, 2, AC_SHAPE(D, dI), "layers.%d.mixer.out_proj.weight", i);
+}
+
+/* Leading heads and groups; other head shapes line up with nothing and are left alone. */
+static void mamba2_slice(const ac_arch *child, const ac_block_dims *cb, ac_layer_weights *cw, const ac_arch *parent,
+                         const ac_block_dims *pb, const ac_layer_weights *pw)
+{
+    int P = cb->mamba_head_dim, N = cb->ssm_state, K = cb->conv_kernel;
+    if (pb->kind != AC_BLOCK_MAMBA || pb->mamba_head_dim != P || pb->ssm_state != N || pb->conv_kernel != K)
+        return;
+    int Dc = child->hidden, Dp = parent->hidden;
+    int Hc = cb->mamba_heads, Hp = pb->mamba_heads, Gc = cb->mamba_groups, Gp = pb->mamba_groups;
+    int dIc = Hc * P, dIp = Hp * P, h = Hc < Hp ? Hc : Hp, g = Gc < Gp ? Gc : Gp;
+    /* in_proj rows: z | x | B | C | dt */
+    ac_copy_rows(cw->in_proj, Dc, 0, pw->in_proj, Dp, 0, h * P);
+    ac_copy_rows(cw->in_proj, Dc, dIc, pw->in_proj, Dp, dIp, h * P);
+    ac_copy_rows(cw->in_proj, Dc, 2 * dIc, pw->in_proj, Dp, 2 * dIp, g * N);
+    ac_copy_rows(cw->in_proj, Dc, 2 * dIc + Gc * N, pw->in_proj, Dp, 2 * dIp + Gp * N, g * N);
+    ac_copy_rows(cw->in_proj, Dc, 2 * dIc + 2 * Gc * N, pw->in_proj, Dp, 2 * dIp + 2 * Gp * N, h);
+    /* conv channels: x | B | C, each row K taps */
+    ac_copy_rows(cw->conv_w, K, 0, pw->conv_w, K, 0, h * P);
+    ac_copy_rows(cw->conv_w, K, dIc, pw->conv_w, K, dIp, g * N);
+    ac_copy_rows(cw->conv_w, K, dIc + Gc * N, pw->conv_w, K, dIp + Gp * N, g * N);
+    if (cw->conv_b && pw->conv_b) {
+        ac_copy_rows(cw->conv_b, 1, 0, pw->conv_b, 1, 0, h * P);
+        ac_copy_rows(cw->conv_b, 1, dIc, pw->conv_b, 1, dIp, g * N);
+        ac_copy_rows(cw->conv_b, 1, dIc + Gc * N, pw->conv_b, 1, dIp + Gp * N, g * N);
+    }
+    ac_copy_prefix(cw->dt_bias, Hc, pw->dt_bias, Hp);
+    ac_copy_prefix(cw->A_log, Hc, pw->A_log, Hp);
+    ac_copy_prefix(cw->D, Hc, pw->D, Hp);
+    ac_copy_prefix(cw->gate_norm, dIc, pw->gate_norm, dIp);
+    ac_copy_rows(cw->out_proj, dIc, 0, pw->out_proj, dIp, 0, Dc < Dp ? Dc : Dp);
+}
+
+static void mamba2_row_key(const ac_block_dims *b, ac_cost_row *key) { key->heads = b->mamba_heads; }
+
+const ac_block_ops ac_mamba2_ops = {
+    .kind = AC_BLOCK_MAMBA,
+    .name = "mamba",
+    .letter = 'M',
+    .validate = mamba2_validate,
+    .same_dims = mamba2_same_dims,
+    .params = mamba2_params,
+    .print = mamba2_print,
+    .tag = mamba2_tag,
+    .layout = mamba2_layout,
+    .slice = mamba2_slice,
+    .scratch_per_token = mamba2_scratch_per_token,
+    .backward_scratch_per_token = mamba2_backward_scratch_per_token,
+    .state_floats = mamba2_state_floats,
+    .kv_heads = ac_block_zero,
+    .kv_head_dim = ac_block_zero,
+    .forward = mamba2_forward,
+    .backward = mamba2_backward,
+    .row_key = mamba2_row_key,
+};

@@ -1,21 +1,22 @@
 /* Dense MLP: down(mask * relu(up(x))^2), forward and backward. */
 #include "runtime/runtime_internal.h"
 
+#include <stdio.h>
 #include <string.h>
 
-size_t ac_mlp_scratch_per_token(const ac_arch *arch, const ac_block_dims *b)
+static size_t mlp_scratch_per_token(const ac_arch *arch, const ac_block_dims *b)
 {
     (void)arch;
     return (size_t)b->ffn;
 }
 
-size_t ac_mlp_backward_scratch_per_token(const ac_arch *arch, const ac_block_dims *b)
+static size_t mlp_backward_scratch_per_token(const ac_arch *arch, const ac_block_dims *b)
 {
     (void)arch;
     return 3 * (size_t)b->ffn;
 }
 
-void ac_mlp_forward(ac_runtime *rt, int layer, const ac_seqs *seqs, const float *xn, const ac_block_masks *masks, float *out)
+static void mlp_forward(ac_runtime *rt, int layer, const ac_seqs *seqs, const float *xn, const ac_block_masks *masks, float *out)
 {
     const ac_arch *a = &rt->model->arch;
     const ac_layer_weights *w = &rt->model->layers[layer];
@@ -28,7 +29,7 @@ void ac_mlp_forward(ac_runtime *rt, int layer, const ac_seqs *seqs, const float 
     ac_k_linear(&rt->kctx, T, D, F, h, F, w->down_proj, 0.0f, out, D);
 }
 
-void ac_mlp_backward(ac_runtime *rt, int layer, const ac_seqs *seqs, const float *xn, const ac_block_masks *masks,
+static void mlp_backward(ac_runtime *rt, int layer, const ac_seqs *seqs, const float *xn, const ac_block_masks *masks,
                      const float *dout, float *dxn, ac_layer_weights *grad, ac_block_mask_grads *mask_grads)
 {
     const ac_arch *a = &rt->model->arch;
@@ -54,3 +55,60 @@ void ac_mlp_backward(ac_runtime *rt, int layer, const ac_seqs *seqs, const float
     ac_k_relu2_backward(&rt->kctx, (size_t)T * F, pre, dact);
     ac_k_linear_backward(&rt->kctx, T, F, D, xn, D, w->up_proj, dact, F, 0.0f, dxn, D, grad ? grad->up_proj : NULL);
 }
+
+/* ---- the kind's entry in the block table ---- */
+
+static ac_status mlp_validate(int i, const ac_block_dims *b)
+{
+    return b->ffn > 0 ? AC_OK : ac_layer_fail(i, b, "ffn must be positive, got %d", b->ffn);
+}
+
+static int mlp_same_dims(const ac_block_dims *a, const ac_block_dims *b) { return a->ffn == b->ffn; }
+
+static int64_t mlp_params(const ac_arch *arch, const ac_block_dims *b, int active)
+{
+    (void)active;
+    return 2 * (int64_t)b->ffn * arch->hidden;
+}
+
+static void mlp_print(const ac_block_dims *b, FILE *out) { fprintf(out, "ffn %d", b->ffn); }
+static void mlp_tag(const ac_block_dims *b, char *buf, size_t size) { snprintf(buf, size, "F%d", b->ffn); }
+
+static void mlp_layout(ac_layout *l, int i, const ac_arch *arch, const ac_block_dims *b, ac_layer_weights *w)
+{
+    int D = arch->hidden;
+    ac_layout_param(l, &w->up_proj, 2, AC_SHAPE(b->ffn, D), "layers.%d.mixer.up_proj.weight", i);
+    ac_layout_param(l, &w->down_proj, 2, AC_SHAPE(D, b->ffn), "layers.%d.mixer.down_proj.weight", i);
+}
+
+/* Leading channels of a dense MLP, or of a MoE layer's shared expert (the layer with its
+ * routed experts removed). */
+static void mlp_slice(const ac_arch *child, const ac_block_dims *cb, ac_layer_weights *cw, const ac_arch *parent,
+                      const ac_block_dims *pb, const ac_layer_weights *pw)
+{
+    int Fp = pb->kind == AC_BLOCK_MLP ? pb->ffn : pb->kind == AC_BLOCK_MOE ? pb->shared_ffn : 0;
+    ac_slice_ffn(cw->up_proj, cw->down_proj, cb->ffn, child->hidden, pw->up_proj, pw->down_proj, Fp, parent->hidden);
+}
+
+static void mlp_row_key(const ac_block_dims *b, ac_cost_row *key) { key->ffn = b->ffn; }
+
+const ac_block_ops ac_mlp_ops = {
+    .kind = AC_BLOCK_MLP,
+    .name = "mlp",
+    .letter = '-',
+    .validate = mlp_validate,
+    .same_dims = mlp_same_dims,
+    .params = mlp_params,
+    .print = mlp_print,
+    .tag = mlp_tag,
+    .layout = mlp_layout,
+    .slice = mlp_slice,
+    .scratch_per_token = mlp_scratch_per_token,
+    .backward_scratch_per_token = mlp_backward_scratch_per_token,
+    .state_floats = ac_block_no_state,
+    .kv_heads = ac_block_zero,
+    .kv_head_dim = ac_block_zero,
+    .forward = mlp_forward,
+    .backward = mlp_backward,
+    .row_key = mlp_row_key,
+};

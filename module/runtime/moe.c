@@ -5,9 +5,11 @@
  * the shared expert's. */
 #include "runtime/runtime_internal.h"
 
+#include <math.h>
+#include <stdio.h>
 #include <string.h>
 
-size_t ac_moe_scratch_per_token(const ac_arch *arch, const ac_block_dims *b)
+static size_t moe_scratch_per_token(const ac_arch *arch, const ac_block_dims *b)
 {
     size_t k = (size_t)b->top_k;
     return (size_t)b->n_experts + 4 * k + 2 * (size_t)arch->hidden + (size_t)b->expert_ffn +
@@ -18,7 +20,7 @@ size_t ac_moe_scratch_per_token(const ac_arch *arch, const ac_block_dims *b)
  * input and output [D] each, its pre-activation, activation and their gradient [I]; the
  * shared expert's three [S]; and (once, not per token: T >= 1) the ffn and shared_ffn
  * mask gradients of this call [I + S]. */
-size_t ac_moe_backward_scratch_per_token(const ac_arch *arch, const ac_block_dims *b)
+static size_t moe_backward_scratch_per_token(const ac_arch *arch, const ac_block_dims *b)
 {
     return 2 * (size_t)b->n_experts + 6 * (size_t)b->top_k + 2 * (size_t)arch->hidden + 4 * (size_t)b->expert_ffn +
            4 * (size_t)b->shared_ffn;
@@ -48,7 +50,7 @@ static void group_by_expert(int T, int k, int E, const int32_t *idx, const float
         }
 }
 
-void ac_moe_forward(ac_runtime *rt, int layer, const ac_seqs *seqs, const float *xn, const ac_block_masks *masks, float *out)
+static void moe_forward(ac_runtime *rt, int layer, const ac_seqs *seqs, const float *xn, const ac_block_masks *masks, float *out)
 {
     const ac_arch *a = &rt->model->arch;
     const ac_block_dims *b = &a->layers[layer];
@@ -119,7 +121,7 @@ static void relu2_mlp_backward(ac_runtime *rt, int n, int D, int F, const float 
     ac_k_linear_backward(&rt->kctx, n, F, D, x, D, up, dh, F, 0.0f, dx, D, dup);
 }
 
-void ac_moe_backward(ac_runtime *rt, int layer, const ac_seqs *seqs, const float *xn, const ac_block_masks *masks,
+static void moe_backward(ac_runtime *rt, int layer, const ac_seqs *seqs, const float *xn, const ac_block_masks *masks,
                      const float *dout, float *dxn, ac_layer_weights *grad, ac_block_mask_grads *mask_grads)
 {
     const ac_arch *a = &rt->model->arch;
@@ -214,3 +216,131 @@ void ac_moe_backward(ac_runtime *rt, int layer, const ac_seqs *seqs, const float
     if (dshared)
         ac_k_add(&rt->kctx, (size_t)S, dshared, g_shared);
 }
+
+/* ---- the kind's entry in the block table ---- */
+
+static ac_status moe_validate(int i, const ac_block_dims *b)
+{
+    if (b->n_experts <= 0)
+        return ac_layer_fail(i, b, "n_experts must be positive, got %d", b->n_experts);
+    if (b->n_experts > AC_MAX_EXPERTS)
+        return ac_layer_fail(i, b, "n_experts %d exceeds the engine's limit of %d", b->n_experts, AC_MAX_EXPERTS);
+    if (b->top_k <= 0)
+        return ac_layer_fail(i, b, "top_k must be positive, got %d", b->top_k);
+    if (b->top_k > b->n_experts)
+        return ac_layer_fail(i, b, "top_k %d exceeds n_experts %d", b->top_k, b->n_experts);
+    if (b->expert_ffn <= 0)
+        return ac_layer_fail(i, b, "expert_ffn must be positive, got %d", b->expert_ffn);
+    if (b->shared_ffn < 0)
+        return ac_layer_fail(i, b, "shared_ffn must be >= 0 (0: no shared expert), got %d", b->shared_ffn);
+    if (b->n_group <= 0)
+        return ac_layer_fail(i, b, "n_group must be positive, got %d", b->n_group);
+    if (b->n_experts % b->n_group)
+        return ac_layer_fail(i, b, "n_experts %d is not a multiple of n_group %d", b->n_experts, b->n_group);
+    if (b->n_group > 1 && b->n_experts / b->n_group < 2)
+        return ac_layer_fail(i, b, "n_group %d leaves fewer than 2 experts per group (a group scores its top 2)",
+                             b->n_group);
+    if (b->topk_group <= 0 || b->topk_group > b->n_group)
+        return ac_layer_fail(i, b, "topk_group %d must be in [1, n_group %d]", b->topk_group, b->n_group);
+    if ((int64_t)b->topk_group * (b->n_experts / b->n_group) < b->top_k)
+        return ac_layer_fail(i, b, "top_k %d exceeds the %d experts in topk_group %d groups", b->top_k,
+                             b->topk_group * (b->n_experts / b->n_group), b->topk_group);
+    if (b->norm_topk_prob != 0 && b->norm_topk_prob != 1)
+        return ac_layer_fail(i, b, "norm_topk_prob must be 0 or 1, got %d", b->norm_topk_prob);
+    if (!(b->routed_scaling > 0.0f) || !isfinite(b->routed_scaling))
+        return ac_layer_fail(i, b, "routed_scaling must be positive and finite, got %g", (double)b->routed_scaling);
+    return AC_OK;
+}
+
+static int moe_same_dims(const ac_block_dims *a, const ac_block_dims *b)
+{
+    return a->n_experts == b->n_experts && a->top_k == b->top_k && a->expert_ffn == b->expert_ffn &&
+           a->shared_ffn == b->shared_ffn && a->n_group == b->n_group && a->topk_group == b->topk_group &&
+           a->norm_topk_prob == b->norm_topk_prob && a->routed_scaling == b->routed_scaling;
+}
+
+/* The router and its bias, `active ? top_k : n_experts` routed experts, the shared expert. */
+static int64_t moe_params(const ac_arch *arch, const ac_block_dims *b, int active)
+{
+    int64_t D = arch->hidden, experts = active ? b->top_k : b->n_experts;
+    return (int64_t)b->n_experts * D + b->n_experts + experts * 2 * (int64_t)b->expert_ffn * D +
+           2 * (int64_t)b->shared_ffn * D;
+}
+
+static void moe_print(const ac_block_dims *b, FILE *out)
+{
+    fprintf(out, "experts %d (top %d) x ffn %d, shared %d, groups %d (top %d), norm_topk %s, scale %g", b->n_experts,
+            b->top_k, b->expert_ffn, b->shared_ffn, b->n_group, b->topk_group, b->norm_topk_prob ? "yes" : "no",
+            (double)b->routed_scaling);
+}
+
+static void moe_tag(const ac_block_dims *b, char *buf, size_t size)
+{
+    snprintf(buf, size, "E%d/%d/%d", b->n_experts, b->expert_ffn, b->shared_ffn);
+}
+
+/* Experts are contiguous ([E, I, D] then [E, D, I]) so one expert's rows are one block,
+ * yet each is its own named tensor, as in published checkpoints. */
+static void moe_layout(ac_layout *l, int i, const ac_arch *arch, const ac_block_dims *b, ac_layer_weights *w)
+{
+    int D = arch->hidden, E = b->n_experts, I = b->expert_ffn;
+    ac_layout_param(l, &w->router, 2, AC_SHAPE(E, D), "layers.%d.mixer.gate.weight", i);
+    ac_layout_param(l, &w->router_bias, 1, AC_SHAPE(E), "layers.%d.mixer.gate.e_score_correction_bias", i);
+    for (int e = 0; e < E; e++)
+        ac_layout_param(l, e == 0 ? &w->experts_up : NULL, 2, AC_SHAPE(I, D), "layers.%d.mixer.experts.%d.up_proj.weight",
+                        i, e);
+    for (int e = 0; e < E; e++)
+        ac_layout_param(l, e == 0 ? &w->experts_down : NULL, 2, AC_SHAPE(D, I),
+                        "layers.%d.mixer.experts.%d.down_proj.weight", i, e);
+    if (b->shared_ffn > 0) {
+        ac_layout_param(l, &w->up_proj, 2, AC_SHAPE(b->shared_ffn, D), "layers.%d.mixer.shared_experts.up_proj.weight",
+                        i);
+        ac_layout_param(l, &w->down_proj, 2, AC_SHAPE(D, b->shared_ffn),
+                        "layers.%d.mixer.shared_experts.down_proj.weight", i);
+    }
+}
+
+/* Leading experts (router rows and bias with them), each expert's leading channels, and
+ * the shared expert's. */
+static void moe_slice(const ac_arch *child, const ac_block_dims *cb, ac_layer_weights *cw, const ac_arch *parent,
+                      const ac_block_dims *pb, const ac_layer_weights *pw)
+{
+    if (pb->kind != AC_BLOCK_MOE)
+        return;
+    int Dc = child->hidden, Dp = parent->hidden;
+    int E = cb->n_experts < pb->n_experts ? cb->n_experts : pb->n_experts, Ic = cb->expert_ffn, Ip = pb->expert_ffn;
+    ac_copy_rows(cw->router, Dc, 0, pw->router, Dp, 0, E);
+    ac_copy_prefix(cw->router_bias, cb->n_experts, pw->router_bias, pb->n_experts);
+    for (int e = 0; e < E; e++)
+        ac_slice_ffn(cw->experts_up + (size_t)e * Ic * Dc, cw->experts_down + (size_t)e * Dc * Ic, Ic, Dc,
+                     pw->experts_up + (size_t)e * Ip * Dp, pw->experts_down + (size_t)e * Dp * Ip, Ip, Dp);
+    ac_slice_ffn(cw->up_proj, cw->down_proj, cb->shared_ffn, Dc, pw->up_proj, pw->down_proj, pb->shared_ffn, Dp);
+}
+
+static void moe_row_key(const ac_block_dims *b, ac_cost_row *key)
+{
+    key->experts = b->n_experts;
+    key->expert_ffn = b->expert_ffn;
+    key->shared_ffn = b->shared_ffn;
+}
+
+const ac_block_ops ac_moe_ops = {
+    .kind = AC_BLOCK_MOE,
+    .name = "moe",
+    .letter = 'E',
+    .validate = moe_validate,
+    .same_dims = moe_same_dims,
+    .params = moe_params,
+    .print = moe_print,
+    .tag = moe_tag,
+    .layout = moe_layout,
+    .slice = moe_slice,
+    .scratch_per_token = moe_scratch_per_token,
+    .backward_scratch_per_token = moe_backward_scratch_per_token,
+    .state_floats = ac_block_no_state,
+    .kv_heads = ac_block_zero,
+    .kv_head_dim = ac_block_zero,
+    .forward = moe_forward,
+    .backward = moe_backward,
+    .row_key = moe_row_key,
+};

@@ -1,22 +1,14 @@
-/* The forward driver: embeddings, pre-norm residual blocks, final norm, LM head, over a
- * packed batch of sequences that each append new tokens to their cache. */
+/* The inference runtime: planned buffers, batch checks, and the forward of a packed
+ * batch of sequences that each append new tokens to their cache (through the driver). */
 #include "runtime/runtime_internal.h"
 
 #include "autocompress/probe.h"
+#include "runtime/plan.h"
+
+#include <omp.h>
 
 #include <stdlib.h>
 #include <string.h>
-
-static size_t block_scratch_per_token(const ac_arch *a, const ac_block_dims *b)
-{
-    switch (b->kind) {
-    case AC_BLOCK_MAMBA: return ac_mamba2_scratch_per_token(a, b);
-    case AC_BLOCK_ATTENTION: return ac_attention_scratch_per_token(a, b);
-    case AC_BLOCK_MLP: return ac_mlp_scratch_per_token(a, b);
-    case AC_BLOCK_MOE: return ac_moe_scratch_per_token(a, b);
-    }
-    return 0;
-}
 
 ac_status ac_runtime_create(const ac_model *model, ac_runtime **runtime)
 {
@@ -24,12 +16,7 @@ ac_status ac_runtime_create(const ac_model *model, ac_runtime **runtime)
     if (!rt)
         return ac_fail(AC_ERR_NOMEM, "runtime: out of memory");
     rt->model = model;
-    const ac_arch *a = &model->arch;
-    for (int i = 0; i < a->n_layers; i++) {
-        size_t need = block_scratch_per_token(a, &a->layers[i]);
-        if (need > rt->scratch_per_token)
-            rt->scratch_per_token = need;
-    }
+    rt->scratch_per_token = ac_plan_scratch_per_token(&model->arch);
     *runtime = rt;
     return AC_OK;
 }
@@ -48,28 +35,12 @@ void ac_runtime_free(ac_runtime *runtime)
     free(runtime);
 }
 
-static size_t block_backward_scratch_per_token(const ac_arch *a, const ac_block_dims *b)
-{
-    switch (b->kind) {
-    case AC_BLOCK_MAMBA: return ac_mamba2_backward_scratch_per_token(a, b);
-    case AC_BLOCK_ATTENTION: return ac_attention_backward_scratch_per_token(a, b);
-    case AC_BLOCK_MLP: return ac_mlp_backward_scratch_per_token(a, b);
-    case AC_BLOCK_MOE: return ac_moe_backward_scratch_per_token(a, b);
-    }
-    return 0;
-}
-
 static ac_status reserve_tokens(ac_runtime *rt, int T, int n_seqs);
 static ac_status reserve_workspace(ac_runtime *rt, int longest);
 
 ac_status ac_runtime_reserve_training(ac_runtime *rt, int total_tokens, int n_seqs)
 {
-    const ac_arch *a = &rt->model->arch;
-    size_t need = rt->scratch_per_token;
-    for (int i = 0; i < a->n_layers; i++) {
-        size_t b = block_backward_scratch_per_token(a, &a->layers[i]);
-        need = b > need ? b : need;
-    }
+    size_t need = ac_plan_backward_scratch_per_token(&rt->model->arch);
     if (need > rt->scratch_per_token) {
         rt->scratch_per_token = need;
         rt->capacity_tokens = 0; /* regrow every buffer at the new per-token size */
@@ -100,10 +71,8 @@ static ac_status reserve_tokens(ac_runtime *rt, int T, int n_seqs)
     }
     if (T <= rt->capacity_tokens)
         return AC_OK;
-    size_t D = (size_t)rt->model->arch.hidden;
-    float *bufs[4] = {malloc((size_t)T * D * sizeof(float)), malloc((size_t)T * D * sizeof(float)),
-                      malloc((size_t)T * D * sizeof(float)),
-                      malloc(((size_t)T * rt->scratch_per_token + 1) * sizeof(float))};
+    ac_activation_plan plan = ac_plan_activations(&rt->model->arch, rt->scratch_per_token, T, 0, 1);
+    float *bufs[4] = {malloc(plan.stream), malloc(plan.stream), malloc(plan.stream), malloc(plan.scratch)};
     if (!bufs[0] || !bufs[1] || !bufs[2] || !bufs[3]) {
         for (int i = 0; i < 4; i++)
             free(bufs[i]);
@@ -124,7 +93,9 @@ static ac_status reserve_tokens(ac_runtime *rt, int T, int n_seqs)
 /* Grows the kernel workspace for sequences of up to `longest` tokens. */
 static ac_status reserve_workspace(ac_runtime *rt, int longest)
 {
-    size_t need = ac_k_attention_workspace(longest);
+    ac_activation_plan plan = ac_plan_activations(&rt->model->arch, rt->scratch_per_token, 0, longest,
+                                                  omp_get_max_threads());
+    size_t need = plan.workspace;
     if (need <= rt->workspace_bytes)
         return AC_OK;
     void *grown = malloc(need);
@@ -161,31 +132,14 @@ static ac_status check_batch(const ac_runtime *rt, const ac_batch *batch)
     return AC_OK;
 }
 
-static void run_block(ac_runtime *rt, int layer, const ac_seqs *seqs, const float *xn, float *out)
+size_t ac_runtime_bytes(const ac_runtime *rt)
 {
-    rt->scratch_used = 0;
-    switch (rt->model->arch.layers[layer].kind) {
-    case AC_BLOCK_MAMBA: ac_mamba2_forward(rt, layer, seqs, xn, NULL, out); break;
-    case AC_BLOCK_ATTENTION: ac_attention_forward(rt, layer, seqs, xn, NULL, out); break;
-    case AC_BLOCK_MLP: ac_mlp_forward(rt, layer, seqs, xn, NULL, out); break;
-    case AC_BLOCK_MOE: ac_moe_forward(rt, layer, seqs, xn, NULL, out); break;
-    }
+    ac_activation_plan plan = ac_plan_activations(&rt->model->arch, rt->scratch_per_token, rt->capacity_tokens, 0, 1);
+    return 3 * plan.stream + (rt->capacity_tokens ? plan.scratch : 0) + rt->workspace_bytes;
 }
 
 void ac_runtime_set_probe(ac_runtime *runtime, ac_probe *probe) { runtime->probe = probe; }
-
-static void compute_logits(ac_runtime *rt, const ac_seqs *seqs, ac_logits_mode mode, float *logits)
-{
-    const ac_model *m = rt->model;
-    int D = m->arch.hidden, V = m->arch.vocab;
-    int rows = mode == AC_LOGITS_ALL ? seqs->total : seqs->n;
-    if (mode == AC_LOGITS_LAST)
-        for (int s = 0; s < seqs->n; s++)
-            memcpy(rt->mix + (size_t)s * D, rt->x + (size_t)(seqs->offset[s] + seqs->len[s] - 1) * D, (size_t)D * sizeof(float));
-    const float *src = mode == AC_LOGITS_ALL ? rt->x : rt->mix;
-    ac_k_rmsnorm(&rt->kctx, rows, D, src, D, m->norm_f, m->arch.norm_eps, rt->xn, D);
-    ac_k_linear(&rt->kctx, rows, V, D, rt->xn, D, m->lm_head, 0.0f, logits, V);
-}
+void ac_runtime_set_masks(ac_runtime *runtime, const ac_masks *masks) { runtime->masks = masks; }
 
 ac_status ac_runtime_forward(ac_runtime *rt, const ac_batch *batch, ac_logits_mode mode, float *logits)
 {
@@ -207,38 +161,21 @@ ac_status ac_runtime_forward(ac_runtime *rt, const ac_batch *batch, ac_logits_mo
     if (st != AC_OK)
         return st;
 
-    const ac_model *m = rt->model;
-    const ac_arch *a = &m->arch;
-    int D = a->hidden;
     ac_seqs seqs = {.n = batch->n_seqs, .total = T, .offset = rt->offset, .len = rt->len, .caches = batch->caches};
-    ac_probe *probe = rt->probe;
-    if (probe)
-        ac_probe_begin(probe, -1, AC_SITE_EMBEDDING);
     for (int s = 0, o = 0; s < batch->n_seqs; o += batch->n_tokens[s], s++) {
         seqs.offset[s] = o;
         seqs.len[s] = batch->n_tokens[s];
-        for (int t = 0; t < batch->n_tokens[s]; t++)
-            memcpy(rt->x + (size_t)(o + t) * D, m->embeddings + (size_t)batch->tokens[s][t] * D, (size_t)D * sizeof(float));
     }
-    if (probe)
-        ac_probe_end(probe, -1, AC_SITE_EMBEDDING);
-    for (int i = 0; i < a->n_layers; i++) {
-        if (probe)
-            ac_probe_begin(probe, i, (ac_site_kind)a->layers[i].kind);
-        ac_k_rmsnorm(&rt->kctx, T, D, rt->x, D, m->layers[i].norm, a->norm_eps, rt->xn, D);
-        run_block(rt, i, &seqs, rt->xn, rt->mix);
-        ac_k_add(&rt->kctx, (size_t)T * D, rt->mix, rt->x);
-        if (probe)
-            ac_probe_end(probe, i, (ac_site_kind)a->layers[i].kind);
-    }
+    ac_pass pass = {.masks = rt->masks, .xs = rt->x, .keep_inputs = 0};
+    ac_driver_forward(rt, &seqs, batch->tokens, &pass);
     for (int s = 0; s < batch->n_seqs; s++)
         batch->caches[s]->l.tokens += batch->n_tokens[s];
     if (mode != AC_LOGITS_NONE) {
-        if (probe)
-            ac_probe_begin(probe, -1, AC_SITE_LM_HEAD);
-        compute_logits(rt, &seqs, mode, logits);
-        if (probe)
-            ac_probe_end(probe, -1, AC_SITE_LM_HEAD);
+        if (rt->probe)
+            ac_probe_begin(rt->probe, -1, AC_SITE_LM_HEAD);
+        ac_driver_logits(rt, &seqs, &pass, mode, logits);
+        if (rt->probe)
+            ac_probe_end(rt->probe, -1, AC_SITE_LM_HEAD);
     }
     return AC_OK;
 }

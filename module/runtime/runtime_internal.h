@@ -1,4 +1,4 @@
-/* What the block files share with the forward driver. */
+/* What the block files and the driver share: the runtime's buffers and the caches. */
 #ifndef AC_RUNTIME_INTERNAL_H
 #define AC_RUNTIME_INTERNAL_H
 
@@ -6,37 +6,19 @@
 #include "autocompress/runtime.h"
 #include "kernels/kernels.h"
 #include "model/model_internal.h"
+#include "runtime/block.h"
 
 typedef struct {
     int tokens;        /* tokens seen before this call */
-    int capacity;      /* KV rows allocated per attention layer */
-    float **k, **v;    /* per layer: [n_kv, capacity, hd], NULL unless attention */
-    float **conv;      /* per layer: [conv_dim, K-1], NULL unless Mamba */
-    float **ssm;       /* per layer: [H, P, N] */
+    int capacity;      /* KV rows allocated per layer with KV */
+    float **k, **v;    /* per layer: [kv_heads, capacity, head_dim], NULL without KV */
+    float **state;     /* per layer: the kind's fixed state (state_floats), NULL without */
 } ac_cache_layers;
 
 struct ac_cache {
     const ac_model *model;
     ac_cache_layers l;
 };
-
-/* The packed batch: sequence s owns rows offset[s] .. offset[s] + len[s] - 1.
- * caches == NULL (training) means every sequence starts empty and keeps no state. */
-typedef struct {
-    int n;
-    int total;
-    int *offset;
-    int *len;
-    ac_cache *const *caches;
-} ac_seqs;
-
-/* One block's masks (any may be NULL) and where their gradients go (NULL: not wanted). */
-typedef struct {
-    const float *mamba_heads, *experts, *ffn, *shared_ffn;
-} ac_block_masks;
-typedef struct {
-    float *mamba_heads, *experts, *ffn, *shared_ffn;
-} ac_block_mask_grads;
 
 struct ac_runtime {
     const ac_model *model;
@@ -53,6 +35,7 @@ struct ac_runtime {
     int *offset, *len;     /* [n_seqs] */
     int seqs_capacity;
     struct ac_probe *probe; /* layer timing (autocompress/probe.h); NULL: off */
+    const ac_masks *masks;  /* soft masks of every forward (ac_runtime_set_masks); NULL: none */
 };
 
 /* Plans the runtime for training on `total_tokens` packed tokens in `n_seqs` sequences:
@@ -62,39 +45,32 @@ ac_status ac_runtime_reserve_training(ac_runtime *rt, int total_tokens, int n_se
 /* Bump allocation from the runtime's scratch, planned at create time per token. */
 float *ac_scratch(ac_runtime *rt, size_t count);
 
-/* Per-token scratch each block kind needs (floats), for planning. */
-size_t ac_mamba2_scratch_per_token(const ac_arch *arch, const ac_block_dims *b);
-size_t ac_attention_scratch_per_token(const ac_arch *arch, const ac_block_dims *b);
-size_t ac_mlp_scratch_per_token(const ac_arch *arch, const ac_block_dims *b);
-size_t ac_moe_scratch_per_token(const ac_arch *arch, const ac_block_dims *b);
+/* ---- the driver (driver.c): one forward and one backward for inference, training,
+ * distillation and search ---- */
 
-/* Block mixers: out[T, D] = mixer(xn) for the packed batch, advancing the caches (if
- * any). masks may be NULL. */
-void ac_mamba2_forward(ac_runtime *rt, int layer, const ac_seqs *seqs, const float *xn, const ac_block_masks *masks, float *out);
-void ac_attention_forward(ac_runtime *rt, int layer, const ac_seqs *seqs, const float *xn, const ac_block_masks *masks, float *out);
-void ac_mlp_forward(ac_runtime *rt, int layer, const ac_seqs *seqs, const float *xn, const ac_block_masks *masks, float *out);
-void ac_moe_forward(ac_runtime *rt, int layer, const ac_seqs *seqs, const float *xn, const ac_block_masks *masks, float *out);
+/* The residual stream of one pass over a packed batch. */
+typedef struct {
+    const ac_masks *masks;  /* NULL: the full model */
+    float *xs;              /* [T, D] updated in place, or [L + 1, T, D] when keep_inputs */
+    int keep_inputs;        /* keep every layer's input (and the last output) for the backward */
+} ac_pass;
 
-/* Block backward (training: seqs->caches is NULL). Recomputes what it needs from xn (so
- * a training step keeps only each block's input), then, given dout = dL/dout:
- *   dxn  [T, D] = dL/dxn, overwritten;
- *   grad         the layer's weight gradients, accumulated (+=); NULL: not wanted;
- *   mask_grads   accumulated (+=) for the masks given; NULL: not wanted.
- * Scratch comes from ac_scratch, planned by *_backward_scratch_per_token. */
-void ac_mamba2_backward(ac_runtime *rt, int layer, const ac_seqs *seqs, const float *xn, const ac_block_masks *masks,
-                        const float *dout, float *dxn, ac_layer_weights *grad, ac_block_mask_grads *mask_grads);
-void ac_attention_backward(ac_runtime *rt, int layer, const ac_seqs *seqs, const float *xn, const ac_block_masks *masks,
-                           const float *dout, float *dxn, ac_layer_weights *grad, ac_block_mask_grads *mask_grads);
-void ac_mlp_backward(ac_runtime *rt, int layer, const ac_seqs *seqs, const float *xn, const ac_block_masks *masks,
-                     const float *dout, float *dxn, ac_layer_weights *grad, ac_block_mask_grads *mask_grads);
-void ac_moe_backward(ac_runtime *rt, int layer, const ac_seqs *seqs, const float *xn, const ac_block_masks *masks,
-                     const float *dout, float *dxn, ac_layer_weights *grad, ac_block_mask_grads *mask_grads);
-size_t ac_mamba2_backward_scratch_per_token(const ac_arch *arch, const ac_block_dims *b);
-size_t ac_attention_backward_scratch_per_token(const ac_arch *arch, const ac_block_dims *b);
-size_t ac_mlp_backward_scratch_per_token(const ac_arch *arch, const ac_block_dims *b);
-size_t ac_moe_backward_scratch_per_token(const ac_arch *arch, const ac_block_dims *b);
+/* The backward's buffers, [T, D] each but column [D]. */
+typedef struct {
+    float *xn_raw, *dx, *dxn, *column;
+} ac_pass_grad_buffers;
 
-/* Grows every attention layer's KV to hold `tokens` rows. */
-ac_status ac_cache_reserve(ac_cache *cache, int tokens);
+/* Embeds tokens[s][0 .. len[s]) of every sequence into the stream (times the hidden
+ * mask), then runs every block: x += gate * hidden * mixer(hidden * norm(x)). The
+ * caches (if any) advance inside the blocks; their token counts are the caller's. */
+void ac_driver_forward(ac_runtime *rt, const ac_seqs *seqs, const int32_t *const *tokens, const ac_pass *pass);
+/* The final norm (times the hidden mask) and the LM head over the stream's last state:
+ * every row (AC_LOGITS_ALL) or each sequence's last (AC_LOGITS_LAST). */
+void ac_driver_logits(ac_runtime *rt, const ac_seqs *seqs, const ac_pass *pass, ac_logits_mode mode, float *logits);
+/* The backward of a keep_inputs pass from dlogits [T, V] (every row): weight gradients
+ * into grads (+=, NULL: none), mask gradients into mask_grads (+=, NULL: none). */
+void ac_driver_backward(ac_runtime *rt, const ac_seqs *seqs, const int32_t *const *tokens, const ac_pass *pass,
+                        const float *dlogits, const ac_pass_grad_buffers *buf, ac_model *grads,
+                        const ac_mask_grads *mask_grads);
 
 #endif

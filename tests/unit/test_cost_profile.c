@@ -295,7 +295,7 @@ static void test_slices_keep_the_leading_parts(void **state)
     ac_model *parent = NULL, *same = NULL, *small = NULL;
     assert_int_equal(ac_load_parent(MODEL, 1, &parent), AC_OK);
     const ac_arch *pa = ac_model_arch(parent);
-    assert_int_equal(ac_slice_model(parent, pa, NULL, 5, &same), AC_OK);
+    assert_int_equal(ac_model_slice(parent, pa, NULL, 5, &same), AC_OK);
     size_t n1, n2;
     float *a1 = ac_model_arena(parent, &n1), *a2 = ac_model_arena(same, &n2);
     assert_int_equal(n1, n2);
@@ -306,7 +306,7 @@ static void test_slices_keep_the_leading_parts(void **state)
     arch.hidden = 48;
     ac_dims_mamba(&arch.layers[0], &pa->layers[0], 4);
     ac_dims_moe(&arch.layers[3], &pa->layers[3], 4, 16, 24);
-    assert_int_equal(ac_slice_model(parent, &arch, NULL, 5, &small), AC_OK);
+    assert_int_equal(ac_model_slice(parent, &arch, NULL, 5, &small), AC_OK);
     const ac_param *pe = ac_model_find_param(parent, "embeddings.weight"), *se = ac_model_find_param(small, "embeddings.weight");
     assert_memory_equal(se->data + 5 * 48, pe->data + 5 * 64, 48 * sizeof(float));
     const ac_param *pu = ac_model_find_param(parent, "layers.3.mixer.experts.2.up_proj.weight");
@@ -328,7 +328,7 @@ static void test_slices_keep_the_leading_parts(void **state)
     /* an MLP cut from a MoE layer is its shared expert */
     ac_dims_mlp(&arch.layers[3], &pa->layers[3], 24);
     ac_model_free(small);
-    assert_int_equal(ac_slice_model(parent, &arch, NULL, 5, &small), AC_OK);
+    assert_int_equal(ac_model_slice(parent, &arch, NULL, 5, &small), AC_OK);
     const ac_param *ps = ac_model_find_param(parent, "layers.3.mixer.shared_experts.down_proj.weight");
     const ac_param *sm = ac_model_find_param(small, "layers.3.mixer.down_proj.weight");
     assert_non_null(sm);

@@ -91,13 +91,13 @@ static int teardown(void **state)
 static void forward(fixture *f, const ac_seqs *seqs, float *out)
 {
     f->rt->scratch_used = 0;
-    ac_attention_forward(f->rt, 0, seqs, f->xn, NULL, out);
+    ac_attention_ops.forward(f->rt, 0, seqs, f->xn, NULL, out);
 }
 
 static void backward(fixture *f, ac_layer_weights *grad)
 {
     f->rt->scratch_used = 0;
-    ac_attention_backward(f->rt, 0, &f->seqs, f->xn, NULL, f->R, f->dxn, grad, NULL);
+    ac_attention_ops.backward(f->rt, 0, &f->seqs, f->xn, NULL, f->R, f->dxn, grad, NULL);
 }
 
 static double loss(void *ctx)
@@ -174,7 +174,7 @@ static void test_training_forward_matches_cached(void **state)
         ones[i] = 0.5f;
     ac_block_masks masks = {.mamba_heads = ones, .experts = ones, .ffn = ones, .shared_ffn = ones};
     f->rt->scratch_used = 0;
-    ac_attention_forward(f->rt, 0, &f->seqs, f->xn, &masks, cached);
+    ac_attention_ops.forward(f->rt, 0, &f->seqs, f->xn, &masks, cached);
     assert_memory_equal(cached, f->out, n * sizeof *cached);
     for (int s = 0; s < N_SEQS; s++)
         ac_cache_free(caches[s]);

@@ -126,7 +126,7 @@ static void forward(fixture *f, const float *mask, ac_cache *const *caches, floa
     ac_seqs seqs = f->seqs;
     seqs.caches = caches;
     f->rt->scratch_used = 0;
-    ac_mamba2_forward(f->rt, 0, &seqs, f->xn, mask ? &m : NULL, out);
+    ac_mamba2_ops.forward(f->rt, 0, &seqs, f->xn, mask ? &m : NULL, out);
     assert_true(f->rt->scratch_used <= (size_t)f->rt->capacity_tokens * f->rt->scratch_per_token);
 }
 
@@ -135,7 +135,7 @@ static void backward(fixture *f, const float *mask, ac_layer_weights *grad, floa
     ac_block_masks m = {.mamba_heads = mask};
     ac_block_mask_grads mg = {.mamba_heads = dmask};
     f->rt->scratch_used = 0;
-    ac_mamba2_backward(f->rt, 0, &f->seqs, f->xn, mask ? &m : NULL, f->R, dxn, grad, dmask ? &mg : NULL);
+    ac_mamba2_ops.backward(f->rt, 0, &f->seqs, f->xn, mask ? &m : NULL, f->R, dxn, grad, dmask ? &mg : NULL);
     /* within what ac_mamba2_backward_scratch_per_token planned */
     assert_true(f->rt->scratch_used <= (size_t)f->rt->capacity_tokens * f->rt->scratch_per_token);
 }

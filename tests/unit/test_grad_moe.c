@@ -157,7 +157,7 @@ static int same_selection(const fixture *f)
 static void forward(fixture *f, const ac_seqs *seqs, const ac_block_masks *masks, float *out)
 {
     f->rt->scratch_used = 0;
-    ac_moe_forward(f->rt, 0, seqs, f->xn, masks, out);
+    ac_moe_ops.forward(f->rt, 0, seqs, f->xn, masks, out);
 }
 
 static double loss(void *ctx)
@@ -176,7 +176,7 @@ static double loss(void *ctx)
 static void backward(fixture *f, const ac_block_masks *masks, ac_layer_weights *grad, ac_block_mask_grads *mg)
 {
     f->rt->scratch_used = 0;
-    ac_moe_backward(f->rt, 0, &f->seqs, f->xn, masks, f->R, f->dxn, grad, mg);
+    ac_moe_ops.backward(f->rt, 0, &f->seqs, f->xn, masks, f->R, f->dxn, grad, mg);
 }
 
 static void zero_grads(fixture *f)

@@ -12,7 +12,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "adapters/server/srv.h"
+#include "server/srv.h"
 
 #define PROSE AC_SOURCE_DIR "/examples/parent/prose"
 

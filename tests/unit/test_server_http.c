@@ -24,7 +24,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "adapters/server/srv.h"
+#include "server/srv.h"
 #include "autocompress/model.h"
 
 extern char **environ;

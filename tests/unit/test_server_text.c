@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "adapters/server/srv.h"
+#include "server/srv.h"
 
 #define FFFD "\xef\xbf\xbd"
 

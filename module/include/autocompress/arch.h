@@ -9,10 +9,15 @@
 
 #include "autocompress/status.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /* Per-layer limits of the engine (router and decay tables live on the stack). */
 enum { AC_MAX_MAMBA_HEADS = 1024, AC_MAX_EXPERTS = 1024 };
 
 typedef enum { AC_BLOCK_MAMBA = 0, AC_BLOCK_ATTENTION, AC_BLOCK_MLP, AC_BLOCK_MOE } ac_block_kind;
+enum { AC_BLOCK_KINDS = AC_BLOCK_MOE + 1 };
 
 typedef struct {
     ac_block_kind kind;
@@ -80,5 +85,9 @@ int64_t ac_block_param_count(const ac_arch *arch, const ac_block_dims *b);
 int64_t ac_block_active_param_count(const ac_arch *arch, const ac_block_dims *b);
 /* Prints the pattern, global dims and one line per layer. */
 void ac_arch_print(const ac_arch *arch, FILE *out);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -5,6 +5,10 @@
 
 #include <stdio.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef enum { AC_LOG_DEBUG = 0, AC_LOG_INFO, AC_LOG_WARN, AC_LOG_ERROR, AC_LOG_OFF } ac_log_level;
 
 void ac_log_set_level(ac_log_level level);
@@ -20,5 +24,9 @@ void ac_log(ac_log_level level, const char *fmt, ...) __attribute__((format(prin
 #define ac_info(...) ac_log(AC_LOG_INFO, __VA_ARGS__)
 #define ac_warn(...) ac_log(AC_LOG_WARN, __VA_ARGS__)
 #define ac_error(...) ac_log(AC_LOG_ERROR, __VA_ARGS__)
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

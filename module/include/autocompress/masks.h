@@ -13,6 +13,10 @@
 #ifndef AUTOCOMPRESS_MASKS_H
 #define AUTOCOMPRESS_MASKS_H
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef struct {
     const float *hidden;
     const float *const *mamba_heads;
@@ -32,5 +36,9 @@ typedef struct {
     float *const *shared_ffn;
     float *layer_gate;
 } ac_mask_grads;
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -9,6 +9,10 @@
 #include "autocompress/dtype.h"
 #include "autocompress/status.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef struct ac_model ac_model;
 
 /* One named parameter: a view into the arena, named as in Hugging Face checkpoints
@@ -33,6 +37,12 @@ ac_status ac_model_save(const ac_model *model, const char *dir, ac_dtype dtype);
 void ac_model_free(ac_model *model);
 /* Random weights for training from scratch (deterministic in seed); std for matrices. */
 void ac_model_init_random(ac_model *model, uint64_t seed, float std);
+/* A model of `arch` whose layer i takes the leading channels, heads and experts of
+ * parent layer parent_layer[i] (NULL: layer i; same kind, or a MoE parent's shared
+ * expert for an MLP layer); every part the parent lacks (a larger dim, another kind, a
+ * layer index < 0) is random (seed). */
+ac_status ac_model_slice(const ac_model *parent, const ac_arch *arch, const int *parent_layer, uint64_t seed,
+                         ac_model **out);
 
 const ac_arch *ac_model_arch(const ac_model *model);
 /* Every parameter in checkpoint order; routed experts appear one tensor per expert. */
@@ -41,5 +51,9 @@ const ac_param *ac_model_param(const ac_model *model, size_t i);
 const ac_param *ac_model_find_param(const ac_model *model, const char *name);
 /* The arena: every weight, contiguous (optimizers and checkpoints walk it whole). */
 float *ac_model_arena(ac_model *model, size_t *count);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -6,6 +6,14 @@
 
 #include "autocompress/status.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 ac_status ac_npy_write_f32(const char *path, const float *data, int ndim, const int64_t *shape);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

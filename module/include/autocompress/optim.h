@@ -6,6 +6,10 @@
 #include "autocompress/model.h"
 #include "autocompress/status.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef struct {
     float lr;            /* peak learning rate */
     float min_lr_ratio;  /* the cosine ends at lr * min_lr_ratio */
@@ -31,5 +35,9 @@ int ac_adamw_steps_done(const ac_adamw *opt);
 /* The moments, named like the model's parameters, for checkpoints: m then v. */
 float *ac_adamw_moments(ac_adamw *opt, size_t *count_each);
 void ac_adamw_set_steps_done(ac_adamw *opt, int steps);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

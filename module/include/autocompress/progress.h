@@ -7,6 +7,10 @@
 
 #include "autocompress/status.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef enum {
     AC_PROGRESS_AUTO, /* a bar when the stream is a TTY, nothing otherwise */
     AC_PROGRESS_BAR,
@@ -33,5 +37,9 @@ void ac_progress_update_at(ac_progress *progress, double done, double now_s);
 /* Reports the final state (always) and ends the bar's line. */
 void ac_progress_finish(ac_progress *progress);
 void ac_progress_free(ac_progress *progress);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -6,8 +6,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "autocompress/masks.h"
 #include "autocompress/model.h"
 #include "autocompress/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
 
 /* A sequence's state: K and V of every attention layer, conv and SSM state of every
  * Mamba layer. A new cache is an empty sequence. */
@@ -17,13 +22,26 @@ ac_status ac_cache_create(const ac_model *model, ac_cache **cache);
 void ac_cache_clear(ac_cache *cache);
 void ac_cache_free(ac_cache *cache);
 int ac_cache_tokens(const ac_cache *cache);
-/* Bytes held now (KV grows with the sequence; Mamba state is fixed). */
+/* Grows the KV of every layer to hold `tokens` rows ahead of time (a forward grows it
+ * as it needs; a failure leaves the cache as it was). */
+ac_status ac_cache_reserve(ac_cache *cache, int tokens);
+/* Bytes held now (KV grows with the sequence; Mamba state is fixed), and of the fixed
+ * state alone. */
 size_t ac_cache_bytes(const ac_cache *cache);
+size_t ac_cache_state_bytes(const ac_cache *cache);
+/* A snapshot of the fixed state (ac_cache_state_bytes / sizeof(float) floats), and the
+ * way back to it: the state restored and the sequence rewound to `tokens` (KV rows past
+ * them are forgotten). */
+void ac_cache_save_state(const ac_cache *cache, float *dst);
+void ac_cache_restore_state(ac_cache *cache, const float *src, int tokens);
 
 typedef struct ac_runtime ac_runtime;
 
 ac_status ac_runtime_create(const ac_model *model, ac_runtime **runtime);
 void ac_runtime_free(ac_runtime *runtime);
+/* Bytes of activation buffers, scratch and kernel workspace held now (they grow to the
+ * largest batch seen; the memory model's R predicts them). */
+size_t ac_runtime_bytes(const ac_runtime *runtime);
 
 typedef enum {
     AC_LOGITS_NONE,
@@ -42,5 +60,14 @@ typedef struct {
 
 ac_status ac_runtime_forward(ac_runtime *runtime, const ac_batch *batch, ac_logits_mode mode,
                              float *logits);
+
+/* Soft masks (autocompress/masks.h) applied by every later forward, as in training, so
+ * a masked model is decoded and served like any other; NULL: the full model. The masks
+ * stay the caller's and must outlive their use; layer_gate is read per layer. */
+void ac_runtime_set_masks(ac_runtime *runtime, const ac_masks *masks);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

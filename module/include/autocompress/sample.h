@@ -5,6 +5,10 @@
 
 #include <stdint.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef struct {
     float temperature; /* 0: greedy */
     float top_p;       /* (0, 1]; 1: the whole distribution */
@@ -16,5 +20,9 @@ void ac_sampler_init(ac_sampler *s, float temperature, float top_p, uint64_t see
 int32_t ac_sample(ac_sampler *s, const float *logits, int vocab, float *work);
 /* The index of the largest logit (the first on ties). */
 int32_t ac_argmax(const float *logits, int vocab);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

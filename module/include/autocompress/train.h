@@ -9,7 +9,13 @@
 
 #include "autocompress/masks.h"
 #include "autocompress/model.h"
+#include "autocompress/optim.h"
+#include "autocompress/progress.h"
 #include "autocompress/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
 
 typedef struct ac_train_step ac_train_step;
 
@@ -34,12 +40,7 @@ ac_status ac_train_step_loss(ac_train_step *step, const ac_step_inputs *in, doub
 /* [batch * seq_len, vocab] logits of the last forward. */
 const float *ac_train_step_logits(const ac_train_step *step);
 
-#endif
-
 /* ---- the training loop: `autocompress train` and `autocompress distill` ---- */
-
-#include "autocompress/optim.h"
-#include "autocompress/progress.h"
 
 typedef struct {
     const char *data_dir;        /* train.bin and val.bin from `autocompress tokenize` */
@@ -67,3 +68,9 @@ typedef struct {
  * the run is being resumed). Resuming needs the same settings: a checkpoint from other
  * settings is an error. Writes out_dir/config.json + model.safetensors at the end. */
 ac_status ac_train_run(ac_model **model, const ac_train_params *params, ac_train_report *report);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,78 @@
+/* The CPU backend: host memory, no stream, and the ops of kernels/cpu. Every backend is
+ * checked against these ops (tests/unit/test_backend_ops.c). */
+#include "kernels/cpu/cpu_ops.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static void *cpu_alloc(size_t bytes)
+{
+    return malloc(bytes ? bytes : 1); /* a distinct pointer even for 0 bytes */
+}
+
+static void cpu_free(void *p)
+{
+    free(p);
+}
+
+/* Host and device are one memory: every kind of copy is a memcpy. */
+static void cpu_copy(void *dst, const void *src, size_t bytes, ac_copy_kind kind)
+{
+    (void)kind;
+    if (bytes)
+        memcpy(dst, src, bytes);
+}
+
+static void cpu_memset_zero(void *p, size_t bytes)
+{
+    if (bytes)
+        memset(p, 0, bytes);
+}
+
+/* Each op has finished when it returns. */
+static void cpu_sync(ac_kctx *ctx)
+{
+    (void)ctx;
+}
+
+const ac_backend ac_cpu_backend = {
+    .name = "cpu",
+    .alloc = cpu_alloc,
+    .free = cpu_free,
+    .copy = cpu_copy,
+    .memset_zero = cpu_memset_zero,
+    .sync = cpu_sync,
+    .linear = ac_cpu_linear,
+    .rmsnorm = ac_cpu_rmsnorm,
+    .gated_rmsnorm = ac_cpu_gated_rmsnorm,
+    .conv1d_silu = ac_cpu_conv1d_silu,
+    .softplus_dt = ac_cpu_softplus_dt,
+    .ssd_scan = ac_cpu_ssd_scan,
+    .attention = ac_cpu_attention,
+    .moe_route = ac_cpu_moe_route,
+    .gather_rows = ac_cpu_gather_rows,
+    .scatter_add_rows = ac_cpu_scatter_add_rows,
+    .relu2 = ac_cpu_relu2,
+    .add = ac_cpu_add,
+    .mul_columns = ac_cpu_mul_columns,
+    .column_dot = ac_cpu_column_dot,
+    .linear_backward = ac_cpu_linear_backward,
+    .rmsnorm_backward = ac_cpu_rmsnorm_backward,
+    .relu2_backward = ac_cpu_relu2_backward,
+    .cross_entropy = ac_cpu_cross_entropy,
+    .kd_loss = ac_cpu_kd_loss,
+    .adamw = ac_cpu_adamw,
+    .sum_squares = ac_cpu_sum_squares,
+    .scale = ac_cpu_scale,
+    .ssd_scan_save = ac_cpu_ssd_scan_save,
+    .ssd_scan_backward = ac_cpu_ssd_scan_backward,
+    .mul_heads = ac_cpu_mul_heads,
+    .mul_heads_backward = ac_cpu_mul_heads_backward,
+    .softplus_dt_backward = ac_cpu_softplus_dt_backward,
+    .conv1d_silu_backward = ac_cpu_conv1d_silu_backward,
+    .gated_rmsnorm_backward = ac_cpu_gated_rmsnorm_backward,
+    .attention_backward = ac_cpu_attention_backward,
+    .moe_route_backward = ac_cpu_moe_route_backward,
+    .moe_combine_backward = ac_cpu_moe_combine_backward,
+    .gather_rows_backward = ac_cpu_gather_rows_backward,
+};

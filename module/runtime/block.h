@@ -1,0 +1,113 @@
+/* The block-kind table: everything the library knows about one kind of layer lives in
+ * that kind's file (runtime/mamba2.c, attention.c, mlp.c, moe.c) and is reached through
+ * one ac_block_ops entry. Code that is not about one kind (the driver, the cache, the
+ * arch's checks and counts, the weight layout, slicing, the memory model, the cost
+ * tables) asks the table instead of switching over kinds, so a new kind is one file and
+ * one entry in runtime/blocks.c. */
+#ifndef AC_BLOCK_H
+#define AC_BLOCK_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "autocompress/arch.h"
+#include "autocompress/cost.h"
+#include "autocompress/runtime.h"
+#include "model/model_internal.h"
+
+/* The packed batch: sequence s owns rows offset[s] .. offset[s] + len[s] - 1.
+ * caches == NULL (training) means every sequence starts empty and keeps no state. */
+typedef struct {
+    int n;
+    int total;
+    int *offset;
+    int *len;
+    ac_cache *const *caches;
+} ac_seqs;
+
+/* One block's masks (any may be NULL) and where their gradients go (NULL: not wanted). */
+typedef struct {
+    const float *mamba_heads, *experts, *ffn, *shared_ffn;
+} ac_block_masks;
+typedef struct {
+    float *mamba_heads, *experts, *ffn, *shared_ffn;
+} ac_block_mask_grads;
+
+typedef struct {
+    ac_block_kind kind;
+    const char *name; /* "mamba", as in block_configs' block_type */
+    char letter;      /* of the hybrid pattern: M * - E */
+
+    /* ---- the architecture ---- */
+    /* Checks the kind's fields; the message names layer i and the field. */
+    ac_status (*validate)(int i, const ac_block_dims *b);
+    /* 1 when a and b (both of this kind) agree on every field the kind uses. */
+    int (*same_dims)(const ac_block_dims *a, const ac_block_dims *b);
+    /* Parameters besides the block's pre-norm; active: only those a token touches
+     * (top_k of the routed experts). */
+    int64_t (*params)(const ac_arch *arch, const ac_block_dims *b, int active);
+    /* The dims as one line of `autocompress info`, and as a short tag ("M8", "E16/64/128"). */
+    void (*print)(const ac_block_dims *b, FILE *out);
+    void (*tag)(const ac_block_dims *b, char *buf, size_t size);
+
+    /* ---- weights ---- */
+    /* Adds the mixer's tensors (checkpoint names and shapes) to the arena layout. */
+    void (*layout)(ac_layout *l, int i, const ac_arch *arch, const ac_block_dims *b, ac_layer_weights *w);
+    /* Copies the leading channels, heads and experts of a parent layer pb (of this kind,
+     * or another kind the slice knows how to read) into child layer cb at hidden sizes
+     * Dc and Dp; what the parent lacks keeps its values. */
+    void (*slice)(const ac_arch *child, const ac_block_dims *cb, ac_layer_weights *cw, const ac_arch *parent,
+                  const ac_block_dims *pb, const ac_layer_weights *pw);
+
+    /* ---- sizes (the runtime's plan and the memory model read the same numbers) ---- */
+    size_t (*scratch_per_token)(const ac_arch *arch, const ac_block_dims *b);
+    size_t (*backward_scratch_per_token)(const ac_arch *arch, const ac_block_dims *b);
+    /* Floats of one sequence's fixed state (Mamba: conv state then SSM state). */
+    size_t (*state_floats)(const ac_block_dims *b);
+    /* K and V per cached token: kv_heads rows of head_dim each (0 heads: no KV). */
+    int (*kv_heads)(const ac_block_dims *b);
+    int (*kv_head_dim)(const ac_block_dims *b);
+
+    /* ---- compute ---- */
+    /* out[T, D] = mixer(xn) for the packed batch, advancing the caches (if any). masks
+     * may be NULL. Scratch comes from ac_scratch, planned by scratch_per_token. */
+    void (*forward)(ac_runtime *rt, int layer, const ac_seqs *seqs, const float *xn, const ac_block_masks *masks,
+                    float *out);
+    /* Training (seqs->caches is NULL). Recomputes what it needs from xn, then, given
+     * dout = dL/dout: dxn [T, D] = dL/dxn, overwritten; grad: the layer's weight
+     * gradients (+=, NULL: not wanted); mask_grads (+=) for the masks given. */
+    void (*backward)(ac_runtime *rt, int layer, const ac_seqs *seqs, const float *xn, const ac_block_masks *masks,
+                     const float *dout, float *dxn, ac_layer_weights *grad, ac_block_mask_grads *mask_grads);
+
+    /* ---- cost tables ---- */
+    /* The kind's fields of the table key (kind and hidden are set by ac_block_row_key). */
+    void (*row_key)(const ac_block_dims *b, ac_cost_row *key);
+} ac_block_ops;
+
+extern const ac_block_ops ac_mamba2_ops, ac_attention_ops, ac_mlp_ops, ac_moe_ops;
+
+/* The entry of `kind`; NULL for a kind the table does not know. */
+const ac_block_ops *ac_block_ops_of(ac_block_kind kind);
+/* The entry of a validated block (never NULL). */
+static inline const ac_block_ops *ac_block(const ac_block_dims *b) { return ac_block_ops_of(b->kind); }
+
+/* The table key of block b at `hidden`. */
+ac_cost_row ac_block_row_key(const ac_block_dims *b, int hidden);
+
+/* ---- helpers of the kinds' entries (blocks.c) ---- */
+
+/* An arch error naming layer i and its kind. */
+ac_status ac_layer_fail(int i, const ac_block_dims *b, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* For kinds without KV or fixed state. */
+int ac_block_zero(const ac_block_dims *b);
+size_t ac_block_no_state(const ac_block_dims *b);
+/* dst rows [d0, d0 + n) of width dcols <- src rows [s0, s0 + n) of width scols, the
+ * first min(dcols, scols) columns of each. */
+void ac_copy_rows(float *dst, int dcols, int d0, const float *src, int scols, int s0, int n);
+/* The first min(dn, sn) floats; nothing when either is NULL. */
+void ac_copy_prefix(float *dst, int dn, const float *src, int sn);
+/* An FFN pair up [F, D] and down [D, F]: leading channels and hidden columns. */
+void ac_slice_ffn(float *cup, float *cdown, int Fc, int Dc, const float *pup, const float *pdown, int Fp, int Dp);
+
+#endif

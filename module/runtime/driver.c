@@ -1,0 +1,225 @@
+/* The driver: embeddings, pre-norm residual blocks (with soft masks and layer gates),
+ * final norm and LM head, and the backward of the same in reverse, each block
+ * recomputing its internals from its saved input. Inference (with caches), training,
+ * distillation and the search's masked passes all run these three functions; only the
+ * buffers they are handed differ. */
+#include "runtime/runtime_internal.h"
+
+#include "autocompress/probe.h"
+
+#include <string.h>
+
+static ac_block_masks block_masks(const ac_masks *m, int layer)
+{
+    ac_block_masks b = {0};
+    if (!m)
+        return b;
+    b.mamba_heads = m->mamba_heads ? m->mamba_heads[layer] : NULL;
+    b.experts = m->experts ? m->experts[layer] : NULL;
+    b.ffn = m->ffn ? m->ffn[layer] : NULL;
+    b.shared_ffn = m->shared_ffn ? m->shared_ffn[layer] : NULL;
+    return b;
+}
+
+static ac_block_mask_grads block_mask_grads(const ac_mask_grads *g, int layer)
+{
+    ac_block_mask_grads b = {0};
+    if (!g)
+        return b;
+    b.mamba_heads = g->mamba_heads ? g->mamba_heads[layer] : NULL;
+    b.experts = g->experts ? g->experts[layer] : NULL;
+    b.ffn = g->ffn ? g->ffn[layer] : NULL;
+    b.shared_ffn = g->shared_ffn ? g->shared_ffn[layer] : NULL;
+    return b;
+}
+
+static void block_forward(ac_runtime *rt, int layer, const ac_seqs *seqs, const ac_block_masks *m, const float *xn,
+                          float *out)
+{
+    rt->scratch_used = 0;
+    ac_block(&rt->model->arch.layers[layer])->forward(rt, layer, seqs, xn, m, out);
+}
+
+/* The stream entering layer l (l = L: after the last layer). */
+static float *stream_at(const ac_pass *pass, int l, size_t rows_x_d)
+{
+    return pass->keep_inputs ? pass->xs + (size_t)l * rows_x_d : pass->xs;
+}
+
+static void embed(ac_runtime *rt, const ac_seqs *seqs, const int32_t *const *tokens, const ac_pass *pass)
+{
+    const ac_model *m = rt->model;
+    int D = m->arch.hidden;
+    for (int s = 0; s < seqs->n; s++)
+        for (int t = 0; t < seqs->len[s]; t++)
+            memcpy(pass->xs + (size_t)(seqs->offset[s] + t) * D, m->embeddings + (size_t)tokens[s][t] * D,
+                   (size_t)D * sizeof(float));
+    if (pass->masks && pass->masks->hidden)
+        ac_k_mul_columns(&rt->kctx, seqs->total, D, pass->masks->hidden, pass->xs, D);
+}
+
+/* xn = hidden * norm_l(x) */
+static void block_input(ac_runtime *rt, int l, const float *x, int T, const float *hidden, float *xn)
+{
+    const ac_model *m = rt->model;
+    int D = m->arch.hidden;
+    ac_k_rmsnorm(&rt->kctx, T, D, x, D, m->layers[l].norm, m->arch.norm_eps, xn, D);
+    if (hidden)
+        ac_k_mul_columns(&rt->kctx, T, D, hidden, xn, D);
+}
+
+void ac_driver_forward(ac_runtime *rt, const ac_seqs *seqs, const int32_t *const *tokens, const ac_pass *pass)
+{
+    const ac_arch *a = &rt->model->arch;
+    int D = a->hidden, T = seqs->total;
+    size_t TD = (size_t)T * D;
+    const float *hidden = pass->masks ? pass->masks->hidden : NULL;
+    const float *gate = pass->masks ? pass->masks->layer_gate : NULL;
+    ac_probe *probe = rt->probe;
+
+    if (probe)
+        ac_probe_begin(probe, -1, AC_SITE_EMBEDDING);
+    embed(rt, seqs, tokens, pass);
+    if (probe)
+        ac_probe_end(probe, -1, AC_SITE_EMBEDDING);
+    for (int l = 0; l < a->n_layers; l++) {
+        ac_site_kind site = (ac_site_kind)a->layers[l].kind;
+        float *x = stream_at(pass, l, TD), *next = stream_at(pass, l + 1, TD);
+        ac_block_masks bm = block_masks(pass->masks, l);
+        if (probe)
+            ac_probe_begin(probe, l, site);
+        block_input(rt, l, x, T, hidden, rt->xn);
+        block_forward(rt, l, seqs, &bm, rt->xn, rt->mix);
+        if (hidden)
+            ac_k_mul_columns(&rt->kctx, T, D, hidden, rt->mix, D);
+        if (gate)
+            ac_k_scale(&rt->kctx, TD, gate[l], rt->mix);
+        if (next != x)
+            memcpy(next, x, TD * sizeof(float));
+        ac_k_add(&rt->kctx, TD, rt->mix, next);
+        if (probe)
+            ac_probe_end(probe, l, site);
+    }
+}
+
+/* rows of the final norm, times the hidden mask, into rt->xn; raw (if not NULL) gets
+ * the norm before the mask. */
+static void final_norm(ac_runtime *rt, int rows, const float *x, const float *hidden, float *raw)
+{
+    const ac_model *m = rt->model;
+    int D = m->arch.hidden;
+    ac_k_rmsnorm(&rt->kctx, rows, D, x, D, m->norm_f, m->arch.norm_eps, raw ? raw : rt->xn, D);
+    if (raw)
+        memcpy(rt->xn, raw, (size_t)rows * D * sizeof(float));
+    if (hidden)
+        ac_k_mul_columns(&rt->kctx, rows, D, hidden, rt->xn, D);
+}
+
+void ac_driver_logits(ac_runtime *rt, const ac_seqs *seqs, const ac_pass *pass, ac_logits_mode mode, float *logits)
+{
+    const ac_model *m = rt->model;
+    int D = m->arch.hidden, V = m->arch.vocab;
+    const float *last = stream_at(pass, m->arch.n_layers, (size_t)seqs->total * D);
+    const float *hidden = pass->masks ? pass->masks->hidden : NULL;
+    int rows = mode == AC_LOGITS_ALL ? seqs->total : seqs->n;
+    if (mode == AC_LOGITS_LAST) {
+        for (int s = 0; s < seqs->n; s++)
+            memcpy(rt->mix + (size_t)s * D, last + (size_t)(seqs->offset[s] + seqs->len[s] - 1) * D,
+                   (size_t)D * sizeof(float));
+        last = rt->mix;
+    }
+    final_norm(rt, rows, last, hidden, NULL);
+    ac_k_linear(&rt->kctx, rows, V, D, rt->xn, D, m->lm_head, 0.0f, logits, V);
+}
+
+/* dL/dgate[l] and the hidden mask's output-side share need the block's own output
+ * (hidden * mixer(...)): recompute it into rt->mix. */
+static void gate_and_output_mask_grads(ac_runtime *rt, int l, const ac_seqs *seqs, const ac_block_masks *bm,
+                                       const ac_pass *pass, const ac_pass_grad_buffers *buf, float *dhidden,
+                                       float *dgate)
+{
+    int D = rt->model->arch.hidden, T = seqs->total;
+    const float *hidden = pass->masks->hidden;
+    float gl = pass->masks->layer_gate ? pass->masks->layer_gate[l] : 1.0f;
+    block_forward(rt, l, seqs, bm, rt->xn, rt->mix);
+    float dg = 0.0f, *col = buf->column;
+    memset(col, 0, (size_t)D * sizeof *col);
+    ac_k_column_dot(&rt->kctx, T, D, buf->dx, D, rt->mix, D, col);
+    for (int c = 0; c < D; c++) {
+        dg += col[c] * (hidden ? hidden[c] : 1.0f);
+        if (dhidden)
+            dhidden[c] += gl * col[c];
+    }
+    if (dgate)
+        dgate[l] += dg;
+}
+
+void ac_driver_backward(ac_runtime *rt, const ac_seqs *seqs, const int32_t *const *tokens, const ac_pass *pass,
+                        const float *dlogits, const ac_pass_grad_buffers *buf, ac_model *g,
+                        const ac_mask_grads *mask_grads)
+{
+    const ac_model *m = rt->model;
+    const ac_arch *a = &m->arch;
+    int D = a->hidden, R = seqs->total, V = a->vocab;
+    size_t TD = (size_t)R * D;
+    ac_kctx *k = &rt->kctx;
+    const ac_masks *masks = pass->masks;
+    const float *hidden = masks ? masks->hidden : NULL;
+    const float *gate = masks ? masks->layer_gate : NULL;
+    float *dhidden = hidden && mask_grads ? mask_grads->hidden : NULL;
+    float *dgate = gate && mask_grads ? mask_grads->layer_gate : NULL;
+
+    /* LM head and final norm, the norm recomputed: rt->xn masked, xn_raw unmasked */
+    const float *last = stream_at(pass, a->n_layers, TD);
+    final_norm(rt, R, last, hidden, buf->xn_raw);
+    ac_k_linear_backward(k, R, V, D, rt->xn, D, m->lm_head, dlogits, V, 0.0f, buf->dxn, D, g ? g->lm_head : NULL);
+    if (hidden) {
+        if (dhidden)
+            ac_k_column_dot(k, R, D, buf->dxn, D, buf->xn_raw, D, dhidden);
+        ac_k_mul_columns(k, R, D, hidden, buf->dxn, D);
+    }
+    ac_k_rmsnorm_backward(k, R, D, last, D, m->norm_f, a->norm_eps, buf->dxn, D, buf->dx, D, g ? g->norm_f : NULL);
+
+    for (int l = a->n_layers - 1; l >= 0; l--) {
+        const float *x = stream_at(pass, l, TD);
+        ac_block_masks bm = block_masks(masks, l);
+        ac_block_mask_grads bg = block_mask_grads(mask_grads, l);
+        ac_k_rmsnorm(k, R, D, x, D, m->layers[l].norm, a->norm_eps, buf->xn_raw, D);
+        memcpy(rt->xn, buf->xn_raw, TD * sizeof(float));
+        if (hidden)
+            ac_k_mul_columns(k, R, D, hidden, rt->xn, D);
+        if (dgate || dhidden)
+            gate_and_output_mask_grads(rt, l, seqs, &bm, pass, buf, dhidden, dgate);
+        /* dout = dx * gate * hidden, in rt->mix */
+        memcpy(rt->mix, buf->dx, TD * sizeof(float));
+        if (hidden)
+            ac_k_mul_columns(k, R, D, hidden, rt->mix, D);
+        if (gate)
+            ac_k_scale(k, TD, gate[l], rt->mix);
+        rt->scratch_used = 0;
+        ac_block(&a->layers[l])->backward(rt, l, seqs, rt->xn, &bm, rt->mix, buf->dxn, g ? &g->layers[l] : NULL, &bg);
+        if (hidden) {
+            if (dhidden)
+                ac_k_column_dot(k, R, D, buf->dxn, D, buf->xn_raw, D, dhidden);
+            ac_k_mul_columns(k, R, D, hidden, buf->dxn, D);
+        }
+        /* dx (residual) += the norm's backward; xn_raw is free to hold it */
+        ac_k_rmsnorm_backward(k, R, D, x, D, m->layers[l].norm, a->norm_eps, buf->dxn, D, buf->xn_raw, D,
+                              g ? g->layers[l].norm : NULL);
+        ac_k_add(k, TD, buf->xn_raw, buf->dx);
+    }
+    for (int s = 0; s < seqs->n; s++)
+        for (int t = 0; t < seqs->len[s]; t++) {
+            size_t row = (size_t)(seqs->offset[s] + t);
+            const float *e = m->embeddings + (size_t)tokens[s][t] * D;
+            if (dhidden)
+                ac_k_column_dot(k, 1, D, buf->dx + row * D, D, e, D, dhidden);
+        }
+    if (hidden)
+        ac_k_mul_columns(k, R, D, hidden, buf->dx, D);
+    if (g)
+        for (int s = 0; s < seqs->n; s++)
+            for (int t = 0; t < seqs->len[s]; t++)
+                ac_k_add(k, (size_t)D, buf->dx + (size_t)(seqs->offset[s] + t) * D,
+                         g->embeddings + (size_t)tokens[s][t] * D);
+}

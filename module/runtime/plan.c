@@ -1,0 +1,62 @@
+/* The runtime's memory plan (runtime/plan.h), from the block table's sizes. */
+#include "runtime/plan.h"
+
+#include "kernels/kernels.h"
+#include "runtime/block.h"
+
+size_t ac_plan_scratch_per_token(const ac_arch *arch)
+{
+    size_t widest = 0;
+    for (int i = 0; i < arch->n_layers; i++) {
+        size_t need = ac_block(&arch->layers[i])->scratch_per_token(arch, &arch->layers[i]);
+        widest = need > widest ? need : widest;
+    }
+    return widest;
+}
+
+size_t ac_plan_backward_scratch_per_token(const ac_arch *arch)
+{
+    size_t widest = ac_plan_scratch_per_token(arch);
+    for (int i = 0; i < arch->n_layers; i++) {
+        size_t need = ac_block(&arch->layers[i])->backward_scratch_per_token(arch, &arch->layers[i]);
+        widest = need > widest ? need : widest;
+    }
+    return widest;
+}
+
+size_t ac_plan_block_state_floats(const ac_block_dims *b) { return ac_block(b)->state_floats(b); }
+
+size_t ac_plan_block_kv_floats_per_token(const ac_block_dims *b)
+{
+    const ac_block_ops *ops = ac_block(b);
+    return 2 * (size_t)ops->kv_heads(b) * (size_t)ops->kv_head_dim(b);
+}
+
+size_t ac_plan_state_floats(const ac_arch *arch)
+{
+    size_t n = 0;
+    for (int i = 0; i < arch->n_layers; i++)
+        n += ac_plan_block_state_floats(&arch->layers[i]);
+    return n;
+}
+
+size_t ac_plan_kv_floats_per_token(const ac_arch *arch)
+{
+    size_t n = 0;
+    for (int i = 0; i < arch->n_layers; i++)
+        n += ac_plan_block_kv_floats_per_token(&arch->layers[i]);
+    return n;
+}
+
+ac_activation_plan ac_plan_activations(const ac_arch *arch, size_t scratch_per_token, int tokens, int longest,
+                                       int threads)
+{
+    size_t T = (size_t)tokens, D = (size_t)arch->hidden;
+    ac_activation_plan p;
+    p.stream = T * D * sizeof(float);
+    p.scratch = (T * scratch_per_token + 1) * sizeof(float);
+    p.workspace = ac_k_attention_workspace(threads, longest);
+    return p;
+}
+
+size_t ac_activation_plan_bytes(const ac_activation_plan *plan) { return 3 * plan->stream + plan->scratch + plan->workspace; }

@@ -1,0 +1,1288 @@
+/* Every op of every compiled-in backend against the CPU reference, in the manner of
+ * ggml's test-backend-ops.
+ *
+ * A case names one member of struct ac_backend and a shape (odd row counts, ld wider
+ * than the row, GQA ratios > 1, grouped routing with bias, T = 1 decode steps, NULL
+ * optional outputs, aliased in-place outputs). Running a case on a target: its buffers
+ * are filled from a fixed seed, allocated and copied on the target's backend with its
+ * alloc/copy (a workspace too when the op needs one), the op runs through the target's
+ * member (or through the ac_k_* dispatcher, with the context naming the backend), the
+ * backend syncs and every buffer comes back. The reference runs the same case, from the
+ * same initial contents (outputs that accumulate or update in place included), with the
+ * CPU functions of kernels/cpu/cpu_ops.h called directly on host memory. Float outputs
+ * pass when max |got - ref| / max |ref| <= the case's tolerance (0 for the CPU backend,
+ * which must be exact), integer outputs must match exactly, and inputs must come back
+ * unchanged. One line per case and target: op, target, case, max error, tolerance,
+ * ok/FAIL.
+ *
+ * Also: every op slot of the struct is called by some case (a counting backend), the
+ * registry, each backend's memory functions, and that the harness fails a backend with
+ * one deliberately wrong op on that op alone. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <math.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/cpu/cpu_ops.h"
+
+/* The op members are the function pointers from `linear` to the end of the struct. */
+typedef void (*any_fn)(void);
+enum { N_OPS = (int)((sizeof(ac_backend) - offsetof(ac_backend, linear)) / sizeof(any_fn)) };
+_Static_assert((sizeof(ac_backend) - offsetof(ac_backend, linear)) % sizeof(any_fn) == 0,
+               "struct ac_backend: only function pointers after `linear`");
+#define SLOT(member) ((int)((offsetof(ac_backend, member) - offsetof(ac_backend, linear)) / sizeof(any_fn)))
+
+/* ---- the reference: the CPU functions themselves, on host memory ---- */
+
+static void *host_alloc(size_t bytes)
+{
+    return malloc(bytes ? bytes : 1);
+}
+
+static void host_free(void *p)
+{
+    free(p);
+}
+
+static void host_copy(void *dst, const void *src, size_t bytes, ac_copy_kind kind)
+{
+    (void)kind;
+    memcpy(dst, src, bytes);
+}
+
+static void host_zero(void *p, size_t bytes)
+{
+    memset(p, 0, bytes);
+}
+
+static void host_sync(ac_kctx *ctx)
+{
+    (void)ctx;
+}
+
+/* Wired here, not copied from ac_cpu_backend: a member of kernels/cpu/cpu_backend.c that
+ * points at the wrong op then disagrees with this table instead of with itself. */
+static const ac_backend reference = {
+    .name = "reference",
+    .alloc = host_alloc,
+    .free = host_free,
+    .copy = host_copy,
+    .memset_zero = host_zero,
+    .sync = host_sync,
+    .linear = ac_cpu_linear,
+    .rmsnorm = ac_cpu_rmsnorm,
+    .gated_rmsnorm = ac_cpu_gated_rmsnorm,
+    .conv1d_silu = ac_cpu_conv1d_silu,
+    .softplus_dt = ac_cpu_softplus_dt,
+    .ssd_scan = ac_cpu_ssd_scan,
+    .attention = ac_cpu_attention,
+    .moe_route = ac_cpu_moe_route,
+    .gather_rows = ac_cpu_gather_rows,
+    .scatter_add_rows = ac_cpu_scatter_add_rows,
+    .relu2 = ac_cpu_relu2,
+    .add = ac_cpu_add,
+    .mul_columns = ac_cpu_mul_columns,
+    .column_dot = ac_cpu_column_dot,
+    .linear_backward = ac_cpu_linear_backward,
+    .rmsnorm_backward = ac_cpu_rmsnorm_backward,
+    .relu2_backward = ac_cpu_relu2_backward,
+    .cross_entropy = ac_cpu_cross_entropy,
+    .kd_loss = ac_cpu_kd_loss,
+    .adamw = ac_cpu_adamw,
+    .sum_squares = ac_cpu_sum_squares,
+    .scale = ac_cpu_scale,
+    .ssd_scan_save = ac_cpu_ssd_scan_save,
+    .ssd_scan_backward = ac_cpu_ssd_scan_backward,
+    .mul_heads = ac_cpu_mul_heads,
+    .mul_heads_backward = ac_cpu_mul_heads_backward,
+    .softplus_dt_backward = ac_cpu_softplus_dt_backward,
+    .conv1d_silu_backward = ac_cpu_conv1d_silu_backward,
+    .gated_rmsnorm_backward = ac_cpu_gated_rmsnorm_backward,
+    .attention_backward = ac_cpu_attention_backward,
+    .moe_route_backward = ac_cpu_moe_route_backward,
+    .moe_combine_backward = ac_cpu_moe_combine_backward,
+    .gather_rows_backward = ac_cpu_gather_rows_backward,
+};
+
+/* ---- buffers and runs ---- */
+
+typedef enum { BUF_F32, BUF_I32, BUF_F64 } buf_type;
+
+typedef enum {
+    BUF_IN,      /* read only: must come back unchanged */
+    BUF_OUT,     /* written, updated in place or accumulated: compared with the reference */
+    BUF_SCRATCH, /* caller scratch and workspaces: not compared */
+} buf_role;
+
+typedef struct {
+    buf_type type;
+    buf_role role;
+    size_t count;
+    void *init;  /* host: the contents before the op */
+    void *dev;   /* the run's backend memory */
+    void *after; /* host: the contents after the op */
+} buffer;
+
+enum { MAX_BUFFERS = 24 };
+
+/* Where a case runs: the backend whose memory holds the buffers and whose members are
+ * called (or, with dispatch, the ac_k_* dispatchers with ctx.backend = ctx_backend). */
+typedef struct {
+    const char *label;
+    const ac_backend *be;
+    int dispatch;
+    const ac_backend *ctx_backend;
+    int exact; /* every output must equal the reference's bits: the CPU's own ops */
+} target;
+
+/* One case on one target. */
+typedef struct {
+    const ac_backend *be;
+    int dispatch;
+    ac_kctx ctx;
+    uint64_t rng;
+    buffer buf[MAX_BUFFERS];
+    int n_buf;
+    int has_ret;
+    double ret;
+} run;
+
+#define CALL(r, op, ...) \
+    ((r)->dispatch ? ac_k_##op(&(r)->ctx, __VA_ARGS__) : (r)->be->op(&(r)->ctx, __VA_ARGS__))
+
+static size_t type_size(buf_type t)
+{
+    return t == BUF_F32 ? sizeof(float) : t == BUF_I32 ? sizeof(int32_t) : sizeof(double);
+}
+
+/* splitmix64 */
+static uint64_t next_u64(run *r)
+{
+    uint64_t z = (r->rng += 0x9e3779b97f4a7c15ULL);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+
+static float uniform(run *r, float lo, float hi)
+{
+    return lo + (hi - lo) * (float)(next_u64(r) >> 40) / 16777216.0f;
+}
+
+static int below(run *r, int n)
+{
+    return (int)(next_u64(r) % (uint64_t)n);
+}
+
+/* A buffer of `count` elements starting as `init`, on the run's backend. */
+static void *add_buffer(run *r, buf_type type, buf_role role, size_t count, const void *init)
+{
+    assert_true(r->n_buf < MAX_BUFFERS);
+    assert_true(count > 0);
+    size_t bytes = count * type_size(type);
+    buffer *b = &r->buf[r->n_buf++];
+    b->type = type;
+    b->role = role;
+    b->count = count;
+    b->init = malloc(bytes);
+    assert_non_null(b->init);
+    memcpy(b->init, init, bytes);
+    b->dev = r->be->alloc(bytes);
+    assert_non_null(b->dev);
+    r->be->copy(b->dev, b->init, bytes, AC_COPY_HOST_TO_DEVICE);
+    b->after = NULL;
+    return b->dev;
+}
+
+static float *f32(run *r, buf_role role, size_t count, float lo, float hi)
+{
+    float *host = malloc(count * sizeof *host);
+    assert_non_null(host);
+    for (size_t i = 0; i < count; i++)
+        host[i] = uniform(r, lo, hi);
+    float *dev = add_buffer(r, BUF_F32, role, count, host);
+    free(host);
+    return dev;
+}
+
+static double *f64(run *r, buf_role role, size_t count)
+{
+    double *host = malloc(count * sizeof *host);
+    assert_non_null(host);
+    for (size_t i = 0; i < count; i++)
+        host[i] = uniform(r, -1.0f, 1.0f);
+    double *dev = add_buffer(r, BUF_F64, role, count, host);
+    free(host);
+    return dev;
+}
+
+static int32_t *i32(run *r, buf_role role, size_t count, const int32_t *values)
+{
+    return add_buffer(r, BUF_I32, role, count, values);
+}
+
+/* `per_row` distinct values of 0..range-1 in random order, for each of `rows` rows. */
+static int32_t *i32_distinct(run *r, buf_role role, int rows, int per_row, int range)
+{
+    assert_true(per_row <= range);
+    int32_t *all = malloc((size_t)range * sizeof *all);
+    int32_t *host = malloc((size_t)rows * per_row * sizeof *host);
+    assert_true(all && host);
+    for (int t = 0; t < rows; t++) {
+        for (int i = 0; i < range; i++)
+            all[i] = i;
+        for (int i = 0; i < per_row; i++) {
+            int j = i + below(r, range - i);
+            int32_t v = all[j];
+            all[j] = all[i];
+            all[i] = v;
+            host[(size_t)t * per_row + i] = v;
+        }
+    }
+    int32_t *dev = i32(r, role, (size_t)rows * per_row, host);
+    free(all);
+    free(host);
+    return dev;
+}
+
+/* n values of 0..range-1, repeats allowed. */
+static int32_t *i32_any(run *r, buf_role role, int n, int range)
+{
+    int32_t *host = malloc((size_t)n * sizeof *host);
+    assert_non_null(host);
+    for (int i = 0; i < n; i++)
+        host[i] = below(r, range);
+    int32_t *dev = i32(r, role, (size_t)n, host);
+    free(host);
+    return dev;
+}
+
+/* An output of n integers, all `value` before the op. */
+static int32_t *i32_fill(run *r, buf_role role, int n, int32_t value)
+{
+    int32_t *host = malloc((size_t)n * sizeof *host);
+    assert_non_null(host);
+    for (int i = 0; i < n; i++)
+        host[i] = value;
+    int32_t *dev = i32(r, role, (size_t)n, host);
+    free(host);
+    return dev;
+}
+
+/* A workspace of `bytes` (garbage before the op) in the run's context. */
+static void workspace(run *r, size_t bytes)
+{
+    r->ctx.workspace = f32(r, BUF_SCRATCH, (bytes + sizeof(float) - 1) / sizeof(float), -1.0f, 1.0f);
+    r->ctx.workspace_bytes = bytes;
+}
+
+/* ---- the cases ---- */
+
+typedef struct op_case op_case;
+typedef void (*op_fn)(run *r, const op_case *c);
+
+struct op_case {
+    const char *op; /* the member of struct ac_backend */
+    int slot;       /* its index among the op members */
+    op_fn fn;
+    const char *shape;
+    double tol; /* max |error| / max |reference| of float outputs off the CPU; integers: exact */
+    int p[14];  /* integer arguments, in the order its op_ function lists */
+    float f[6]; /* float arguments */
+};
+
+#define OP(member) #member, SLOT(member), op_##member
+
+/* p: M N K lda ldc; f: beta */
+static void op_linear(run *r, const op_case *c)
+{
+    int M = c->p[0], N = c->p[1], K = c->p[2], lda = c->p[3], ldc = c->p[4];
+    const float *A = f32(r, BUF_IN, (size_t)M * lda, -1.0f, 1.0f);
+    const float *W = f32(r, BUF_IN, (size_t)N * K, -1.0f, 1.0f);
+    float *C = f32(r, BUF_OUT, (size_t)M * ldc, -1.0f, 1.0f);
+    CALL(r, linear, M, N, K, A, lda, W, c->f[0], C, ldc);
+}
+
+/* p: rows dim ldx ldy in_place (y = x, ldy = ldx); f: eps */
+static void op_rmsnorm(run *r, const op_case *c)
+{
+    int rows = c->p[0], dim = c->p[1], ldx = c->p[2], ldy = c->p[3];
+    float *x = f32(r, c->p[4] ? BUF_OUT : BUF_IN, (size_t)rows * ldx, -2.0f, 2.0f);
+    const float *w = f32(r, BUF_IN, (size_t)dim, 0.5f, 1.5f);
+    float *y = c->p[4] ? x : f32(r, BUF_OUT, (size_t)rows * ldy, -1.0f, 1.0f);
+    CALL(r, rmsnorm, rows, dim, x, ldx, w, c->f[0], y, c->p[4] ? ldx : ldy);
+}
+
+/* p: rows dim group_size ldy ldz ldout in_place (out = y); f: eps */
+static void op_gated_rmsnorm(run *r, const op_case *c)
+{
+    int rows = c->p[0], dim = c->p[1], group = c->p[2], ldy = c->p[3], ldz = c->p[4], ldout = c->p[5];
+    float *y = f32(r, c->p[6] ? BUF_OUT : BUF_IN, (size_t)rows * ldy, -2.0f, 2.0f);
+    const float *z = f32(r, BUF_IN, (size_t)rows * ldz, -3.0f, 3.0f);
+    const float *w = f32(r, BUF_IN, (size_t)dim, 0.5f, 1.5f);
+    float *out = c->p[6] ? y : f32(r, BUF_OUT, (size_t)rows * ldout, -1.0f, 1.0f);
+    CALL(r, gated_rmsnorm, rows, dim, group, y, ldy, z, ldz, w, c->f[0], out, c->p[6] ? ldy : ldout);
+}
+
+/* p: T C K ldx ldy has_bias */
+static void op_conv1d_silu(run *r, const op_case *c)
+{
+    int T = c->p[0], C = c->p[1], K = c->p[2], ldx = c->p[3], ldy = c->p[4];
+    const float *x = f32(r, BUF_IN, (size_t)T * ldx, -2.0f, 2.0f);
+    const float *w = f32(r, BUF_IN, (size_t)C * K, -1.0f, 1.0f);
+    const float *bias = c->p[5] ? f32(r, BUF_IN, (size_t)C, -0.5f, 0.5f) : NULL;
+    float *state = f32(r, BUF_OUT, (size_t)C * (K - 1), -2.0f, 2.0f);
+    float *y = f32(r, BUF_OUT, (size_t)T * ldy, -1.0f, 1.0f);
+    CALL(r, conv1d_silu, T, C, K, x, ldx, w, bias, state, y, ldy);
+}
+
+/* p: T H ldraw; f: dt_min. raw reaches past 20 (the identity branch) and below the clamp. */
+static void op_softplus_dt(run *r, const op_case *c)
+{
+    int T = c->p[0], H = c->p[1], ldraw = c->p[2];
+    const float *raw = f32(r, BUF_IN, (size_t)T * ldraw, -8.0f, 24.0f);
+    const float *bias = f32(r, BUF_IN, (size_t)H, -1.0f, 1.0f);
+    float *dt = f32(r, BUF_OUT, (size_t)T * H, -1.0f, 1.0f);
+    CALL(r, softplus_dt, T, H, raw, ldraw, bias, c->f[0], dt);
+}
+
+/* p: T H P N G ldx ldbc ldy */
+static void op_ssd_scan(run *r, const op_case *c)
+{
+    int T = c->p[0], H = c->p[1], P = c->p[2], N = c->p[3], G = c->p[4];
+    int ldx = c->p[5], ldbc = c->p[6], ldy = c->p[7];
+    const float *x = f32(r, BUF_IN, (size_t)T * ldx, -1.0f, 1.0f);
+    const float *B = f32(r, BUF_IN, (size_t)T * ldbc, -1.0f, 1.0f);
+    const float *C = f32(r, BUF_IN, (size_t)T * ldbc, -1.0f, 1.0f);
+    const float *dt = f32(r, BUF_IN, (size_t)T * H, 0.01f, 0.5f);
+    const float *A = f32(r, BUF_IN, (size_t)H, -2.0f, -0.1f);
+    const float *D = f32(r, BUF_IN, (size_t)H, -1.0f, 1.0f);
+    float *state = f32(r, BUF_OUT, (size_t)H * P * N, -1.0f, 1.0f);
+    float *y = f32(r, BUF_OUT, (size_t)T * ldy, -1.0f, 1.0f);
+    CALL(r, ssd_scan, T, H, P, N, G, x, ldx, B, C, ldbc, dt, A, D, state, y, ldy);
+}
+
+/* p: n_new past n_heads n_kv hd ldq cap ldout; f: scale */
+static void op_attention(run *r, const op_case *c)
+{
+    int n_new = c->p[0], past = c->p[1], n_heads = c->p[2], n_kv = c->p[3], hd = c->p[4];
+    int ldq = c->p[5], cap = c->p[6], ldout = c->p[7];
+    const float *q = f32(r, BUF_IN, (size_t)n_new * ldq, -1.0f, 1.0f);
+    const float *k = f32(r, BUF_IN, (size_t)n_kv * cap * hd, -1.0f, 1.0f);
+    const float *v = f32(r, BUF_IN, (size_t)n_kv * cap * hd, -1.0f, 1.0f);
+    float *out = f32(r, BUF_OUT, (size_t)n_new * ldout, -1.0f, 1.0f);
+    workspace(r, ac_k_attention_workspace(omp_get_max_threads(), past + n_new));
+    CALL(r, attention, n_new, past, n_heads, n_kv, hd, q, ldq, k, v, cap, c->f[0], out, ldout);
+}
+
+/* p: T E n_group topk_group top_k norm; f: scale */
+static void op_moe_route(run *r, const op_case *c)
+{
+    int T = c->p[0], E = c->p[1], top_k = c->p[4];
+    const float *logits = f32(r, BUF_IN, (size_t)T * E, -3.0f, 3.0f);
+    const float *bias = f32(r, BUF_IN, (size_t)E, -0.3f, 0.3f);
+    int32_t *idx = i32_fill(r, BUF_OUT, T * top_k, -1);
+    float *weight = f32(r, BUF_OUT, (size_t)T * top_k, -1.0f, 1.0f);
+    CALL(r, moe_route, T, E, logits, bias, c->p[2], c->p[3], top_k, c->p[5], c->f[0], idx, weight);
+}
+
+/* p: n D ldsrc src_rows */
+static void op_gather_rows(run *r, const op_case *c)
+{
+    int n = c->p[0], D = c->p[1], ldsrc = c->p[2];
+    const float *src = f32(r, BUF_IN, (size_t)c->p[3] * ldsrc, -1.0f, 1.0f);
+    const int32_t *rows = i32_any(r, BUF_IN, n, c->p[3]);
+    float *dst = f32(r, BUF_OUT, (size_t)n * D, -1.0f, 1.0f);
+    CALL(r, gather_rows, n, D, src, ldsrc, rows, dst);
+}
+
+/* p: n D lddst dst_rows */
+static void op_scatter_add_rows(run *r, const op_case *c)
+{
+    int n = c->p[0], D = c->p[1], lddst = c->p[2];
+    const float *src = f32(r, BUF_IN, (size_t)n * D, -1.0f, 1.0f);
+    const int32_t *rows = i32_distinct(r, BUF_IN, 1, n, c->p[3]);
+    const float *weight = f32(r, BUF_IN, (size_t)n, 0.0f, 1.0f);
+    float *dst = f32(r, BUF_OUT, (size_t)c->p[3] * lddst, -1.0f, 1.0f);
+    CALL(r, scatter_add_rows, n, D, src, rows, weight, dst, lddst);
+}
+
+/* p: n */
+static void op_relu2(run *r, const op_case *c)
+{
+    size_t n = (size_t)c->p[0];
+    float *x = f32(r, BUF_OUT, n, -1.0f, 1.0f);
+    CALL(r, relu2, n, x);
+}
+
+/* p: n */
+static void op_add(run *r, const op_case *c)
+{
+    size_t n = (size_t)c->p[0];
+    const float *x = f32(r, BUF_IN, n, -1.0f, 1.0f);
+    float *y = f32(r, BUF_OUT, n, -1.0f, 1.0f);
+    CALL(r, add, n, x, y);
+}
+
+/* p: rows cols ldx */
+static void op_mul_columns(run *r, const op_case *c)
+{
+    int rows = c->p[0], cols = c->p[1], ldx = c->p[2];
+    const float *mask = f32(r, BUF_IN, (size_t)cols, 0.0f, 1.0f);
+    float *x = f32(r, BUF_OUT, (size_t)rows * ldx, -1.0f, 1.0f);
+    CALL(r, mul_columns, rows, cols, mask, x, ldx);
+}
+
+/* p: rows cols lda ldb */
+static void op_column_dot(run *r, const op_case *c)
+{
+    int rows = c->p[0], cols = c->p[1], lda = c->p[2], ldb = c->p[3];
+    const float *a = f32(r, BUF_IN, (size_t)rows * lda, -1.0f, 1.0f);
+    const float *b = f32(r, BUF_IN, (size_t)rows * ldb, -1.0f, 1.0f);
+    float *out = f32(r, BUF_OUT, (size_t)cols, -1.0f, 1.0f);
+    CALL(r, column_dot, rows, cols, a, lda, b, ldb, out);
+}
+
+/* p: M N K lda lddc ldda has_dA has_dW; f: beta_dA */
+static void op_linear_backward(run *r, const op_case *c)
+{
+    int M = c->p[0], N = c->p[1], K = c->p[2], lda = c->p[3], lddc = c->p[4], ldda = c->p[5];
+    const float *A = f32(r, BUF_IN, (size_t)M * lda, -1.0f, 1.0f);
+    const float *W = f32(r, BUF_IN, (size_t)N * K, -1.0f, 1.0f);
+    const float *dC = f32(r, BUF_IN, (size_t)M * lddc, -1.0f, 1.0f);
+    float *dA = c->p[6] ? f32(r, BUF_OUT, (size_t)M * ldda, -1.0f, 1.0f) : NULL;
+    float *dW = c->p[7] ? f32(r, BUF_OUT, (size_t)N * K, -1.0f, 1.0f) : NULL;
+    CALL(r, linear_backward, M, N, K, A, lda, W, dC, lddc, c->f[0], dA, ldda, dW);
+}
+
+/* p: rows dim ldx lddy lddx has_dw; f: eps */
+static void op_rmsnorm_backward(run *r, const op_case *c)
+{
+    int rows = c->p[0], dim = c->p[1], ldx = c->p[2], lddy = c->p[3], lddx = c->p[4];
+    const float *x = f32(r, BUF_IN, (size_t)rows * ldx, -2.0f, 2.0f);
+    const float *w = f32(r, BUF_IN, (size_t)dim, 0.5f, 1.5f);
+    const float *dy = f32(r, BUF_IN, (size_t)rows * lddy, -1.0f, 1.0f);
+    float *dx = f32(r, BUF_OUT, (size_t)rows * lddx, -1.0f, 1.0f);
+    float *dw = c->p[5] ? f32(r, BUF_OUT, (size_t)dim, -1.0f, 1.0f) : NULL;
+    CALL(r, rmsnorm_backward, rows, dim, x, ldx, w, c->f[0], dy, lddy, dx, lddx, dw);
+}
+
+/* p: n */
+static void op_relu2_backward(run *r, const op_case *c)
+{
+    size_t n = (size_t)c->p[0];
+    const float *pre = f32(r, BUF_IN, n, -1.0f, 1.0f);
+    float *grad = f32(r, BUF_OUT, n, -1.0f, 1.0f);
+    CALL(r, relu2_backward, n, pre, grad);
+}
+
+/* Targets of `rows` rows over V classes; row 1 (when there is one) is ignored (-1). */
+static int32_t *i32_targets(run *r, int rows, int V)
+{
+    int32_t *host = malloc((size_t)rows * sizeof *host);
+    assert_non_null(host);
+    for (int i = 0; i < rows; i++)
+        host[i] = i == 1 ? -1 : below(r, V);
+    int32_t *dev = i32(r, BUF_IN, (size_t)rows, host);
+    free(host);
+    return dev;
+}
+
+/* How a loss case passes dlogits. */
+enum { GRAD_SEPARATE, GRAD_IN_PLACE, GRAD_NONE };
+
+/* p: rows V grad_mode; f: scale */
+static void op_cross_entropy(run *r, const op_case *c)
+{
+    int rows = c->p[0], V = c->p[1], mode = c->p[2];
+    float *logits = f32(r, mode == GRAD_IN_PLACE ? BUF_OUT : BUF_IN, (size_t)rows * V, -4.0f, 4.0f);
+    const int32_t *tg = i32_targets(r, rows, V);
+    float *d = mode == GRAD_SEPARATE ? f32(r, BUF_OUT, (size_t)rows * V, -1.0f, 1.0f)
+               : mode == GRAD_IN_PLACE ? logits
+                                       : NULL;
+    double *row_loss = f64(r, BUF_OUT, (size_t)rows);
+    CALL(r, cross_entropy, rows, V, logits, tg, c->f[0], d, row_loss);
+}
+
+/* p: rows V grad_mode; f: tau scale */
+static void op_kd_loss(run *r, const op_case *c)
+{
+    int rows = c->p[0], V = c->p[1], mode = c->p[2];
+    float *student = f32(r, mode == GRAD_IN_PLACE ? BUF_OUT : BUF_IN, (size_t)rows * V, -4.0f, 4.0f);
+    const float *teacher = f32(r, BUF_IN, (size_t)rows * V, -4.0f, 4.0f);
+    float *d = mode == GRAD_SEPARATE ? f32(r, BUF_OUT, (size_t)rows * V, -1.0f, 1.0f)
+               : mode == GRAD_IN_PLACE ? student
+                                       : NULL;
+    double *row_loss = f64(r, BUF_OUT, (size_t)rows);
+    CALL(r, kd_loss, rows, V, student, teacher, c->f[0], c->f[1], d, row_loss);
+}
+
+/* p: n step; f: lr beta1 beta2 eps weight_decay */
+static void op_adamw(run *r, const op_case *c)
+{
+    size_t n = (size_t)c->p[0];
+    float *w = f32(r, BUF_OUT, n, -1.0f, 1.0f);
+    const float *g = f32(r, BUF_IN, n, -0.1f, 0.1f);
+    float *m = f32(r, BUF_OUT, n, -0.05f, 0.05f);
+    float *v = f32(r, BUF_OUT, n, 0.0f, 0.01f);
+    CALL(r, adamw, n, w, g, m, v, c->f[0], c->f[1], c->f[2], c->f[3], c->f[4], c->p[1]);
+}
+
+/* p: n. The returned double is compared like an output. */
+static void op_sum_squares(run *r, const op_case *c)
+{
+    size_t n = (size_t)c->p[0];
+    const float *x = f32(r, BUF_IN, n, -1.0f, 1.0f);
+    r->ret = CALL(r, sum_squares, n, x);
+    r->has_ret = 1;
+}
+
+/* p: n; f: s */
+static void op_scale(run *r, const op_case *c)
+{
+    size_t n = (size_t)c->p[0];
+    float *x = f32(r, BUF_OUT, n, -1.0f, 1.0f);
+    CALL(r, scale, n, c->f[0], x);
+}
+
+/* p: T H P N G ldx ldbc ldy has_state0 */
+static void op_ssd_scan_save(run *r, const op_case *c)
+{
+    int T = c->p[0], H = c->p[1], P = c->p[2], N = c->p[3], G = c->p[4];
+    int ldx = c->p[5], ldbc = c->p[6], ldy = c->p[7];
+    const float *x = f32(r, BUF_IN, (size_t)T * ldx, -1.0f, 1.0f);
+    const float *B = f32(r, BUF_IN, (size_t)T * ldbc, -1.0f, 1.0f);
+    const float *C = f32(r, BUF_IN, (size_t)T * ldbc, -1.0f, 1.0f);
+    const float *dt = f32(r, BUF_IN, (size_t)T * H, 0.01f, 0.5f);
+    const float *A = f32(r, BUF_IN, (size_t)H, -2.0f, -0.1f);
+    const float *D = f32(r, BUF_IN, (size_t)H, -1.0f, 1.0f);
+    const float *state0 = c->p[8] ? f32(r, BUF_IN, (size_t)H * P * N, -1.0f, 1.0f) : NULL;
+    float *states = f32(r, BUF_OUT, (size_t)T * H * P * N, -1.0f, 1.0f);
+    float *y = f32(r, BUF_OUT, (size_t)T * ldy, -1.0f, 1.0f);
+    CALL(r, ssd_scan_save, T, H, P, N, G, x, ldx, B, C, ldbc, dt, A, D, state0, states, y, ldy);
+}
+
+/* p: T H P N G ldx ldbc lddy lddx lddbc has_state0 has_dA_dD */
+static void op_ssd_scan_backward(run *r, const op_case *c)
+{
+    int T = c->p[0], H = c->p[1], P = c->p[2], N = c->p[3], G = c->p[4];
+    int ldx = c->p[5], ldbc = c->p[6], lddy = c->p[7], lddx = c->p[8], lddbc = c->p[9];
+    const float *x = f32(r, BUF_IN, (size_t)T * ldx, -1.0f, 1.0f);
+    const float *B = f32(r, BUF_IN, (size_t)T * ldbc, -1.0f, 1.0f);
+    const float *C = f32(r, BUF_IN, (size_t)T * ldbc, -1.0f, 1.0f);
+    const float *dt = f32(r, BUF_IN, (size_t)T * H, 0.01f, 0.5f);
+    const float *A = f32(r, BUF_IN, (size_t)H, -2.0f, -0.1f);
+    const float *D = f32(r, BUF_IN, (size_t)H, -1.0f, 1.0f);
+    const float *state0 = c->p[10] ? f32(r, BUF_IN, (size_t)H * P * N, -1.0f, 1.0f) : NULL;
+    const float *states = f32(r, BUF_IN, (size_t)T * H * P * N, -1.0f, 1.0f);
+    const float *dy = f32(r, BUF_IN, (size_t)T * lddy, -1.0f, 1.0f);
+    float *dx = f32(r, BUF_OUT, (size_t)T * lddx, -1.0f, 1.0f);
+    float *dB = f32(r, BUF_OUT, (size_t)T * lddbc, -1.0f, 1.0f);
+    float *dC = f32(r, BUF_OUT, (size_t)T * lddbc, -1.0f, 1.0f);
+    float *ddt = f32(r, BUF_OUT, (size_t)T * H, -1.0f, 1.0f);
+    float *dA = c->p[11] ? f32(r, BUF_OUT, (size_t)H, -1.0f, 1.0f) : NULL;
+    float *dD = c->p[11] ? f32(r, BUF_OUT, (size_t)H, -1.0f, 1.0f) : NULL;
+    float *work = f32(r, BUF_SCRATCH, (size_t)H * (2 * T + P) * N, -1.0f, 1.0f);
+    CALL(r, ssd_scan_backward, T, H, P, N, G, x, ldx, B, C, ldbc, dt, A, D, state0, states, dy, lddy, dx, lddx, dB,
+         dC, lddbc, ddt, dA, dD, work);
+}
+
+/* p: T H P ldx */
+static void op_mul_heads(run *r, const op_case *c)
+{
+    int T = c->p[0], H = c->p[1], P = c->p[2], ldx = c->p[3];
+    const float *mask = f32(r, BUF_IN, (size_t)H, 0.0f, 1.0f);
+    float *x = f32(r, BUF_OUT, (size_t)T * ldx, -1.0f, 1.0f);
+    CALL(r, mul_heads, T, H, P, mask, x, ldx);
+}
+
+/* p: T H P ldy lddy has_dmask */
+static void op_mul_heads_backward(run *r, const op_case *c)
+{
+    int T = c->p[0], H = c->p[1], P = c->p[2], ldy = c->p[3], lddy = c->p[4];
+    const float *mask = f32(r, BUF_IN, (size_t)H, 0.0f, 1.0f);
+    const float *y = f32(r, BUF_IN, (size_t)T * ldy, -1.0f, 1.0f);
+    float *dy = f32(r, BUF_OUT, (size_t)T * lddy, -1.0f, 1.0f);
+    float *dmask = c->p[5] ? f32(r, BUF_OUT, (size_t)H, -1.0f, 1.0f) : NULL;
+    CALL(r, mul_heads_backward, T, H, P, mask, y, ldy, dy, lddy, dmask);
+}
+
+/* p: T H ldraw lddraw has_dbias; f: dt_min */
+static void op_softplus_dt_backward(run *r, const op_case *c)
+{
+    int T = c->p[0], H = c->p[1], ldraw = c->p[2], lddraw = c->p[3];
+    const float *raw = f32(r, BUF_IN, (size_t)T * ldraw, -8.0f, 24.0f);
+    const float *bias = f32(r, BUF_IN, (size_t)H, -1.0f, 1.0f);
+    const float *ddt = f32(r, BUF_IN, (size_t)T * H, -1.0f, 1.0f);
+    float *draw = f32(r, BUF_OUT, (size_t)T * lddraw, -1.0f, 1.0f);
+    float *dbias = c->p[4] ? f32(r, BUF_OUT, (size_t)H, -1.0f, 1.0f) : NULL;
+    CALL(r, softplus_dt_backward, T, H, raw, ldraw, bias, c->f[0], ddt, draw, lddraw, dbias);
+}
+
+/* p: T C K ldx lddy lddx has_bias has_state has_dw_dbias */
+static void op_conv1d_silu_backward(run *r, const op_case *c)
+{
+    int T = c->p[0], C = c->p[1], K = c->p[2], ldx = c->p[3], lddy = c->p[4], lddx = c->p[5];
+    const float *x = f32(r, BUF_IN, (size_t)T * ldx, -2.0f, 2.0f);
+    const float *w = f32(r, BUF_IN, (size_t)C * K, -1.0f, 1.0f);
+    const float *bias = c->p[6] ? f32(r, BUF_IN, (size_t)C, -0.5f, 0.5f) : NULL;
+    const float *state = c->p[7] ? f32(r, BUF_IN, (size_t)C * (K - 1), -2.0f, 2.0f) : NULL;
+    const float *dy = f32(r, BUF_IN, (size_t)T * lddy, -1.0f, 1.0f);
+    float *dx = f32(r, BUF_OUT, (size_t)T * lddx, -1.0f, 1.0f);
+    float *dw = c->p[8] ? f32(r, BUF_OUT, (size_t)C * K, -1.0f, 1.0f) : NULL;
+    float *dbias = c->p[8] ? f32(r, BUF_OUT, (size_t)C, -1.0f, 1.0f) : NULL;
+    CALL(r, conv1d_silu_backward, T, C, K, x, ldx, w, bias, state, dy, lddy, dx, lddx, dw, dbias);
+}
+
+/* p: rows dim group_size ldy ldz lddout lddy lddz has_dw; f: eps */
+static void op_gated_rmsnorm_backward(run *r, const op_case *c)
+{
+    int rows = c->p[0], dim = c->p[1], group = c->p[2], ldy = c->p[3], ldz = c->p[4], lddout = c->p[5];
+    int lddy = c->p[6], lddz = c->p[7];
+    const float *y = f32(r, BUF_IN, (size_t)rows * ldy, -2.0f, 2.0f);
+    const float *z = f32(r, BUF_IN, (size_t)rows * ldz, -3.0f, 3.0f);
+    const float *w = f32(r, BUF_IN, (size_t)dim, 0.5f, 1.5f);
+    const float *dout = f32(r, BUF_IN, (size_t)rows * lddout, -1.0f, 1.0f);
+    float *dy = f32(r, BUF_OUT, (size_t)rows * lddy, -1.0f, 1.0f);
+    float *dz = f32(r, BUF_OUT, (size_t)rows * lddz, -1.0f, 1.0f);
+    float *dw = c->p[8] ? f32(r, BUF_OUT, (size_t)dim, -1.0f, 1.0f) : NULL;
+    float *rstd = f32(r, BUF_SCRATCH, (size_t)rows * (dim / group), -1.0f, 1.0f);
+    CALL(r, gated_rmsnorm_backward, rows, dim, group, y, ldy, z, ldz, w, c->f[0], dout, lddout, dy, lddy, dz, lddz,
+         dw, rstd);
+}
+
+/* p: L n_heads n_kv hd ldq ldkv; f: scale */
+static void op_attention_backward(run *r, const op_case *c)
+{
+    int L = c->p[0], n_heads = c->p[1], n_kv = c->p[2], hd = c->p[3], ldq = c->p[4], ldkv = c->p[5];
+    const float *q = f32(r, BUF_IN, (size_t)L * ldq, -1.0f, 1.0f);
+    const float *k = f32(r, BUF_IN, (size_t)L * ldkv, -1.0f, 1.0f);
+    const float *v = f32(r, BUF_IN, (size_t)L * ldkv, -1.0f, 1.0f);
+    const float *datt = f32(r, BUF_IN, (size_t)L * ldq, -1.0f, 1.0f);
+    float *out = f32(r, BUF_OUT, (size_t)L * ldq, -1.0f, 1.0f);
+    float *stats = f32(r, BUF_OUT, (size_t)L * 2 * n_heads, -1.0f, 1.0f);
+    float *dq = f32(r, BUF_OUT, (size_t)L * ldq, -1.0f, 1.0f);
+    float *dk = f32(r, BUF_OUT, (size_t)L * ldkv, -1.0f, 1.0f);
+    float *dv = f32(r, BUF_OUT, (size_t)L * ldkv, -1.0f, 1.0f);
+    workspace(r, ac_k_attention_workspace(omp_get_max_threads(), L));
+    CALL(r, attention_backward, L, n_heads, n_kv, hd, q, ldq, k, v, ldkv, datt, c->f[0], out, stats, dq, dk, dv);
+}
+
+/* p: T E top_k norm; f: scale */
+static void op_moe_route_backward(run *r, const op_case *c)
+{
+    int T = c->p[0], E = c->p[1], top_k = c->p[2];
+    const float *logits = f32(r, BUF_IN, (size_t)T * E, -3.0f, 3.0f);
+    const int32_t *idx = i32_distinct(r, BUF_IN, T, top_k, E);
+    const float *dweight = f32(r, BUF_IN, (size_t)T * top_k, -1.0f, 1.0f);
+    float *dlogits = f32(r, BUF_OUT, (size_t)T * E, -1.0f, 1.0f);
+    CALL(r, moe_route_backward, T, E, logits, top_k, c->p[3], c->f[0], idx, dweight, dlogits);
+}
+
+/* p: n D lddout dout_rows n_pairs has_mask has_dmask dy_in_place */
+static void op_moe_combine_backward(run *r, const op_case *c)
+{
+    int n = c->p[0], D = c->p[1], lddout = c->p[2];
+    const float *dout = f32(r, BUF_IN, (size_t)c->p[3] * lddout, -1.0f, 1.0f);
+    const int32_t *rows = i32_any(r, BUF_IN, n, c->p[3]);
+    float *y = f32(r, c->p[7] ? BUF_OUT : BUF_IN, (size_t)n * D, -1.0f, 1.0f);
+    const float *weight = f32(r, BUF_IN, (size_t)n, 0.0f, 1.0f);
+    const float *mask = c->p[5] ? f32(r, BUF_IN, 1, 0.2f, 1.0f) : NULL;
+    const int32_t *pair = i32_distinct(r, BUF_IN, 1, n, c->p[4]);
+    float *dweight = f32(r, BUF_OUT, (size_t)c->p[4], -1.0f, 1.0f);
+    float *dmask = c->p[6] ? f32(r, BUF_OUT, 1, -1.0f, 1.0f) : NULL;
+    float *dy = c->p[7] ? y : f32(r, BUF_OUT, (size_t)n * D, -1.0f, 1.0f);
+    CALL(r, moe_combine_backward, n, D, dout, lddout, rows, y, weight, mask, pair, dweight, dmask, dy);
+}
+
+/* p: n D lddsrc src_rows */
+static void op_gather_rows_backward(run *r, const op_case *c)
+{
+    int n = c->p[0], D = c->p[1], lddsrc = c->p[2];
+    const float *ddst = f32(r, BUF_IN, (size_t)n * D, -1.0f, 1.0f);
+    const int32_t *rows = i32_distinct(r, BUF_IN, 1, n, c->p[3]);
+    float *dsrc = f32(r, BUF_OUT, (size_t)c->p[3] * lddsrc, -1.0f, 1.0f);
+    CALL(r, gather_rows_backward, n, D, ddst, rows, dsrc, lddsrc);
+}
+
+/* Tolerances off the CPU: elementwise ops round once; short reductions (norms, losses,
+ * small GEMMs, softmaxes) may sum in another order; the scan and attention backwards sum
+ * long chains of products. */
+#define TOL_ELEM 1e-6
+#define TOL_REDUCE 1e-5
+#define TOL_LONG 1e-4
+
+static const op_case cases[] = {
+    {OP(linear), "M5 N7 K9 lda12 ldc10 beta0 (sgemm)", TOL_REDUCE, {5, 7, 9, 12, 10}, {0.0f}},
+    {OP(linear), "M3 N13 K6 lda6 ldc15 beta1 (gemv rows)", TOL_REDUCE, {3, 13, 6, 6, 15}, {1.0f}},
+    {OP(linear), "M1 N5 K17 lda19 ldc5 beta0.5 (decode)", TOL_REDUCE, {1, 5, 17, 19, 5}, {0.5f}},
+    {OP(linear), "M67 N33 K21 lda21 ldc35 beta0", TOL_REDUCE, {67, 33, 21, 21, 35}, {0.0f}},
+    {OP(rmsnorm), "rows5 dim7 ldx9 ldy11", TOL_REDUCE, {5, 7, 9, 11, 0}, {1e-5f}},
+    {OP(rmsnorm), "rows3 dim6 ld6 in place", TOL_REDUCE, {3, 6, 6, 6, 1}, {1e-6f}},
+    {OP(gated_rmsnorm), "rows5 dim12 group4 ldy13 ldz15 ldout14", TOL_REDUCE, {5, 12, 4, 13, 15, 14, 0}, {1e-5f}},
+    {OP(gated_rmsnorm), "rows3 dim8 group8 ld9 out=y", TOL_REDUCE, {3, 8, 8, 9, 9, 9, 1}, {1e-6f}},
+    {OP(conv1d_silu), "T7 C5 K4 ldx9 ldy6 bias", TOL_REDUCE, {7, 5, 4, 9, 6, 1}, {0}},
+    {OP(conv1d_silu), "T1 C70 K4 ldx72 ldy71 no bias (decode)", TOL_REDUCE, {1, 70, 4, 72, 71, 0}, {0}},
+    {OP(conv1d_silu), "T2 C3 K4 (T < K-1) bias", TOL_REDUCE, {2, 3, 4, 3, 3, 1}, {0}},
+    {OP(softplus_dt), "T5 H3 ldraw7 dt_min0.01", TOL_ELEM, {5, 3, 7}, {0.01f}},
+    {OP(softplus_dt), "T1 H6 ldraw6 dt_min0", TOL_ELEM, {1, 6, 6}, {0.0f}},
+    {OP(ssd_scan), "T7 H4 P3 N5 G2 ldx14 ldbc12 ldy13", TOL_REDUCE, {7, 4, 3, 5, 2, 14, 12, 13}, {0}},
+    {OP(ssd_scan), "T1 H6 P2 N4 G3 (decode)", TOL_REDUCE, {1, 6, 2, 4, 3, 12, 12, 12}, {0}},
+    {OP(ssd_scan), "T41 H6 P8 N17 G1 (threads)", TOL_REDUCE, {41, 6, 8, 17, 1, 48, 17, 50}, {0}},
+    {OP(attention), "new5 past3 heads6 kv2 hd4 ldq26 cap10 ldout25", TOL_REDUCE, {5, 3, 6, 2, 4, 26, 10, 25},
+     {0.5f}},
+    {OP(attention), "new1 past6 heads4 kv1 hd3 cap9 (decode)", TOL_REDUCE, {1, 6, 4, 1, 3, 12, 9, 12}, {0.577f}},
+    {OP(attention), "new4 past0 heads2 kv2 hd5 cap4 (prefill)", TOL_REDUCE, {4, 0, 2, 2, 5, 10, 4, 11}, {0.447f}},
+    {OP(moe_route), "T5 E8 groups4 keep2 top3 norm scale2.5", TOL_REDUCE, {5, 8, 4, 2, 3, 1}, {2.5f}},
+    {OP(moe_route), "T3 E12 groups3 keep1 top2 raw", TOL_REDUCE, {3, 12, 3, 1, 2, 0}, {1.0f}},
+    {OP(moe_route), "T1 E6 ungrouped top2 norm", TOL_REDUCE, {1, 6, 1, 1, 2, 1}, {1.0f}},
+    {OP(moe_route), "T19 E4 groups4 (1 each) keep2 top2", TOL_REDUCE, {19, 4, 4, 2, 2, 1}, {1.5f}},
+    {OP(gather_rows), "n5 D7 ldsrc9 of11", 0.0, {5, 7, 9, 11}, {0}},
+    {OP(gather_rows), "n1 D3 ldsrc3 of2", 0.0, {1, 3, 3, 2}, {0}},
+    {OP(scatter_add_rows), "n5 D6 lddst8 of9", TOL_ELEM, {5, 6, 8, 9}, {0}},
+    {OP(scatter_add_rows), "n1 D3 lddst3 of1", TOL_ELEM, {1, 3, 3, 1}, {0}},
+    {OP(relu2), "n37", TOL_ELEM, {37}, {0}},
+    {OP(relu2), "n70001 (threads)", TOL_ELEM, {70001}, {0}},
+    {OP(add), "n29", TOL_ELEM, {29}, {0}},
+    {OP(add), "n70001 (threads)", TOL_ELEM, {70001}, {0}},
+    {OP(mul_columns), "rows5 cols7 ldx9", TOL_ELEM, {5, 7, 9}, {0}},
+    {OP(column_dot), "rows6 cols5 lda7 ldb8", TOL_REDUCE, {6, 5, 7, 8}, {0}},
+    {OP(linear_backward), "M5 N7 K6 lda8 lddc9 ldda10 dA dW", TOL_REDUCE, {5, 7, 6, 8, 9, 10, 1, 1}, {0.0f}},
+    {OP(linear_backward), "M3 N4 K5 dW only", TOL_REDUCE, {3, 4, 5, 5, 4, 5, 0, 1}, {0.0f}},
+    {OP(linear_backward), "M1 N6 K3 dA beta1 only", TOL_REDUCE, {1, 6, 3, 3, 6, 4, 1, 0}, {1.0f}},
+    {OP(rmsnorm_backward), "rows5 dim7 ldx9 lddy8 lddx10 dw", TOL_REDUCE, {5, 7, 9, 8, 10, 1}, {1e-5f}},
+    {OP(rmsnorm_backward), "rows1 dim4 no dw", TOL_REDUCE, {1, 4, 4, 4, 4, 0}, {1e-6f}},
+    {OP(relu2_backward), "n41", TOL_ELEM, {41}, {0}},
+    {OP(cross_entropy), "rows5 V11 one ignored", TOL_REDUCE, {5, 11, GRAD_SEPARATE}, {0.2f}},
+    {OP(cross_entropy), "rows3 V7 dlogits in place", TOL_REDUCE, {3, 7, GRAD_IN_PLACE}, {1.0f}},
+    {OP(cross_entropy), "rows2 V5 loss only", TOL_REDUCE, {2, 5, GRAD_NONE}, {1.0f}},
+    {OP(kd_loss), "rows4 V9 tau2", TOL_REDUCE, {4, 9, GRAD_SEPARATE}, {2.0f, 0.25f}},
+    {OP(kd_loss), "rows3 V6 tau1 in place", TOL_REDUCE, {3, 6, GRAD_IN_PLACE}, {1.0f, 1.0f}},
+    {OP(kd_loss), "rows2 V5 tau1.5 loss only", TOL_REDUCE, {2, 5, GRAD_NONE}, {1.5f, 1.0f}},
+    {OP(adamw), "n23 step3", TOL_REDUCE, {23, 3}, {1e-2f, 0.9f, 0.999f, 1e-8f, 0.1f}},
+    {OP(adamw), "n70001 step1 (threads)", TOL_REDUCE, {70001, 1}, {3e-4f, 0.9f, 0.95f, 1e-8f, 0.0f}},
+    {OP(sum_squares), "n3", TOL_REDUCE, {3}, {0}},
+    {OP(sum_squares), "n1000 (chunks)", TOL_REDUCE, {1000}, {0}},
+    {OP(sum_squares), "n70001 (threads)", TOL_REDUCE, {70001}, {0}},
+    {OP(scale), "n31 s-0.7", TOL_ELEM, {31}, {-0.7f}},
+    {OP(ssd_scan_save), "T6 H4 P3 N5 G2 ldx13 ldbc11 ldy14 state0", TOL_REDUCE, {6, 4, 3, 5, 2, 13, 11, 14, 1}, {0}},
+    {OP(ssd_scan_save), "T1 H2 P2 N3 G1 zero state0 (decode)", TOL_REDUCE, {1, 2, 2, 3, 1, 4, 3, 4, 0}, {0}},
+    {OP(ssd_scan_backward), "T6 H4 P3 N5 G2 wide lds state0 dA dD", TOL_LONG,
+     {6, 4, 3, 5, 2, 13, 11, 14, 15, 12, 1, 1}, {0}},
+    {OP(ssd_scan_backward), "T1 H3 P2 N4 G1 no state0 no dA dD", TOL_LONG, {1, 3, 2, 4, 1, 6, 4, 6, 6, 4, 0, 0}, {0}},
+    {OP(mul_heads), "T3 H4 P5 ldx23", TOL_ELEM, {3, 4, 5, 23}, {0}},
+    {OP(mul_heads_backward), "T3 H4 P5 ldy21 lddy22 dmask", TOL_REDUCE, {3, 4, 5, 21, 22, 1}, {0}},
+    {OP(mul_heads_backward), "T1 H2 P3 no dmask", TOL_REDUCE, {1, 2, 3, 6, 6, 0}, {0}},
+    {OP(softplus_dt_backward), "T5 H3 ldraw4 lddraw6 dbias", TOL_REDUCE, {5, 3, 4, 6, 1}, {0.01f}},
+    {OP(softplus_dt_backward), "T1 H4 no dbias", TOL_REDUCE, {1, 4, 4, 4, 0}, {0.0f}},
+    {OP(conv1d_silu_backward), "T7 C5 K4 ldx6 lddy7 lddx8 bias state dw", TOL_REDUCE, {7, 5, 4, 6, 7, 8, 1, 1, 1}, {0}},
+    {OP(conv1d_silu_backward), "T2 C70 K4 no bias no state no dw", TOL_REDUCE, {2, 70, 4, 70, 71, 72, 0, 0, 0}, {0}},
+    {OP(conv1d_silu_backward), "T1 C3 K2 state bias dw (decode)", TOL_REDUCE, {1, 3, 2, 3, 3, 3, 1, 1, 1}, {0}},
+    {OP(gated_rmsnorm_backward), "rows5 dim12 group4 wide lds dw", TOL_REDUCE, {5, 12, 4, 13, 14, 15, 16, 17, 1},
+     {1e-5f}},
+    {OP(gated_rmsnorm_backward), "rows2 dim6 group6 no dw", TOL_REDUCE, {2, 6, 6, 6, 6, 6, 6, 6, 0}, {1e-6f}},
+    {OP(attention_backward), "L6 heads4 kv2 hd3 ldq13 ldkv7", TOL_LONG, {6, 4, 2, 3, 13, 7}, {0.577f}},
+    {OP(attention_backward), "L5 heads6 kv1 hd2 ldq12 ldkv2", TOL_LONG, {5, 6, 1, 2, 12, 2}, {0.707f}},
+    {OP(attention_backward), "L1 heads2 kv2 hd4", TOL_LONG, {1, 2, 2, 4, 8, 8}, {0.5f}},
+    {OP(moe_route_backward), "T5 E8 top3 norm scale2.5", TOL_REDUCE, {5, 8, 3, 1}, {2.5f}},
+    {OP(moe_route_backward), "T1 E6 top2 raw", TOL_REDUCE, {1, 6, 2, 0}, {1.0f}},
+    {OP(moe_combine_backward), "n4 D6 lddout8 of7 pairs9 mask dmask", TOL_REDUCE, {4, 6, 8, 7, 9, 1, 1, 0}, {0}},
+    {OP(moe_combine_backward), "n3 D5 no mask dy=y", TOL_REDUCE, {3, 5, 5, 4, 3, 0, 0, 1}, {0}},
+    {OP(gather_rows_backward), "n5 D4 lddsrc6 of8", TOL_ELEM, {5, 4, 6, 8}, {0}},
+    {OP(gather_rows_backward), "n1 D2 lddsrc2 of1", TOL_ELEM, {1, 2, 2, 1}, {0}},
+};
+
+enum { N_CASES = (int)(sizeof cases / sizeof cases[0]) };
+
+/* ---- running and comparing ---- */
+
+static void execute(run *r, const op_case *c, const ac_backend *be, int dispatch, const ac_backend *ctx_backend,
+                    uint64_t seed)
+{
+    memset(r, 0, sizeof *r);
+    r->be = be;
+    r->dispatch = dispatch;
+    r->ctx.backend = ctx_backend;
+    r->rng = seed;
+    c->fn(r, c);
+    be->sync(&r->ctx);
+    for (int i = 0; i < r->n_buf; i++) {
+        buffer *b = &r->buf[i];
+        size_t bytes = b->count * type_size(b->type);
+        b->after = malloc(bytes);
+        assert_non_null(b->after);
+        be->copy(b->after, b->dev, bytes, AC_COPY_DEVICE_TO_HOST);
+        be->free(b->dev);
+        b->dev = NULL;
+    }
+}
+
+static void release(run *r)
+{
+    for (int i = 0; i < r->n_buf; i++) {
+        free(r->buf[i].init);
+        free(r->buf[i].after);
+    }
+}
+
+static double value_at(const buffer *b, const void *data, size_t i)
+{
+    return b->type == BUF_F32 ? (double)((const float *)data)[i] : ((const double *)data)[i];
+}
+
+/* max |got - ref| / max |ref| (the absolute error when ref is all zeros); NaN where
+ * only one side is NaN counts as infinite. */
+static double relative_error(const buffer *b, const void *ref, const void *got)
+{
+    double worst = 0.0, scale = 0.0;
+    for (size_t i = 0; i < b->count; i++) {
+        double x = value_at(b, ref, i), y = value_at(b, got, i);
+        double d = isnan(x) && isnan(y) ? 0.0 : isnan(x) || isnan(y) ? INFINITY : fabs(x - y);
+        if (d > worst)
+            worst = d;
+        if (fabs(x) > scale)
+            scale = fabs(x);
+    }
+    return scale > 0.0 ? worst / scale : worst;
+}
+
+static long count_changed(const buffer *b)
+{
+    size_t size = type_size(b->type);
+    long n = 0;
+    for (size_t i = 0; i < b->count; i++)
+        n += memcmp((const char *)b->init + i * size, (const char *)b->after + i * size, size) != 0;
+    return n;
+}
+
+/* Runs case `index` on t and on the reference, prints its line (when quiet, only if it
+ * failed) and returns 1 when it passed. */
+static int check_case(const target *t, int index, int quiet)
+{
+    const op_case *c = &cases[index];
+    uint64_t seed = 0x5eedULL * 1000003ULL + (uint64_t)index;
+    run ref, got;
+    execute(&ref, c, &reference, 0, &reference, seed);
+    execute(&got, c, t->be, t->dispatch, t->ctx_backend, seed);
+    assert_int_equal(ref.n_buf, got.n_buf);
+
+    double err = 0.0;
+    long int_bad = 0, inputs_changed = 0;
+    for (int i = 0; i < ref.n_buf; i++) {
+        const buffer *a = &ref.buf[i], *b = &got.buf[i];
+        assert_true(a->type == b->type && a->role == b->role && a->count == b->count);
+        if (b->role == BUF_IN) {
+            inputs_changed += count_changed(a) + count_changed(b);
+        } else if (b->role == BUF_OUT && b->type == BUF_I32) {
+            for (size_t j = 0; j < b->count; j++)
+                int_bad += ((const int32_t *)a->after)[j] != ((const int32_t *)b->after)[j];
+        } else if (b->role == BUF_OUT) {
+            double e = relative_error(b, a->after, b->after);
+            if (!(e <= err))
+                err = e;
+        }
+    }
+    if (ref.has_ret || got.has_ret) {
+        assert_true(ref.has_ret && got.has_ret);
+        double x = ref.ret, y = got.ret;
+        double e = x != 0.0 ? fabs(x - y) / fabs(x) : fabs(y);
+        if (!(e <= err))
+            err = e;
+    }
+    double tol = t->exact ? 0.0 : c->tol;
+    int ok = err <= tol && int_bad == 0 && inputs_changed == 0;
+    if (!quiet || !ok) {
+        char extra[96] = "";
+        if (int_bad)
+            snprintf(extra, sizeof extra, " (%ld integer outputs differ)", int_bad);
+        if (inputs_changed)
+            snprintf(extra + strlen(extra), sizeof extra - strlen(extra), " (%ld input values changed)",
+                     inputs_changed);
+        printf("  %-22s %-28s %-46s max_err %.3e  tol %.0e  %s%s\n", c->op, t->label, c->shape, err, tol,
+               ok ? "ok" : "FAIL", extra);
+    }
+    release(&ref);
+    release(&got);
+    return ok;
+}
+
+/* Every case on t: returns how many failed and marks failed[slot] for each op that did. */
+static int check_target(const target *t, int failed[N_OPS], int quiet)
+{
+    int n_failed = 0;
+    for (int s = 0; s < N_OPS; s++)
+        failed[s] = 0;
+    for (int i = 0; i < N_CASES; i++)
+        if (!check_case(t, i, quiet)) {
+            n_failed++;
+            failed[cases[i].slot] = 1;
+        }
+    return n_failed;
+}
+
+static target backend_target(const ac_backend *be, int dispatch)
+{
+    return (target){.label = be->name,
+                    .be = be,
+                    .dispatch = dispatch,
+                    .ctx_backend = be,
+                    .exact = strcmp(be->name, "cpu") == 0};
+}
+
+/* ---- a counting backend: the CPU's ops, each counting its calls ---- */
+
+static int calls[N_OPS];
+
+#define COUNTED(member, params, args)          \
+    static void counted_##member params        \
+    {                                          \
+        calls[SLOT(member)]++;                 \
+        ac_cpu_##member args;                  \
+    }
+
+COUNTED(linear, (ac_kctx *ctx, int M, int N, int K, const float *A, int lda, const float *W, float beta, float *C,
+                 int ldc),
+        (ctx, M, N, K, A, lda, W, beta, C, ldc))
+COUNTED(rmsnorm, (ac_kctx *ctx, int rows, int dim, const float *x, int ldx, const float *w, float eps, float *y,
+                  int ldy),
+        (ctx, rows, dim, x, ldx, w, eps, y, ldy))
+COUNTED(gated_rmsnorm, (ac_kctx *ctx, int rows, int dim, int group_size, const float *y, int ldy, const float *z,
+                        int ldz, const float *w, float eps, float *out, int ldout),
+        (ctx, rows, dim, group_size, y, ldy, z, ldz, w, eps, out, ldout))
+COUNTED(conv1d_silu, (ac_kctx *ctx, int T, int C, int K, const float *x, int ldx, const float *w, const float *bias,
+                      float *state, float *y, int ldy),
+        (ctx, T, C, K, x, ldx, w, bias, state, y, ldy))
+COUNTED(softplus_dt, (ac_kctx *ctx, int T, int H, const float *raw, int ldraw, const float *bias, float dt_min,
+                      float *dt),
+        (ctx, T, H, raw, ldraw, bias, dt_min, dt))
+COUNTED(ssd_scan, (ac_kctx *ctx, int T, int H, int P, int N, int G, const float *x, int ldx, const float *B,
+                   const float *C, int ldbc, const float *dt, const float *A, const float *Dskip, float *state,
+                   float *y, int ldy),
+        (ctx, T, H, P, N, G, x, ldx, B, C, ldbc, dt, A, Dskip, state, y, ldy))
+COUNTED(attention, (ac_kctx *ctx, int n_new, int past, int n_heads, int n_kv, int hd, const float *q, int ldq,
+                    const float *k_cache, const float *v_cache, int cap, float scale, float *out, int ldout),
+        (ctx, n_new, past, n_heads, n_kv, hd, q, ldq, k_cache, v_cache, cap, scale, out, ldout))
+COUNTED(moe_route, (ac_kctx *ctx, int T, int E, const float *logits, const float *bias, int n_group,
+                    int topk_group, int top_k, int norm, float scale, int32_t *idx, float *weight),
+        (ctx, T, E, logits, bias, n_group, topk_group, top_k, norm, scale, idx, weight))
+COUNTED(gather_rows, (ac_kctx *ctx, int n, int D, const float *src, int ldsrc, const int32_t *rows, float *dst),
+        (ctx, n, D, src, ldsrc, rows, dst))
+COUNTED(scatter_add_rows, (ac_kctx *ctx, int n, int D, const float *src, const int32_t *rows, const float *weight,
+                           float *dst, int lddst),
+        (ctx, n, D, src, rows, weight, dst, lddst))
+COUNTED(relu2, (ac_kctx *ctx, size_t n, float *x), (ctx, n, x))
+COUNTED(add, (ac_kctx *ctx, size_t n, const float *x, float *y), (ctx, n, x, y))
+COUNTED(mul_columns, (ac_kctx *ctx, int rows, int cols, const float *mask, float *x, int ldx),
+        (ctx, rows, cols, mask, x, ldx))
+COUNTED(column_dot, (ac_kctx *ctx, int rows, int cols, const float *a, int lda, const float *b, int ldb,
+                     float *out),
+        (ctx, rows, cols, a, lda, b, ldb, out))
+COUNTED(linear_backward, (ac_kctx *ctx, int M, int N, int K, const float *A, int lda, const float *W,
+                          const float *dC, int lddc, float beta_dA, float *dA, int ldda, float *dW),
+        (ctx, M, N, K, A, lda, W, dC, lddc, beta_dA, dA, ldda, dW))
+COUNTED(rmsnorm_backward, (ac_kctx *ctx, int rows, int dim, const float *x, int ldx, const float *w, float eps,
+                           const float *dy, int lddy, float *dx, int lddx, float *dw),
+        (ctx, rows, dim, x, ldx, w, eps, dy, lddy, dx, lddx, dw))
+COUNTED(relu2_backward, (ac_kctx *ctx, size_t n, const float *pre, float *grad), (ctx, n, pre, grad))
+COUNTED(cross_entropy, (ac_kctx *ctx, int rows, int V, const float *logits, const int32_t *targets, float scale,
+                        float *dlogits, double *row_loss),
+        (ctx, rows, V, logits, targets, scale, dlogits, row_loss))
+COUNTED(kd_loss, (ac_kctx *ctx, int rows, int V, const float *student, const float *teacher, float tau,
+                  float scale, float *dlogits, double *row_loss),
+        (ctx, rows, V, student, teacher, tau, scale, dlogits, row_loss))
+COUNTED(adamw, (ac_kctx *ctx, size_t n, float *w, const float *g, float *m, float *v, float lr, float beta1,
+                float beta2, float eps, float weight_decay, int step),
+        (ctx, n, w, g, m, v, lr, beta1, beta2, eps, weight_decay, step))
+COUNTED(scale, (ac_kctx *ctx, size_t n, float s, float *x), (ctx, n, s, x))
+COUNTED(ssd_scan_save, (ac_kctx *ctx, int T, int H, int P, int N, int G, const float *x, int ldx, const float *B,
+                        const float *C, int ldbc, const float *dt, const float *A, const float *Dskip,
+                        const float *state0, float *states, float *y, int ldy),
+        (ctx, T, H, P, N, G, x, ldx, B, C, ldbc, dt, A, Dskip, state0, states, y, ldy))
+COUNTED(ssd_scan_backward, (ac_kctx *ctx, int T, int H, int P, int N, int G, const float *x, int ldx,
+                            const float *B, const float *C, int ldbc, const float *dt, const float *A,
+                            const float *Dskip, const float *state0, const float *states, const float *dy,
+                            int lddy, float *dx, int lddx, float *dB, float *dC, int lddbc, float *ddt, float *dA,
+                            float *dD, float *work),
+        (ctx, T, H, P, N, G, x, ldx, B, C, ldbc, dt, A, Dskip, state0, states, dy, lddy, dx, lddx, dB, dC, lddbc,
+         ddt, dA, dD, work))
+COUNTED(mul_heads, (ac_kctx *ctx, int T, int H, int P, const float *mask, float *x, int ldx),
+        (ctx, T, H, P, mask, x, ldx))
+COUNTED(mul_heads_backward, (ac_kctx *ctx, int T, int H, int P, const float *mask, const float *y, int ldy,
+                             float *dy, int lddy, float *dmask),
+        (ctx, T, H, P, mask, y, ldy, dy, lddy, dmask))
+COUNTED(softplus_dt_backward, (ac_kctx *ctx, int T, int H, const float *raw, int ldraw, const float *bias,
+                               float dt_min, const float *ddt, float *draw, int lddraw, float *dbias),
+        (ctx, T, H, raw, ldraw, bias, dt_min, ddt, draw, lddraw, dbias))
+COUNTED(conv1d_silu_backward, (ac_kctx *ctx, int T, int C, int K, const float *x, int ldx, const float *w,
+                               const float *bias, const float *state, const float *dy, int lddy, float *dx,
+                               int lddx, float *dw, float *dbias),
+        (ctx, T, C, K, x, ldx, w, bias, state, dy, lddy, dx, lddx, dw, dbias))
+COUNTED(gated_rmsnorm_backward, (ac_kctx *ctx, int rows, int dim, int group_size, const float *y, int ldy,
+                                 const float *z, int ldz, const float *w, float eps, const float *dout,
+                                 int lddout, float *dy, int lddy, float *dz, int lddz, float *dw, float *rstd),
+        (ctx, rows, dim, group_size, y, ldy, z, ldz, w, eps, dout, lddout, dy, lddy, dz, lddz, dw, rstd))
+COUNTED(attention_backward, (ac_kctx *ctx, int L, int n_heads, int n_kv, int hd, const float *q, int ldq,
+                             const float *k, const float *v, int ldkv, const float *datt, float scale, float *out,
+                             float *stats, float *dq, float *dk, float *dv),
+        (ctx, L, n_heads, n_kv, hd, q, ldq, k, v, ldkv, datt, scale, out, stats, dq, dk, dv))
+COUNTED(moe_route_backward, (ac_kctx *ctx, int T, int E, const float *logits, int top_k, int norm, float scale,
+                             const int32_t *idx, const float *dweight, float *dlogits),
+        (ctx, T, E, logits, top_k, norm, scale, idx, dweight, dlogits))
+COUNTED(moe_combine_backward, (ac_kctx *ctx, int n, int D, const float *dout, int lddout, const int32_t *rows,
+                               const float *y, const float *weight, const float *mask, const int32_t *pair,
+                               float *dweight, float *dmask, float *dy),
+        (ctx, n, D, dout, lddout, rows, y, weight, mask, pair, dweight, dmask, dy))
+COUNTED(gather_rows_backward, (ac_kctx *ctx, int n, int D, const float *ddst, const int32_t *rows, float *dsrc,
+                               int lddsrc),
+        (ctx, n, D, ddst, rows, dsrc, lddsrc))
+
+static double counted_sum_squares(ac_kctx *ctx, size_t n, const float *x)
+{
+    calls[SLOT(sum_squares)]++;
+    return ac_cpu_sum_squares(ctx, n, x);
+}
+
+static const ac_backend counting = {
+    .name = "counting",
+    .alloc = host_alloc,
+    .free = host_free,
+    .copy = host_copy,
+    .memset_zero = host_zero,
+    .sync = host_sync,
+    .linear = counted_linear,
+    .rmsnorm = counted_rmsnorm,
+    .gated_rmsnorm = counted_gated_rmsnorm,
+    .conv1d_silu = counted_conv1d_silu,
+    .softplus_dt = counted_softplus_dt,
+    .ssd_scan = counted_ssd_scan,
+    .attention = counted_attention,
+    .moe_route = counted_moe_route,
+    .gather_rows = counted_gather_rows,
+    .scatter_add_rows = counted_scatter_add_rows,
+    .relu2 = counted_relu2,
+    .add = counted_add,
+    .mul_columns = counted_mul_columns,
+    .column_dot = counted_column_dot,
+    .linear_backward = counted_linear_backward,
+    .rmsnorm_backward = counted_rmsnorm_backward,
+    .relu2_backward = counted_relu2_backward,
+    .cross_entropy = counted_cross_entropy,
+    .kd_loss = counted_kd_loss,
+    .adamw = counted_adamw,
+    .sum_squares = counted_sum_squares,
+    .scale = counted_scale,
+    .ssd_scan_save = counted_ssd_scan_save,
+    .ssd_scan_backward = counted_ssd_scan_backward,
+    .mul_heads = counted_mul_heads,
+    .mul_heads_backward = counted_mul_heads_backward,
+    .softplus_dt_backward = counted_softplus_dt_backward,
+    .conv1d_silu_backward = counted_conv1d_silu_backward,
+    .gated_rmsnorm_backward = counted_gated_rmsnorm_backward,
+    .attention_backward = counted_attention_backward,
+    .moe_route_backward = counted_moe_route_backward,
+    .moe_combine_backward = counted_moe_combine_backward,
+    .gather_rows_backward = counted_gather_rows_backward,
+};
+
+/* ---- deliberately wrong ops ---- */
+
+/* One output element off by 1e-3. */
+static void wrong_linear(ac_kctx *ctx, int M, int N, int K, const float *A, int lda, const float *W, float beta,
+                         float *C, int ldc)
+{
+    ac_cpu_linear(ctx, M, N, K, A, lda, W, beta, C, ldc);
+    C[0] += 1e-3f;
+}
+
+/* The first token's two best experts in the wrong order. */
+static void wrong_moe_route(ac_kctx *ctx, int T, int E, const float *logits, const float *bias, int n_group,
+                            int topk_group, int top_k, int norm, float scale, int32_t *idx, float *weight)
+{
+    ac_cpu_moe_route(ctx, T, E, logits, bias, n_group, topk_group, top_k, norm, scale, idx, weight);
+    int32_t first = idx[0];
+    idx[0] = idx[1];
+    idx[1] = first;
+}
+
+/* y = x: forgets y's contents before the call. */
+static void wrong_add(ac_kctx *ctx, size_t n, const float *x, float *y)
+{
+    (void)ctx;
+    memcpy(y, x, n * sizeof *y);
+}
+
+/* ---- tests ---- */
+
+static void test_registry(void **state)
+{
+    (void)state;
+    assert_true(ac_backend_count() >= 1);
+    assert_ptr_equal(ac_backend_find("cpu"), &ac_cpu_backend);
+    assert_ptr_equal(ac_backend_at(0), &ac_cpu_backend);
+    assert_null(ac_backend_find("no such backend"));
+    assert_null(ac_backend_find(""));
+    assert_null(ac_backend_find(NULL));
+    assert_null(ac_backend_at(-1));
+    assert_null(ac_backend_at(ac_backend_count()));
+#ifndef AC_HAVE_CUDA
+    assert_null(ac_backend_find("cuda"));
+#endif
+    ac_kctx none = {0};
+    assert_ptr_equal(ac_backend_of(&none), &ac_cpu_backend);
+    for (int i = 0; i < ac_backend_count(); i++) {
+        const ac_backend *be = ac_backend_at(i);
+        assert_non_null(be);
+        assert_non_null(be->name);
+        assert_ptr_equal(ac_backend_find(be->name), be); /* names are unique */
+        ac_kctx named = {.backend = be};
+        assert_ptr_equal(ac_backend_of(&named), be);
+        assert_true(be->alloc && be->free && be->copy && be->memset_zero && be->sync);
+        for (int s = 0; s < N_OPS; s++) {
+            any_fn op;
+            memcpy(&op, (const char *)be + offsetof(ac_backend, linear) + (size_t)s * sizeof op, sizeof op);
+            assert_non_null(op);
+        }
+    }
+}
+
+/* alloc, every copy kind, memset_zero and sync of each backend, on odd sizes. */
+static void test_memory(void **state)
+{
+    (void)state;
+    enum { N = 37 };
+    for (int i = 0; i < ac_backend_count(); i++) {
+        const ac_backend *be = ac_backend_at(i);
+        float host[N], back[N];
+        for (int j = 0; j < N; j++)
+            host[j] = (float)j * 0.5f - 3.0f;
+        float *a = be->alloc(N * sizeof(float)), *b = be->alloc(N * sizeof(float));
+        assert_true(a && b);
+        be->copy(a, host, N * sizeof(float), AC_COPY_HOST_TO_DEVICE);
+        be->memset_zero(b, N * sizeof(float));
+        be->copy(b + 1, a + 2, (N - 3) * sizeof(float), AC_COPY_DEVICE_TO_DEVICE);
+        ac_kctx ctx = {.backend = be};
+        be->sync(&ctx);
+        be->copy(back, b, N * sizeof(float), AC_COPY_DEVICE_TO_HOST);
+        assert_true(back[0] == 0.0f && back[N - 2] == 0.0f && back[N - 1] == 0.0f);
+        for (int j = 1; j < N - 2; j++)
+            assert_true(back[j] == host[j + 1]);
+        be->free(a);
+        be->free(b);
+        be->free(NULL);
+        printf("  memory  %-10s alloc, copy (3 kinds), memset_zero, sync: ok\n", be->name);
+    }
+}
+
+/* Each case calls its own member exactly once, through the member and through the
+ * dispatcher, and every op slot of the struct is called by some case. */
+static void test_every_op_has_a_case(void **state)
+{
+    (void)state;
+    int covered[N_OPS] = {0};
+    target direct = {.label = "counting", .be = &counting, .ctx_backend = &counting, .exact = 1};
+    target dispatched = {.label = "ac_k_* -> counting", .be = &counting, .dispatch = 1, .ctx_backend = &counting,
+                         .exact = 1};
+    const target *via[2] = {&direct, &dispatched};
+    for (int i = 0; i < N_CASES; i++) {
+        assert_true(cases[i].slot >= 0 && cases[i].slot < N_OPS);
+        for (int k = 0; k < 2; k++) {
+            memset(calls, 0, sizeof calls);
+            assert_true(check_case(via[k], i, 1));
+            for (int s = 0; s < N_OPS; s++)
+                if (calls[s] != (s == cases[i].slot)) {
+                    printf("  case %d (%s, %s) via %s: op slot %d called %d times\n", i, cases[i].op,
+                           cases[i].shape, via[k]->label, s, calls[s]);
+                    fail();
+                }
+        }
+        covered[cases[i].slot] = 1;
+    }
+    for (int s = 0; s < N_OPS; s++) {
+        if (!covered[s])
+            printf("  op slot %d of struct ac_backend has no case\n", s);
+        assert_true(covered[s]);
+    }
+    printf("  %d cases cover all %d ops of struct ac_backend\n", N_CASES, N_OPS);
+}
+
+/* The table: every case on every compiled-in backend, through its members. */
+static void test_backends_match_reference(void **state)
+{
+    (void)state;
+    int failed[N_OPS];
+    for (int i = 0; i < ac_backend_count(); i++) {
+        target t = backend_target(ac_backend_at(i), 0);
+        assert_int_equal(check_target(&t, failed, 0), 0);
+    }
+}
+
+/* The ac_k_* dispatchers: a NULL backend runs the CPU's ops; a named backend runs its own. */
+static void test_dispatchers(void **state)
+{
+    (void)state;
+    int failed[N_OPS];
+    target null_backend = {.label = "ac_k_* (backend NULL)", .be = &ac_cpu_backend, .dispatch = 1,
+                           .ctx_backend = NULL, .exact = 1};
+    assert_int_equal(check_target(&null_backend, failed, 1), 0);
+    for (int i = 0; i < ac_backend_count(); i++) {
+        target t = backend_target(ac_backend_at(i), 1);
+        t.label = "ac_k_* (backend named)";
+        assert_int_equal(check_target(&t, failed, 1), 0);
+    }
+    printf("  ac_k_* dispatchers: all %d cases pass with a NULL and a named backend\n", N_CASES);
+}
+
+/* A CPU backend with one wrong op fails on that op and on no other, whether the ops are
+ * called through the members or through the dispatchers. */
+static void expect_only(const ac_backend *faulty, int slot)
+{
+    for (int dispatch = 0; dispatch < 2; dispatch++) {
+        char label[64];
+        snprintf(label, sizeof label, "%s%s", dispatch ? "ac_k_* -> " : "", faulty->name);
+        target t = {.label = label, .be = faulty, .dispatch = dispatch, .ctx_backend = faulty, .exact = 0};
+        int failed[N_OPS];
+        int n = check_target(&t, failed, 1);
+        assert_true(n > 0);
+        for (int s = 0; s < N_OPS; s++)
+            assert_int_equal(failed[s], s == slot);
+    }
+}
+
+static void test_harness_catches_a_wrong_op(void **state)
+{
+    (void)state;
+    ac_backend faulty = ac_cpu_backend;
+    faulty.name = "linear +1e-3";
+    faulty.linear = wrong_linear;
+    expect_only(&faulty, SLOT(linear));
+
+    faulty = ac_cpu_backend;
+    faulty.name = "moe_route swapped";
+    faulty.moe_route = wrong_moe_route;
+    expect_only(&faulty, SLOT(moe_route));
+
+    faulty = ac_cpu_backend;
+    faulty.name = "add overwrites";
+    faulty.add = wrong_add;
+    expect_only(&faulty, SLOT(add));
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_registry),
+        cmocka_unit_test(test_memory),
+        cmocka_unit_test(test_every_op_has_a_case),
+        cmocka_unit_test(test_backends_match_reference),
+        cmocka_unit_test(test_dispatchers),
+        cmocka_unit_test(test_harness_catches_a_wrong_op),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
