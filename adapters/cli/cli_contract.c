@@ -12,7 +12,10 @@ static void contract_usage(FILE *out)
             "usage: autocompress contract check FILE...\n"
             "\n"
             "Parses and validates each contract file and prints it; errors go to stderr\n"
-            "as FILE:LINE: message. Exits 1 if any file fails, 2 on a usage error.\n");
+            "as FILE:LINE: message. Exits 1 if any file fails, 2 on a usage error.\n"
+            "A relative target (latency_ratio, throughput_ratio, memory_ratio) prints as\n"
+            "a multiple of the parent's cost; it is resolved once the parent's cost is\n"
+            "known (autocompress search predicts it).\n");
 }
 
 static int contract_check(int nfiles, char **files)

@@ -158,7 +158,8 @@ static int validate(const args *a, const ac_contract *contract, const ac_cost_ta
         return st == AC_ERR_INVALID ? 2 : 1;
     }
     const double mib = 1048576.0;
-    int thr = contract->targets.has_throughput && !contract->targets.has_latency;
+    int thr = (contract->targets.has_throughput || contract->ratios.has_throughput) &&
+              !(contract->targets.has_latency || contract->ratios.has_latency);
     const char *unit = thr ? "tok/s" : "ms";
     printf("%-3s %-64s %8s %9s %9s %7s %9s %7s %9s %9s %7s %9s %7s\n", "#", "architecture", "params", "pred", "raw",
            "err%", "norm", "err%", "pred MiB", "meas MiB", "err%", "W+C+P", "err%");

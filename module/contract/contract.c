@@ -390,11 +390,41 @@ static ac_status read_costs(const reader *r, const config_setting_t *g, const ch
     return st;
 }
 
+/* The three quantities a target may bound, with their absolute and relative keys. */
+typedef struct {
+    const char *quantity; /* "latency" */
+    const char *key;      /* "latency_ms" */
+    const char *ratio;    /* "latency_ratio" */
+} target_keys;
+
+static const target_keys target_names[3] = {
+    {"latency", "latency_ms", "latency_ratio"},
+    {"throughput", "throughput_tok_s", "throughput_ratio"},
+    {"memory", "memory_gib", "memory_ratio"},
+};
+
+/* Quantity i (as in target_names) of `costs` and of `ratios`: pointers to the flag and
+ * the value of each. */
+static void cost_slot(ac_contract_costs *costs, int i, bool **has, double **value)
+{
+    *has = i == 0 ? &costs->has_latency : i == 1 ? &costs->has_throughput : &costs->has_memory;
+    *value = i == 0 ? &costs->latency_ms : i == 1 ? &costs->throughput_tok_s : &costs->memory_gib;
+}
+
+static void ratio_slot(ac_contract_ratios *ratios, int i, bool **has, double **value)
+{
+    *has = i == 0 ? &ratios->has_latency : i == 1 ? &ratios->has_throughput : &ratios->has_memory;
+    *value = i == 0 ? &ratios->latency : i == 1 ? &ratios->throughput : &ratios->memory;
+}
+
 static ac_status read_targets(const reader *r, const config_setting_t *root, ac_contract *c)
 {
-    static const char *const keys[] = {"latency_ms", "throughput_tok_s", "memory_gib", NULL};
+    static const char *const keys[] = {"latency_ms", "throughput_tok_s", "memory_gib",
+                                       "latency_ratio", "throughput_ratio", "memory_ratio",
+                                       NULL};
     const char *path = "targets";
     config_setting_t *g;
+    bool any = false;
     ac_status st;
 
     if ((st = get_group(r, root, "", path, true, &g)) != AC_OK)
@@ -403,14 +433,79 @@ static ac_status read_targets(const reader *r, const config_setting_t *root, ac_
         return st;
     if ((st = read_costs(r, g, path, &c->targets)) != AC_OK)
         return st;
-    if (!c->targets.has_latency && !c->targets.has_throughput && !c->targets.has_memory)
+    for (int i = 0; i < 3; i++) {
+        const target_keys *k = &target_names[i];
+        bool *has_abs, *has_ratio;
+        double *abs, *ratio;
+        cost_slot(&c->targets, i, &has_abs, &abs);
+        ratio_slot(&c->ratios, i, &has_ratio, &ratio);
+        if ((st = read_positive(r, g, path, k->ratio, has_ratio, ratio)) != AC_OK)
+            return st;
+        if (*has_abs && *has_ratio)
+            return fail_at(r, config_setting_get_member(g, k->ratio),
+                           "targets.%s and targets.%s both given (give the %s target "
+                           "absolutely or relatively, not both)", k->key, k->ratio,
+                           k->quantity);
+        any = any || *has_abs || *has_ratio;
+    }
+    if (!any)
         return fail_at(r, g, "targets: no target given (set at least one of latency_ms, "
-                       "throughput_tok_s, memory_gib)");
+                       "throughput_tok_s, memory_gib, latency_ratio, throughput_ratio, "
+                       "memory_ratio)");
     if (c->targets.has_memory && c->hardware.has_memory &&
         c->targets.memory_gib > c->hardware.memory_gib)
         return fail_at(r, config_setting_get_member(g, "memory_gib"),
                        "targets.memory_gib = %g exceeds hardware.memory_gib = %g",
                        c->targets.memory_gib, c->hardware.memory_gib);
+    return AC_OK;
+}
+
+ac_status ac_contract_resolve_targets(const ac_contract *c, const ac_contract_costs *parent,
+                                      ac_contract_costs *out)
+{
+    if (!out)
+        return ac_fail(AC_ERR_INVALID, "resolve targets: no output costs given");
+    memset(out, 0, sizeof *out);
+    if (!c)
+        return ac_fail(AC_ERR_INVALID, "resolve targets: no contract given");
+    const char *name = c->source[0] ? c->source : c->name;
+    ac_contract_costs targets = c->targets, known, resolved;
+    ac_contract_ratios ratios = c->ratios;
+    memset(&known, 0, sizeof known);
+    memset(&resolved, 0, sizeof resolved);
+    if (parent)
+        known = *parent;
+    for (int i = 0; i < 3; i++) {
+        const target_keys *k = &target_names[i];
+        bool *has_abs, *has_ratio, *has_parent, *has_out;
+        double *abs, *ratio, *parent_value, *value;
+        cost_slot(&targets, i, &has_abs, &abs);
+        ratio_slot(&ratios, i, &has_ratio, &ratio);
+        cost_slot(&known, i, &has_parent, &parent_value);
+        cost_slot(&resolved, i, &has_out, &value);
+        if (*has_abs) {
+            *has_out = true;
+            *value = *abs;
+            continue;
+        }
+        if (!*has_ratio)
+            continue;
+        if (!*has_parent)
+            return ac_fail(AC_ERR_INVALID, "%s: targets.%s = %g needs the parent's %s (%s), "
+                           "which is not known", name, k->ratio, *ratio, k->quantity, k->key);
+        if (!isfinite(*parent_value) || *parent_value <= 0)
+            return ac_fail(AC_ERR_INVALID, "%s: targets.%s = %g needs the parent's %s (%s), "
+                           "which is %g, not > 0", name, k->ratio, *ratio, k->quantity, k->key,
+                           *parent_value);
+        *has_out = true;
+        *value = *ratio * *parent_value;
+    }
+    if (ratios.has_memory && c->hardware.has_memory && resolved.memory_gib > c->hardware.memory_gib)
+        return ac_fail(AC_ERR_INVALID, "%s: the memory target, targets.memory_ratio = %g x the "
+                       "parent's memory_gib %g = %g GiB, exceeds hardware.memory_gib = %g", name,
+                       ratios.memory, known.memory_gib, resolved.memory_gib,
+                       c->hardware.memory_gib);
+    *out = resolved;
     return AC_OK;
 }
 

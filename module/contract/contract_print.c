@@ -37,12 +37,32 @@ static void print_cost(FILE *out, const char *label, bool has, const char *relat
         fprintf(out, "    %-17s-\n", label);
 }
 
-static void print_costs(FILE *out, const ac_contract_costs *c, bool bounds)
+static void print_costs(FILE *out, const ac_contract_costs *c)
 {
-    print_cost(out, "latency_ms", c->has_latency, bounds ? "<= " : "", c->latency_ms);
-    print_cost(out, "throughput_tok_s", c->has_throughput, bounds ? ">= " : "",
-               c->throughput_tok_s);
-    print_cost(out, "memory_gib", c->has_memory, bounds ? "<= " : "", c->memory_gib);
+    print_cost(out, "latency_ms", c->has_latency, "", c->latency_ms);
+    print_cost(out, "throughput_tok_s", c->has_throughput, "", c->throughput_tok_s);
+    print_cost(out, "memory_gib", c->has_memory, "", c->memory_gib);
+}
+
+/* A target given absolutely prints as "latency_ms <= 750", relatively as
+ * "latency_ratio <= 0.65 x the parent's latency_ms"; neither as "latency_ms -". */
+static void print_target(FILE *out, const char *key, const char *ratio_key, const char *relation,
+                         bool has, double v, bool has_ratio, double ratio)
+{
+    if (has_ratio)
+        fprintf(out, "    %-17s%s%g x the parent's %s\n", ratio_key, relation, ratio, key);
+    else
+        print_cost(out, key, has, relation, v);
+}
+
+static void print_targets(FILE *out, const ac_contract_costs *t, const ac_contract_ratios *r)
+{
+    print_target(out, "latency_ms", "latency_ratio", "<= ", t->has_latency, t->latency_ms,
+                 r->has_latency, r->latency);
+    print_target(out, "throughput_tok_s", "throughput_ratio", ">= ", t->has_throughput,
+                 t->throughput_tok_s, r->has_throughput, r->throughput);
+    print_target(out, "memory_gib", "memory_ratio", "<= ", t->has_memory, t->memory_gib,
+                 r->has_memory, r->memory);
 }
 
 static void print_tokens(FILE *out, const char *label, bool has, int64_t v)
@@ -92,12 +112,12 @@ void ac_contract_print(const ac_contract *c, FILE *out)
     fprintf(out, "    %-17s%" PRId64 "\n", "output_tokens", w->output_tokens);
 
     fprintf(out, "  targets:\n");
-    print_costs(out, &c->targets, true);
+    print_targets(out, &c->targets, &c->ratios);
 
     if (c->parent.present) {
         fprintf(out, "  parent:\n");
         fprintf(out, "    %-17s%s\n", "name", c->parent.name[0] ? c->parent.name : "-");
-        print_costs(out, &c->parent.cost, false);
+        print_costs(out, &c->parent.cost);
     } else {
         fprintf(out, "  parent:            -\n");
     }

@@ -320,7 +320,8 @@ ac_status ac_validate_write_samples(const ac_validate_report *r, const char *pat
 
 ac_status ac_validate_plot(const ac_validate_report *r, const ac_contract *contract, const char *png_path)
 {
-    int thr = contract->targets.has_throughput && !contract->targets.has_latency;
+    int thr = (contract->targets.has_throughput || contract->ratios.has_throughput) &&
+              !(contract->targets.has_latency || contract->ratios.has_latency);
     char data[] = "/tmp/ac-validate-XXXXXX";
     int fd = mkstemp(data);
     if (fd < 0)

@@ -1,5 +1,6 @@
 /* Contract reader: the six example contracts against the paper's numbers (Tables 1-3),
- * malformed contracts rejected with FILE:LINE, and the string and I/O entry points. */
+ * malformed contracts rejected with FILE:LINE, relative targets and their resolution,
+ * and the string and I/O entry points. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -218,8 +219,12 @@ static void test_cpu_examples(void **state)
     assert_int_equal(c.workload.cached_tokens, 0);
     assert_int_equal(c.workload.input_tokens, 256);
     assert_int_equal(c.workload.output_tokens, 32);
-    assert_true(c.targets.has_latency && c.targets.has_memory);
-    assert_false(c.targets.has_throughput);
+    /* the paper's RTX 5070 ratios, relative to the parent, no absolute target */
+    assert_false(c.targets.has_latency || c.targets.has_memory || c.targets.has_throughput);
+    assert_true(c.ratios.has_latency && c.ratios.has_memory);
+    assert_false(c.ratios.has_throughput);
+    assert_near(c.ratios.latency, 0.65);
+    assert_near(c.ratios.memory, 0.46);
 
     load_ok(EXAMPLES "cpu-long-context.cfg", &c);
     assert_string_equal(c.name, "cpu-long-context");
@@ -228,8 +233,12 @@ static void test_cpu_examples(void **state)
     assert_int_equal(c.workload.cached_tokens, 2048);
     assert_int_equal(c.workload.input_tokens, 256);
     assert_int_equal(c.workload.output_tokens, 64);
-    assert_true(c.targets.has_latency && c.targets.has_memory);
-    assert_false(c.targets.has_throughput);
+    /* the RTX 5080 ratios */
+    assert_false(c.targets.has_latency || c.targets.has_memory || c.targets.has_throughput);
+    assert_true(c.ratios.has_latency && c.ratios.has_memory);
+    assert_false(c.ratios.has_throughput);
+    assert_near(c.ratios.latency, 0.92);
+    assert_near(c.ratios.memory, 0.59);
 
     load_ok(EXAMPLES "cpu-throughput.cfg", &c);
     assert_string_equal(c.name, "cpu-throughput");
@@ -238,8 +247,62 @@ static void test_cpu_examples(void **state)
     assert_int_equal(c.workload.cached_tokens, 0);
     assert_int_equal(c.workload.input_tokens, 128);
     assert_int_equal(c.workload.output_tokens, 128);
-    assert_true(c.targets.has_throughput);
-    assert_false(c.targets.has_latency || c.targets.has_memory);
+    /* the H100 ratio */
+    assert_false(c.targets.has_latency || c.targets.has_memory || c.targets.has_throughput);
+    assert_true(c.ratios.has_throughput);
+    assert_false(c.ratios.has_latency || c.ratios.has_memory);
+    assert_near(c.ratios.throughput, 1.5);
+
+    /* resolved against a parent's costs: 1.5 x its throughput; no other target */
+    ac_contract_costs parent = {.has_latency = true, .latency_ms = 400.0, .has_throughput = true,
+                                .throughput_tok_s = 800.0, .has_memory = true,
+                                .memory_gib = 0.1};
+    ac_contract_costs t;
+    assert_int_equal(ac_contract_resolve_targets(&c, &parent, &t), AC_OK);
+    assert_true(t.has_throughput);
+    assert_near(t.throughput_tok_s, 1200.0);
+    assert_false(t.has_latency || t.has_memory);
+}
+
+/* The six examples resolve: the GPU ones without a parent (absolute targets only), the
+ * CPU ones against their parent's costs. */
+static void test_examples_resolve(void **state)
+{
+    (void)state;
+    static const char *const gpu[] = {"rtx5070-npc.cfg", "rtx5080-coding.cfg",
+                                      "h100-datacenter.cfg"};
+    ac_contract c;
+    ac_contract_costs t;
+    for (size_t i = 0; i < sizeof gpu / sizeof gpu[0]; i++) {
+        char path[1024];
+        snprintf(path, sizeof path, "%s%s", EXAMPLES, gpu[i]);
+        load_ok(path, &c);
+        if (ac_contract_resolve_targets(&c, NULL, &t) != AC_OK)
+            fail_msg("%s: %s", path, ac_error_message());
+        assert_true(t.has_latency == c.targets.has_latency &&
+                    t.has_throughput == c.targets.has_throughput &&
+                    t.has_memory == c.targets.has_memory);
+        assert_true(t.latency_ms == c.targets.latency_ms &&
+                    t.throughput_tok_s == c.targets.throughput_tok_s &&
+                    t.memory_gib == c.targets.memory_gib);
+    }
+    ac_contract_costs parent = {.has_latency = true, .latency_ms = 1000.0, .has_throughput = true,
+                                .throughput_tok_s = 100.0, .has_memory = true,
+                                .memory_gib = 0.5};
+    load_ok(EXAMPLES "cpu-latency.cfg", &c);
+    assert_int_equal(ac_contract_resolve_targets(&c, &parent, &t), AC_OK);
+    assert_true(t.has_latency && t.has_memory && !t.has_throughput);
+    assert_near(t.latency_ms, 650.0);
+    assert_near(t.memory_gib, 0.23);
+    load_ok(EXAMPLES "cpu-long-context.cfg", &c);
+    assert_int_equal(ac_contract_resolve_targets(&c, &parent, &t), AC_OK);
+    assert_near(t.latency_ms, 920.0);
+    assert_near(t.memory_gib, 0.295);
+    /* a ratio with no parent at all names the quantity */
+    ac_clear_error();
+    assert_int_equal(ac_contract_resolve_targets(&c, NULL, &t), AC_ERR_INVALID);
+    assert_non_null(strstr(ac_error_message(), "latency_ratio"));
+    assert_false(t.has_latency || t.has_memory || t.has_throughput);
 }
 
 /* Fails unless the last message begins "FILE:LINE: " and contains `word`. */
@@ -448,6 +511,129 @@ static void test_parse_string_errors(void **state)
     expect_bad("[256, 0]", "[256, -1]", 19, "shared_ffn[1] = -1");
 }
 
+static void test_target_ratios(void **state)
+{
+    (void)state;
+    ac_contract c;
+
+    /* each ratio alone is a target, > 0 and finite, any size (a throughput ratio > 1) */
+    expect_ok("latency_ms = 100.0;", "latency_ratio = 0.65;", &c);
+    assert_true(c.ratios.has_latency);
+    assert_near(c.ratios.latency, 0.65);
+    assert_false(c.ratios.has_throughput || c.ratios.has_memory);
+    assert_false(c.targets.has_latency || c.targets.has_throughput || c.targets.has_memory);
+    expect_ok("latency_ms = 100.0;", "throughput_ratio = 2;", &c);
+    assert_true(c.ratios.has_throughput && !c.ratios.has_latency);
+    assert_near(c.ratios.throughput, 2.0);
+    expect_ok("latency_ms = 100.0;", "memory_ratio = 1.25;", &c);
+    assert_true(c.ratios.has_memory);
+    assert_near(c.ratios.memory, 1.25);
+
+    /* absolute and relative mix across quantities */
+    expect_ok("latency_ms = 100.0;", "latency_ms = 100.0; memory_ratio = 0.5; "
+              "throughput_ratio = 1.5;", &c);
+    assert_true(c.targets.has_latency && !c.targets.has_memory && !c.targets.has_throughput);
+    assert_true(c.ratios.has_memory && c.ratios.has_throughput && !c.ratios.has_latency);
+
+    /* ... but not for one quantity: the error names both keys, at the ratio's line */
+    expect_bad("latency_ms = 100.0;", "latency_ms = 100.0;\n  latency_ratio = 0.5;", 13,
+               "targets.latency_ms and targets.latency_ratio both given");
+    expect_bad("latency_ms = 100.0;", "throughput_ratio = 1.5;\n  throughput_tok_s = 10;", 12,
+               "targets.throughput_tok_s and targets.throughput_ratio both given");
+    expect_bad("latency_ms = 100.0;", "memory_gib = 1.0; memory_ratio = 0.5;", 12,
+               "targets.memory_gib and targets.memory_ratio");
+
+    /* bad values */
+    expect_bad("latency_ms = 100.0;", "latency_ratio = 0;", 12,
+               "targets.latency_ratio = 0: must be > 0");
+    expect_bad("latency_ms = 100.0;", "latency_ratio = 0.0;", 12, "must be > 0");
+    expect_bad("latency_ms = 100.0;", "throughput_ratio = -1.5;", 12,
+               "targets.throughput_ratio = -1.5: must be > 0");
+    expect_bad("latency_ms = 100.0;", "memory_ratio = \"half\";", 12,
+               "targets.memory_ratio: expected a number, got a string");
+    expect_bad("latency_ms = 100.0;", "memory_ratio = true;", 12, "expected a number");
+    expect_bad("latency_ms = 100.0;", "latency_ratios = 0.5;", 12,
+               "unknown key 'latency_ratios' in targets");
+    expect_bad("latency_ms = 100.0;", "", 11, "latency_ratio");
+
+    /* a memory ratio is not checked against the device at parse time */
+    char *mem = edit_text(base_text, "threads = 1;", "memory_gib = 2.0;");
+    char *rel = edit_text(mem, "latency_ms = 100.0;", "memory_ratio = 0.5;");
+    assert_int_equal(ac_contract_parse_string(rel, "edit", &c), AC_OK);
+    free(rel);
+    free(mem);
+}
+
+static void test_resolve_targets(void **state)
+{
+    (void)state;
+    ac_contract c;
+    ac_contract_costs t, parent = {.has_latency = true, .latency_ms = 200.0,
+                                   .has_throughput = true, .throughput_tok_s = 50.0,
+                                   .has_memory = true, .memory_gib = 3.0};
+
+    /* absolute targets pass through, with or without a parent */
+    expect_ok("latency_ms = 100.0;", "latency_ms = 100.0; memory_gib = 1.5;", &c);
+    assert_int_equal(ac_contract_resolve_targets(&c, NULL, &t), AC_OK);
+    assert_true(t.has_latency && t.has_memory && !t.has_throughput);
+    assert_near(t.latency_ms, 100.0);
+    assert_near(t.memory_gib, 1.5);
+    assert_int_equal(ac_contract_resolve_targets(&c, &parent, &t), AC_OK);
+    assert_near(t.latency_ms, 100.0); /* the parent's 200 is not used */
+    assert_false(t.has_throughput);
+
+    /* ratios resolve against the parent; absolute ones stay */
+    expect_ok("latency_ms = 100.0;", "latency_ratio = 0.5; throughput_ratio = 1.5; "
+              "memory_gib = 2.5;", &c);
+    assert_int_equal(ac_contract_resolve_targets(&c, &parent, &t), AC_OK);
+    assert_true(t.has_latency && t.has_throughput && t.has_memory);
+    assert_near(t.latency_ms, 100.0);
+    assert_near(t.throughput_tok_s, 75.0);
+    assert_near(t.memory_gib, 2.5);
+
+    /* no parent, or a parent lacking the cost a ratio needs: the quantity is named */
+    ac_clear_error();
+    assert_int_equal(ac_contract_resolve_targets(&c, NULL, &t), AC_ERR_INVALID);
+    assert_non_null(strstr(ac_error_message(), "edit: targets.latency_ratio = 0.5 needs the "
+                                               "parent's latency (latency_ms)"));
+    assert_false(t.has_latency || t.has_throughput || t.has_memory);
+    ac_contract_costs partial = parent;
+    partial.has_throughput = false;
+    assert_int_equal(ac_contract_resolve_targets(&c, &partial, &t), AC_ERR_INVALID);
+    assert_non_null(strstr(ac_error_message(), "throughput_ratio = 1.5"));
+    assert_non_null(strstr(ac_error_message(), "throughput_tok_s"));
+    assert_false(t.has_latency || t.has_throughput || t.has_memory);
+    /* a cost the ratio does not need may be missing */
+    partial = parent;
+    partial.has_memory = false;
+    assert_int_equal(ac_contract_resolve_targets(&c, &partial, &t), AC_OK);
+    /* a parent cost that is not > 0 is as good as missing */
+    partial = parent;
+    partial.latency_ms = 0;
+    assert_int_equal(ac_contract_resolve_targets(&c, &partial, &t), AC_ERR_INVALID);
+    assert_non_null(strstr(ac_error_message(), "latency_ms"));
+
+    /* a resolved memory target must fit the device */
+    char *mem = edit_text(base_text, "threads = 1;", "memory_gib = 2.0;");
+    char *rel = edit_text(mem, "latency_ms = 100.0;", "memory_ratio = 0.5;");
+    assert_int_equal(ac_contract_parse_string(rel, "edit", &c), AC_OK);
+    assert_int_equal(ac_contract_resolve_targets(&c, &parent, &t), AC_OK); /* 1.5 <= 2 */
+    assert_near(t.memory_gib, 1.5);
+    parent.memory_gib = 6.0;
+    assert_int_equal(ac_contract_resolve_targets(&c, &parent, &t), AC_ERR_INVALID); /* 3 */
+    assert_non_null(strstr(ac_error_message(), "exceeds hardware.memory_gib = 2"));
+    assert_false(t.has_memory);
+    parent.memory_gib = 4.0; /* 2.0: exactly the device's */
+    assert_int_equal(ac_contract_resolve_targets(&c, &parent, &t), AC_OK);
+    assert_near(t.memory_gib, 2.0);
+    free(rel);
+    free(mem);
+
+    /* NULL arguments */
+    assert_int_equal(ac_contract_resolve_targets(NULL, &parent, &t), AC_ERR_INVALID);
+    assert_int_equal(ac_contract_resolve_targets(&c, &parent, NULL), AC_ERR_INVALID);
+}
+
 static void test_budgets_and_literals(void **state)
 {
     (void)state;
@@ -535,6 +721,20 @@ static void test_print(void **state)
         if (!strstr(text, want[i]))
             fail_msg("printout lacks \"%s\":\n%s", want[i], text);
     free(text);
+
+    /* relative targets print as multiples of the parent's cost */
+    load_ok(EXAMPLES "cpu-latency.cfg", &c);
+    out = open_memstream(&text, &size);
+    assert_non_null(out);
+    ac_contract_print(&c, out);
+    fclose(out);
+    static const char *const rel[] = {
+        "latency_ratio    <= 0.65 x the parent's latency_ms",
+        "throughput_tok_s -", "memory_ratio     <= 0.46 x the parent's memory_gib"};
+    for (size_t i = 0; i < sizeof rel / sizeof rel[0]; i++)
+        if (!strstr(text, rel[i]))
+            fail_msg("printout lacks \"%s\":\n%s", rel[i], text);
+    free(text);
 }
 
 int main(void)
@@ -547,6 +747,9 @@ int main(void)
         cmocka_unit_test(test_bad_contracts),
         cmocka_unit_test(test_parse_string_defaults),
         cmocka_unit_test(test_parse_string_errors),
+        cmocka_unit_test(test_examples_resolve),
+        cmocka_unit_test(test_target_ratios),
+        cmocka_unit_test(test_resolve_targets),
         cmocka_unit_test(test_budgets_and_literals),
         cmocka_unit_test(test_parent_group),
         cmocka_unit_test(test_missing_file),

@@ -22,7 +22,11 @@
  *     latency_ms = 750.0;                       end-to-end latency of one request
  *     throughput_tok_s = 7330.0;                output tokens per second per device
  *     memory_gib = 4.0;                         serving memory per device
- *   };
+ *     latency_ratio = 0.65;                     the same three relative to the parent:
+ *     throughput_ratio = 1.5;                     target = ratio x the parent's cost,
+ *     memory_ratio = 0.46;                        resolved by ac_contract_resolve_targets
+ *   };                                          (any finite value > 0; a quantity is given
+ *                                                 absolutely or relatively, not both)
  *   parent = { name = "..."; latency_ms = 1147.0; memory_gib = 8.76;
  *              throughput_tok_s = 4922.0; };    optional group, every entry optional, > 0
  *   search_space = {                            required
@@ -48,8 +52,10 @@
  * otherwise wrap it silently; the loader rejects it instead). Unknown keys are errors in
  * every group. Every error message reads "FILE:LINE: message"; for a missing entry, and
  * for a rule between entries (tp * dp != count, no target), LINE is the line of the
- * enclosing group (1 for the top level); for a bad list element, the element's line.
- * targets.memory_gib may not exceed hardware.memory_gib when both are given. */
+ * enclosing group (1 for the top level); for a bad list element, the element's line; for
+ * a quantity given both ways (latency_ms and latency_ratio), the line of the ratio.
+ * targets.memory_gib may not exceed hardware.memory_gib when both are given (a
+ * memory_ratio is checked against it once resolved). */
 #ifndef AUTOCOMPRESS_CONTRACT_H
 #define AUTOCOMPRESS_CONTRACT_H
 
@@ -109,6 +115,17 @@ typedef struct {
     double memory_gib;       /* serving memory per device (at most) */
 } ac_contract_costs;
 
+/* Targets relative to the parent: target = ratio x the parent's cost. Each value is
+ * finite and > 0, meaningful only when its flag is set. */
+typedef struct {
+    bool has_latency;
+    double latency;    /* latency_ratio: of the parent's latency_ms */
+    bool has_throughput;
+    double throughput; /* throughput_ratio: of the parent's throughput_tok_s */
+    bool has_memory;
+    double memory;     /* memory_ratio: of the parent's memory_gib */
+} ac_contract_ratios;
+
 typedef struct {
     bool present;                    /* the file has a parent group */
     char name[AC_CONTRACT_NAME_MAX]; /* "" when not given */
@@ -146,7 +163,10 @@ typedef struct {
     char source[AC_CONTRACT_NAME_MAX]; /* the path or name_for_errors it was read from */
     ac_contract_hardware hardware;
     ac_contract_workload workload;
-    ac_contract_costs targets; /* at least one flag is set */
+    ac_contract_costs targets;  /* the absolute targets (latency_ms, ...), as given */
+    ac_contract_ratios ratios;  /* the relative ones (latency_ratio, ...); for each
+                                 * quantity at most one of the two flags is set, and at
+                                 * least one flag is set in all */
     ac_contract_parent parent;
     ac_contract_search_space search;
     ac_contract_budgets budgets;
@@ -161,6 +181,16 @@ ac_status ac_contract_load(const char *path, ac_contract *out);
  * for FILE in messages and fills out->source. @include paths resolve against the
  * current directory. */
 ac_status ac_contract_parse_string(const char *text, const char *name_for_errors, ac_contract *out);
+
+/* The targets of `c` as absolute costs: each absolute target copied, each relative one
+ * resolved as ratio x the parent's cost (out->latency_ms = ratios.latency x
+ * parent->latency_ms, and so for throughput_tok_s and memory_gib); a quantity with no
+ * target has its flag clear. `parent` may be NULL when `c` has no ratio; otherwise each
+ * quantity with a ratio needs that cost in `parent` (flag set, finite, > 0). Fails with
+ * AC_ERR_INVALID naming the quantity when it lacks one, or when a resolved memory target
+ * exceeds hardware.memory_gib; `*out` is zeroed on failure. */
+ac_status ac_contract_resolve_targets(const ac_contract *c, const ac_contract_costs *parent,
+                                      ac_contract_costs *out);
 
 /* Writes every field of `c` in a human-readable form. */
 void ac_contract_print(const ac_contract *c, FILE *out);
