@@ -1,7 +1,8 @@
-/* Architecture search, the parts that have landed: routers (one categorical
- * distribution per axis of the cost model) whose probabilities become soft masks, and
- * the budget loss on the cost model's expected cost. Importance, the reorder and the
- * search loop are still to come (issue 11). */
+/* Architecture search, the parts that have landed: Minitron importance on calibration
+ * tokens, a function-preserving reorder of the parent so every candidate width is a
+ * prefix, routers (one categorical distribution per axis of the cost model) whose
+ * probabilities become soft masks, and the budget loss on the cost model's expected
+ * cost. The search loop is still to come (issue 11). */
 #ifndef AUTOCOMPRESS_SEARCH_H
 #define AUTOCOMPRESS_SEARCH_H
 
@@ -11,11 +12,46 @@
 #include "autocompress/cost.h"
 #include "autocompress/masks.h"
 #include "autocompress/arch.h"
+#include "autocompress/model.h"
 #include "autocompress/status.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* ---- importance (importance.c) ---- */
+
+/* Minitron's estimators: for every axis, sqrt(sum over sequences of (mean over the
+ * sequence of |activation|)^2), higher = more important. Arrays of layers of another
+ * kind are NULL. */
+typedef struct {
+    int n_layers, hidden;
+    float *hidden_channels; /* [D] every block's normed input (pre-norm output), summed over layers */
+    float **mamba_heads;    /* per Mamba layer [H]: L2 of the head's channel scores of the x slice of in_proj */
+    float **experts;        /* per MoE layer [E]: sum of the expert's output norms / tokens routed to it */
+    float **ffn;            /* per MLP layer [F] (down_proj input), per MoE layer [I] (summed over experts) */
+    float **shared_ffn;     /* per MoE layer with a shared expert [S] */
+    float *depth;           /* [L]: mean over sequences of 1 - cos(block input, block output) per token */
+    int64_t tokens;         /* calibration tokens seen */
+    ac_arch arch;           /* the architecture the arrays are shaped by (owned; set by compute and load,
+                               needed by save) */
+} ac_importance;
+
+/* Scores of `model` on n_seqs sequences of seq_len tokens (tokens[n_seqs * seq_len]). */
+ac_status ac_importance_compute(const ac_model *model, const int32_t *tokens, int n_seqs, int seq_len,
+                                ac_importance *out);
+void ac_importance_free(ac_importance *imp);
+/* As safetensors (tensors "hidden", "layers.N.mamba_heads", ...); load checks the
+ * shapes against `arch` and names what differs. */
+ac_status ac_importance_save(const ac_importance *imp, const char *path);
+ac_status ac_importance_load(const char *path, const ac_arch *arch, ac_importance *out);
+
+/* Reorders `model` in place by `imp`, without changing its function: hidden channels,
+ * MLP, routed-expert (one order per layer for all its experts) and shared-expert
+ * channels, experts (with their router rows and correction bias) in descending score,
+ * Mamba heads in descending score within each group (a head keeps its group). `imp` is
+ * permuted the same way, so afterwards every array is in the model's new order. */
+ac_status ac_model_reorder(ac_model *model, ac_importance *imp);
 
 /* ---- routers (router.c) ---- */
 
