@@ -105,6 +105,13 @@ struct ac_backend {
     void (*moe_route)(ac_kctx *ctx, int T, int E, const float *logits, const float *bias, int n_group,
                       int topk_group, int top_k, int norm, float scale, int32_t *idx, float *weight);
 
+    /* Top-k score masking, before ac_k_moe_route: logits[t, e] += log(mask[e]) (so the
+     * score's odds are scaled by the mask), -inf where mask[e] == 0; masked_bias[e] =
+     * bias[e] (0 when bias is NULL), -inf where mask[e] == 0, so such an expert is never
+     * chosen. logits [T, E] (ld E), mask and masked_bias [E]. */
+    void (*moe_mask_scores)(ac_kctx *ctx, int T, int E, const float *mask, const float *bias, float *logits,
+                            float *masked_bias);
+
     /* dst[i] = src[rows[i]] for n rows of D floats. */
     void (*gather_rows)(ac_kctx *ctx, int n, int D, const float *src, int ldsrc, const int32_t *rows, float *dst);
     /* dst[rows[i]] += weight[i] * src[i]; rows must be distinct within one call. */
@@ -211,6 +218,11 @@ struct ac_backend {
     void (*moe_route_backward)(ac_kctx *ctx, int T, int E, const float *logits, int top_k, int norm, float scale,
                                const int32_t *idx, const float *dweight, float *dlogits);
 
+    /* Backward of ac_k_moe_mask_scores: dmask[e] += sum_t dlogits[t, e] / mask[e] for
+     * mask[e] > 0 (dlogits: the gradient of the masked logits). */
+    void (*moe_mask_scores_backward)(ac_kctx *ctx, int T, int E, const float *mask, const float *dlogits,
+                                     float *dmask);
+
     /* Backward of one expert's share of the combine, dst[rows[i]] += weight[i] * mask * y[i]
      * (mask: one float, NULL for 1). For i < n, with d = <dout[rows[i]], y[i]>:
      * dweight[pair[i]] = mask * d (overwritten); *dmask += sum_i weight[i] d (dmask may be
@@ -294,6 +306,12 @@ static inline void ac_k_moe_route(ac_kctx *ctx, int T, int E, const float *logit
                                   float *weight)
 {
     ac_backend_of(ctx)->moe_route(ctx, T, E, logits, bias, n_group, topk_group, top_k, norm, scale, idx, weight);
+}
+
+static inline void ac_k_moe_mask_scores(ac_kctx *ctx, int T, int E, const float *mask, const float *bias,
+                                        float *logits, float *masked_bias)
+{
+    ac_backend_of(ctx)->moe_mask_scores(ctx, T, E, mask, bias, logits, masked_bias);
 }
 
 static inline void ac_k_gather_rows(ac_kctx *ctx, int n, int D, const float *src, int ldsrc,
@@ -443,6 +461,12 @@ static inline void ac_k_moe_route_backward(ac_kctx *ctx, int T, int E, const flo
                                            float scale, const int32_t *idx, const float *dweight, float *dlogits)
 {
     ac_backend_of(ctx)->moe_route_backward(ctx, T, E, logits, top_k, norm, scale, idx, dweight, dlogits);
+}
+
+static inline void ac_k_moe_mask_scores_backward(ac_kctx *ctx, int T, int E, const float *mask,
+                                                 const float *dlogits, float *dmask)
+{
+    ac_backend_of(ctx)->moe_mask_scores_backward(ctx, T, E, mask, dlogits, dmask);
 }
 
 static inline void ac_k_moe_combine_backward(ac_kctx *ctx, int n, int D, const float *dout, int lddout,

@@ -50,6 +50,7 @@ const ac_backend ac_cpu_backend = {
     .ssd_scan = ac_cpu_ssd_scan,
     .attention = ac_cpu_attention,
     .moe_route = ac_cpu_moe_route,
+    .moe_mask_scores = ac_cpu_moe_mask_scores,
     .gather_rows = ac_cpu_gather_rows,
     .scatter_add_rows = ac_cpu_scatter_add_rows,
     .relu2 = ac_cpu_relu2,
@@ -73,6 +74,7 @@ const ac_backend ac_cpu_backend = {
     .gated_rmsnorm_backward = ac_cpu_gated_rmsnorm_backward,
     .attention_backward = ac_cpu_attention_backward,
     .moe_route_backward = ac_cpu_moe_route_backward,
+    .moe_mask_scores_backward = ac_cpu_moe_mask_scores_backward,
     .moe_combine_backward = ac_cpu_moe_combine_backward,
     .gather_rows_backward = ac_cpu_gather_rows_backward,
 };

@@ -30,6 +30,8 @@ void ac_cpu_attention(ac_kctx *ctx, int n_new, int past, int n_heads, int n_kv, 
                       const float *k_cache, const float *v_cache, int cap, float scale, float *out, int ldout);
 void ac_cpu_moe_route(ac_kctx *ctx, int T, int E, const float *logits, const float *bias, int n_group,
                       int topk_group, int top_k, int norm, float scale, int32_t *idx, float *weight);
+void ac_cpu_moe_mask_scores(ac_kctx *ctx, int T, int E, const float *mask, const float *bias, float *logits,
+                            float *masked_bias);
 void ac_cpu_gather_rows(ac_kctx *ctx, int n, int D, const float *src, int ldsrc, const int32_t *rows,
                         float *dst);
 void ac_cpu_scatter_add_rows(ac_kctx *ctx, int n, int D, const float *src, const int32_t *rows,
@@ -80,6 +82,8 @@ void ac_cpu_attention_backward(ac_kctx *ctx, int L, int n_heads, int n_kv, int h
                                float *out, float *stats, float *dq, float *dk, float *dv);
 void ac_cpu_moe_route_backward(ac_kctx *ctx, int T, int E, const float *logits, int top_k, int norm,
                                float scale, const int32_t *idx, const float *dweight, float *dlogits);
+void ac_cpu_moe_mask_scores_backward(ac_kctx *ctx, int T, int E, const float *mask, const float *dlogits,
+                                     float *dmask);
 void ac_cpu_moe_combine_backward(ac_kctx *ctx, int n, int D, const float *dout, int lddout, const int32_t *rows,
                                  const float *y, const float *weight, const float *mask, const int32_t *pair,
                                  float *dweight, float *dmask, float *dy);

@@ -71,6 +71,32 @@ void ac_cpu_moe_route(ac_kctx *ctx, int T, int E, const float *logits, const flo
     }
 }
 
+void ac_cpu_moe_mask_scores(ac_kctx *ctx, int T, int E, const float *mask, const float *bias, float *logits,
+                            float *masked_bias)
+{
+    (void)ctx;
+    for (int e = 0; e < E; e++)
+        masked_bias[e] = mask[e] > 0.0f ? (bias ? bias[e] : 0.0f) : -INFINITY;
+    for (int t = 0; t < T; t++)
+        for (int e = 0; e < E; e++)
+            logits[(size_t)t * E + e] = mask[e] > 0.0f ? logits[(size_t)t * E + e] + logf(mask[e]) : -INFINITY;
+}
+
+/* Rows summed in order per expert, so a run repeats bit for bit. */
+void ac_cpu_moe_mask_scores_backward(ac_kctx *ctx, int T, int E, const float *mask, const float *dlogits,
+                                     float *dmask)
+{
+    (void)ctx;
+    for (int e = 0; e < E; e++) {
+        if (!(mask[e] > 0.0f))
+            continue;
+        float sum = 0.0f;
+        for (int t = 0; t < T; t++)
+            sum += dlogits[(size_t)t * E + e];
+        dmask[e] += sum / mask[e];
+    }
+}
+
 /* w_j = scale s_j / Z with Z = sum_l s_l + 1e-20 (norm) or w_j = scale s_j, s = sigmoid:
  *   dL/ds_j = (scale / Z) (dw_j - sum_l dw_l s_l / Z)   or   scale dw_j,
  *   dL/dlogit_j = dL/ds_j s_j (1 - s_j). */

@@ -28,10 +28,10 @@ typedef struct {
 
 /* One block's masks (any may be NULL) and where their gradients go (NULL: not wanted). */
 typedef struct {
-    const float *mamba_heads, *experts, *ffn, *shared_ffn;
+    const float *mamba_heads, *experts, *expert_scores, *ffn, *shared_ffn;
 } ac_block_masks;
 typedef struct {
-    float *mamba_heads, *experts, *ffn, *shared_ffn;
+    float *mamba_heads, *experts, *expert_scores, *ffn, *shared_ffn;
 } ac_block_mask_grads;
 
 typedef struct {

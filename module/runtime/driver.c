@@ -16,6 +16,7 @@ static ac_block_masks block_masks(const ac_masks *m, int layer)
         return b;
     b.mamba_heads = m->mamba_heads ? m->mamba_heads[layer] : NULL;
     b.experts = m->experts ? m->experts[layer] : NULL;
+    b.expert_scores = m->expert_scores ? m->expert_scores[layer] : NULL;
     b.ffn = m->ffn ? m->ffn[layer] : NULL;
     b.shared_ffn = m->shared_ffn ? m->shared_ffn[layer] : NULL;
     return b;
@@ -28,6 +29,7 @@ static ac_block_mask_grads block_mask_grads(const ac_mask_grads *g, int layer)
         return b;
     b.mamba_heads = g->mamba_heads ? g->mamba_heads[layer] : NULL;
     b.experts = g->experts ? g->experts[layer] : NULL;
+    b.expert_scores = g->expert_scores ? g->expert_scores[layer] : NULL;
     b.ffn = g->ffn ? g->ffn[layer] : NULL;
     b.shared_ffn = g->shared_ffn ? g->shared_ffn[layer] : NULL;
     return b;

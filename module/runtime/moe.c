@@ -1,7 +1,8 @@
 /* MoE mixer: sigmoid router with a selection-only correction bias and group-limited
  * top-k; tokens grouped by expert so each expert runs two GEMMs; plus a shared expert.
  * Masks: experts [E] scales each routed expert's output (its selection and routing
- * weight are unchanged), ffn [I] every routed expert's relu2 channels, shared_ffn [S]
+ * weight are unchanged), expert_scores [E] each expert's score before the top-k
+ * (ac_k_moe_mask_scores), ffn [I] every routed expert's relu2 channels, shared_ffn [S]
  * the shared expert's. */
 #include "runtime/runtime_internal.h"
 
@@ -9,20 +10,23 @@
 #include <stdio.h>
 #include <string.h>
 
+/* logits [E]; idx, weight, rows, row_weight [k]; one expert's input and output [D], its
+ * hidden [I]; the shared expert's [S]; and (once, not per token: T >= 1) the
+ * score-masked bias [E]. */
 static size_t moe_scratch_per_token(const ac_arch *arch, const ac_block_dims *b)
 {
     size_t k = (size_t)b->top_k;
-    return (size_t)b->n_experts + 4 * k + 2 * (size_t)arch->hidden + (size_t)b->expert_ffn +
+    return 2 * (size_t)b->n_experts + 4 * k + 2 * (size_t)arch->hidden + (size_t)b->expert_ffn +
            (size_t)b->shared_ffn;
 }
 
 /* logits and dlogits [E]; idx, weight, rows, row_weight, pair, dweight [k]; one expert's
  * input and output [D] each, its pre-activation, activation and their gradient [I]; the
  * shared expert's three [S]; and (once, not per token: T >= 1) the ffn and shared_ffn
- * mask gradients of this call [I + S]. */
+ * mask gradients of this call [I + S] and the score-masked bias [E]. */
 static size_t moe_backward_scratch_per_token(const ac_arch *arch, const ac_block_dims *b)
 {
-    return 2 * (size_t)b->n_experts + 6 * (size_t)b->top_k + 2 * (size_t)arch->hidden + 4 * (size_t)b->expert_ffn +
+    return 3 * (size_t)b->n_experts + 6 * (size_t)b->top_k + 2 * (size_t)arch->hidden + 4 * (size_t)b->expert_ffn +
            4 * (size_t)b->shared_ffn;
 }
 
@@ -50,6 +54,26 @@ static void group_by_expert(int T, int k, int E, const int32_t *idx, const float
         }
 }
 
+/* Router logits [T, E] of xn (score-masked when m_scores is given) and the top-k:
+ * idx and weight [T, k]. */
+static void route(ac_runtime *rt, int layer, int T, const float *xn, const float *m_scores, float *logits,
+                  int32_t *idx, float *weight)
+{
+    const ac_arch *a = &rt->model->arch;
+    const ac_block_dims *b = &a->layers[layer];
+    const ac_layer_weights *w = &rt->model->layers[layer];
+    int D = a->hidden, E = b->n_experts;
+    const float *bias = w->router_bias;
+    ac_k_linear(&rt->kctx, T, E, D, xn, D, w->router, 0.0f, logits, E);
+    if (m_scores) {
+        float *masked_bias = ac_scratch(rt, (size_t)E);
+        ac_k_moe_mask_scores(&rt->kctx, T, E, m_scores, bias, logits, masked_bias);
+        bias = masked_bias;
+    }
+    ac_k_moe_route(&rt->kctx, T, E, logits, bias, b->n_group, b->topk_group, b->top_k, b->norm_topk_prob,
+                   b->routed_scaling, idx, weight);
+}
+
 static void moe_forward(ac_runtime *rt, int layer, const ac_seqs *seqs, const float *xn, const ac_block_masks *masks, float *out)
 {
     const ac_arch *a = &rt->model->arch;
@@ -70,9 +94,7 @@ static void moe_forward(ac_runtime *rt, int layer, const ac_seqs *seqs, const fl
     float *oe = ac_scratch(rt, (size_t)T * D);
     int start[AC_MAX_EXPERTS + 1];
 
-    ac_k_linear(&rt->kctx, T, E, D, xn, D, w->router, 0.0f, logits, E);
-    ac_k_moe_route(&rt->kctx, T, E, logits, w->router_bias, b->n_group, b->topk_group, k,
-                   b->norm_topk_prob, b->routed_scaling, idx, weight);
+    route(rt, layer, T, xn, masks ? masks->expert_scores : NULL, logits, idx, weight);
     group_by_expert(T, k, E, idx, weight, m_experts, start, rows, row_weight, NULL);
 
     if (S > 0) {
@@ -158,9 +180,8 @@ static void moe_backward(ac_runtime *rt, int layer, const ac_seqs *seqs, const f
     if (dshared)
         memset(dshared, 0, (size_t)S * sizeof *dshared);
 
-    ac_k_linear(&rt->kctx, T, E, D, xn, D, w->router, 0.0f, logits, E);
-    ac_k_moe_route(&rt->kctx, T, E, logits, w->router_bias, b->n_group, b->topk_group, k,
-                   b->norm_topk_prob, b->routed_scaling, idx, weight);
+    const float *m_scores = masks ? masks->expert_scores : NULL;
+    route(rt, layer, T, xn, m_scores, logits, idx, weight);
     group_by_expert(T, k, E, idx, weight, NULL, start, rows, row_weight, pair);
 
     /* the shared expert writes dxn; the routed experts and the router add to it */
@@ -210,6 +231,8 @@ static void moe_backward(ac_runtime *rt, int layer, const ac_seqs *seqs, const f
 
     /* the router: gradient reaches the logits of the chosen experts only */
     ac_k_moe_route_backward(&rt->kctx, T, E, logits, k, b->norm_topk_prob, b->routed_scaling, idx, dweight, dlogits);
+    if (m_scores && mask_grads && mask_grads->expert_scores)
+        ac_k_moe_mask_scores_backward(&rt->kctx, T, E, m_scores, dlogits, mask_grads->expert_scores);
     ac_k_linear_backward(&rt->kctx, T, E, D, xn, D, w->router, dlogits, E, 1.0f, dxn, D, grad ? grad->router : NULL);
     if (dffn)
         ac_k_add(&rt->kctx, (size_t)I, dffn, g_ffn);

@@ -267,6 +267,17 @@ ac_status ac_routers_create(const ac_cost_model *cost, const ac_arch *parent, ac
     return AC_OK;
 }
 
+void ac_routers_set_expert_masking(ac_routers *r, ac_expert_masking mode)
+{
+    const float *const *m = (const float *const *)r->mask_ptr[SLOT_EXPERTS];
+    float *const *g = r->grad_ptr[SLOT_EXPERTS];
+    int scores = mode == AC_EXPERT_SCORE_MASKING;
+    r->masks.experts = scores ? NULL : m;
+    r->masks.expert_scores = scores ? m : NULL;
+    r->grads.experts = scores ? NULL : g;
+    r->grads.expert_scores = scores ? g : NULL;
+}
+
 int ac_routers_count(const ac_routers *r) { return r->n_probs; }
 
 float *ac_routers_logits(ac_routers *r) { return r->logits; }

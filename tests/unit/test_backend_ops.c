@@ -84,6 +84,7 @@ static const ac_backend reference = {
     .ssd_scan = ac_cpu_ssd_scan,
     .attention = ac_cpu_attention,
     .moe_route = ac_cpu_moe_route,
+    .moe_mask_scores = ac_cpu_moe_mask_scores,
     .gather_rows = ac_cpu_gather_rows,
     .scatter_add_rows = ac_cpu_scatter_add_rows,
     .relu2 = ac_cpu_relu2,
@@ -107,6 +108,7 @@ static const ac_backend reference = {
     .gated_rmsnorm_backward = ac_cpu_gated_rmsnorm_backward,
     .attention_backward = ac_cpu_attention_backward,
     .moe_route_backward = ac_cpu_moe_route_backward,
+    .moe_mask_scores_backward = ac_cpu_moe_mask_scores_backward,
     .moe_combine_backward = ac_cpu_moe_combine_backward,
     .gather_rows_backward = ac_cpu_gather_rows_backward,
 };
@@ -391,6 +393,37 @@ static void op_moe_route(run *r, const op_case *c)
     int32_t *idx = i32_fill(r, BUF_OUT, T * top_k, -1);
     float *weight = f32(r, BUF_OUT, (size_t)T * top_k, -1.0f, 1.0f);
     CALL(r, moe_route, T, E, logits, bias, c->p[2], c->p[3], top_k, c->p[5], c->f[0], idx, weight);
+}
+
+/* A soft expert mask in (0.2, 1] with every `zero_every`-th entry 0 (0: none). */
+static float *expert_mask(run *r, int E, int zero_every)
+{
+    float host[1024];
+    assert_true(E <= 1024);
+    for (int e = 0; e < E; e++)
+        host[e] = zero_every && e % zero_every == zero_every - 1 ? 0.0f : uniform(r, 0.2f, 1.0f);
+    return add_buffer(r, BUF_F32, BUF_IN, (size_t)E, host);
+}
+
+/* p: T E zero_every has_bias */
+static void op_moe_mask_scores(run *r, const op_case *c)
+{
+    int T = c->p[0], E = c->p[1];
+    const float *mask = expert_mask(r, E, c->p[2]);
+    const float *bias = c->p[3] ? f32(r, BUF_IN, (size_t)E, -0.3f, 0.3f) : NULL;
+    float *logits = f32(r, BUF_OUT, (size_t)T * E, -3.0f, 3.0f);
+    float *masked_bias = f32(r, BUF_OUT, (size_t)E, -1.0f, 1.0f);
+    CALL(r, moe_mask_scores, T, E, mask, bias, logits, masked_bias);
+}
+
+/* p: T E zero_every */
+static void op_moe_mask_scores_backward(run *r, const op_case *c)
+{
+    int T = c->p[0], E = c->p[1];
+    const float *mask = expert_mask(r, E, c->p[2]);
+    const float *dlogits = f32(r, BUF_IN, (size_t)T * E, -1.0f, 1.0f);
+    float *dmask = f32(r, BUF_OUT, (size_t)E, -1.0f, 1.0f);
+    CALL(r, moe_mask_scores_backward, T, E, mask, dlogits, dmask);
 }
 
 /* p: n D ldsrc src_rows */
@@ -793,6 +826,9 @@ static const op_case cases[] = {
     {OP(attention_backward), "L1 heads2 kv2 hd4", TOL_LONG, {1, 2, 2, 4, 8, 8}, {0.5f}},
     {OP(moe_route_backward), "T5 E8 top3 norm scale2.5", TOL_REDUCE, {5, 8, 3, 1}, {2.5f}},
     {OP(moe_route_backward), "T1 E6 top2 raw", TOL_REDUCE, {1, 6, 2, 0}, {1.0f}},
+    {OP(moe_mask_scores), "T5 E8 every 3rd masked out, bias", TOL_ELEM, {5, 8, 3, 1}, {0}},
+    {OP(moe_mask_scores), "T2 E6 no zeros, no bias", TOL_ELEM, {2, 6, 0, 0}, {0}},
+    {OP(moe_mask_scores_backward), "T7 E8 every 4th masked out", TOL_REDUCE, {7, 8, 4}, {0}},
     {OP(moe_combine_backward), "n4 D6 lddout8 of7 pairs9 mask dmask", TOL_REDUCE, {4, 6, 8, 7, 9, 1, 1, 0}, {0}},
     {OP(moe_combine_backward), "n3 D5 no mask dy=y", TOL_REDUCE, {3, 5, 5, 4, 3, 0, 0, 1}, {0}},
     {OP(gather_rows_backward), "n5 D4 lddsrc6 of8", TOL_ELEM, {5, 4, 6, 8}, {0}},
@@ -837,17 +873,28 @@ static double value_at(const buffer *b, const void *data, size_t i)
     return b->type == BUF_F32 ? (double)((const float *)data)[i] : ((const double *)data)[i];
 }
 
-/* max |got - ref| / max |ref| (the absolute error when ref is all zeros); NaN where
- * only one side is NaN counts as infinite. */
+/* The difference of one element: 0 for two NaNs or two equal infinities, infinite when
+ * only one side is NaN or infinite. */
+static double element_error(double x, double y)
+{
+    if (isnan(x) || isnan(y))
+        return isnan(x) && isnan(y) ? 0.0 : INFINITY;
+    if (isinf(x) || isinf(y))
+        return x == y ? 0.0 : INFINITY;
+    return fabs(x - y);
+}
+
+/* max |got - ref| / max |ref| over the finite ref values (the absolute error when those
+ * are all zeros). */
 static double relative_error(const buffer *b, const void *ref, const void *got)
 {
     double worst = 0.0, scale = 0.0;
     for (size_t i = 0; i < b->count; i++) {
         double x = value_at(b, ref, i), y = value_at(b, got, i);
-        double d = isnan(x) && isnan(y) ? 0.0 : isnan(x) || isnan(y) ? INFINITY : fabs(x - y);
+        double d = element_error(x, y);
         if (d > worst)
             worst = d;
-        if (fabs(x) > scale)
+        if (isfinite(x) && fabs(x) > scale)
             scale = fabs(x);
     }
     return scale > 0.0 ? worst / scale : worst;
@@ -972,6 +1019,11 @@ COUNTED(attention, (ac_kctx *ctx, int n_new, int past, int n_heads, int n_kv, in
 COUNTED(moe_route, (ac_kctx *ctx, int T, int E, const float *logits, const float *bias, int n_group,
                     int topk_group, int top_k, int norm, float scale, int32_t *idx, float *weight),
         (ctx, T, E, logits, bias, n_group, topk_group, top_k, norm, scale, idx, weight))
+COUNTED(moe_mask_scores, (ac_kctx *ctx, int T, int E, const float *mask, const float *bias, float *logits,
+                          float *masked_bias),
+        (ctx, T, E, mask, bias, logits, masked_bias))
+COUNTED(moe_mask_scores_backward, (ac_kctx *ctx, int T, int E, const float *mask, const float *dlogits, float *dmask),
+        (ctx, T, E, mask, dlogits, dmask))
 COUNTED(gather_rows, (ac_kctx *ctx, int n, int D, const float *src, int ldsrc, const int32_t *rows, float *dst),
         (ctx, n, D, src, ldsrc, rows, dst))
 COUNTED(scatter_add_rows, (ac_kctx *ctx, int n, int D, const float *src, const int32_t *rows, const float *weight,
@@ -1064,6 +1116,7 @@ static const ac_backend counting = {
     .ssd_scan = counted_ssd_scan,
     .attention = counted_attention,
     .moe_route = counted_moe_route,
+    .moe_mask_scores = counted_moe_mask_scores,
     .gather_rows = counted_gather_rows,
     .scatter_add_rows = counted_scatter_add_rows,
     .relu2 = counted_relu2,
@@ -1087,6 +1140,7 @@ static const ac_backend counting = {
     .gated_rmsnorm_backward = counted_gated_rmsnorm_backward,
     .attention_backward = counted_attention_backward,
     .moe_route_backward = counted_moe_route_backward,
+    .moe_mask_scores_backward = counted_moe_mask_scores_backward,
     .moe_combine_backward = counted_moe_combine_backward,
     .gather_rows_backward = counted_gather_rows_backward,
 };

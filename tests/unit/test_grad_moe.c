@@ -2,7 +2,8 @@
  * of width 6, a shared expert of width 5, routed_scaling 2.5), a packed batch of two
  * sequences (5 and 9 tokens) in training mode, soft masks on experts, expert channels and
  * shared channels, loss = sum(out * R) so that dL/dout = R. Cases: top 2 with normalised
- * weights; 4 groups keeping 2 with top 3; unnormalised weights; no shared expert.
+ * weights; 4 groups keeping 2 with top 3; unnormalised weights; no shared expert; the
+ * expert mask on the scores before the top-k (score masking) instead of the outputs.
  *
  * The top-k selection is piecewise constant; a finite difference that crosses a
  * selection boundary measures a jump, not a gradient. The inputs are therefore chosen
@@ -48,6 +49,7 @@ static const int seq_len[N_SEQS] = {5, 9};
 typedef struct {
     const char *name;
     int top_k, n_group, topk_group, norm, shared;
+    int score_masking; /* the expert mask on the scores before the top-k, not on the outputs */
 } moe_case;
 
 typedef struct {
@@ -62,6 +64,8 @@ typedef struct {
     float *gmask_e, *gmask_f, *gmask_s; /* their gradients */
     ac_block_masks masks;
     const ac_block_masks *use_masks;    /* what the loss runs with */
+    const float *score_mask;            /* top-k score masking in the routing (NULL: none) */
+    float masked_bias[64];
     /* routing bookkeeping for flip detection */
     float *logits, *weight;
     int32_t *idx, *base_idx;
@@ -76,7 +80,7 @@ static float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
 static double selection_margin(const fixture *f)
 {
     const ac_block_dims *b = &f->model->arch.layers[0];
-    const float *bias = f->model->layers[0].router_bias;
+    const float *bias = f->score_mask ? f->masked_bias : f->model->layers[0].router_bias;
     int E = f->E, G = b->n_group, per = E / G;
     double margin = INFINITY;
     for (int t = 0; t < f->T; t++) {
@@ -135,8 +139,13 @@ static void route(fixture *f)
 {
     const ac_block_dims *b = &f->model->arch.layers[0];
     const ac_layer_weights *w = &f->model->layers[0];
+    const float *bias = w->router_bias;
     ac_k_linear(&f->rt->kctx, f->T, f->E, f->D, f->xn, f->D, w->router, 0.0f, f->logits, f->E);
-    ac_k_moe_route(&f->rt->kctx, f->T, f->E, f->logits, w->router_bias, b->n_group, b->topk_group, f->k,
+    if (f->score_mask) {
+        ac_k_moe_mask_scores(&f->rt->kctx, f->T, f->E, f->score_mask, bias, f->logits, f->masked_bias);
+        bias = f->masked_bias;
+    }
+    ac_k_moe_route(&f->rt->kctx, f->T, f->E, f->logits, bias, b->n_group, b->topk_group, f->k,
                    b->norm_topk_prob, b->routed_scaling, f->idx, f->weight);
 }
 
@@ -247,6 +256,11 @@ static fixture *create(const moe_case *c)
     gc_fill(f->mask_f, (size_t)f->I, 0.3f, 1.0f, 4);
     gc_fill(f->mask_s, (size_t)f->S, 0.3f, 1.0f, 5);
     f->masks = (ac_block_masks){.experts = f->mask_e, .ffn = f->mask_f, .shared_ffn = f->S ? f->mask_s : NULL};
+    if (c->score_masking) {
+        f->masks.experts = NULL;
+        f->masks.expert_scores = f->mask_e;
+        f->score_mask = f->mask_e; /* the selection the margin is found for is the masked one */
+    }
     /* inputs whose selections are well separated */
     double margin = 0.0;
     uint64_t seed = 1;
@@ -283,6 +297,17 @@ static void destroy(fixture *f)
     free(f);
 }
 
+/* Where the expert mask's gradient goes: the output mask's or the score mask's slot. */
+static ac_block_mask_grads expert_mask_grads(const fixture *f)
+{
+    ac_block_mask_grads mg = {.ffn = f->gmask_f, .shared_ffn = f->gmask_s};
+    if (f->c->score_masking)
+        mg.expert_scores = f->gmask_e;
+    else
+        mg.experts = f->gmask_e;
+    return mg;
+}
+
 typedef struct {
     const char *name;
     float *x;
@@ -309,7 +334,7 @@ static void check_gradients(fixture *f)
     ac_layer_weights *w = &f->model->layers[0];
     ac_layer_weights *g = &f->grads->layers[0];
     size_t D = (size_t)f->D, E = (size_t)f->E, I = (size_t)f->I, S = (size_t)f->S;
-    ac_block_mask_grads mg = {.experts = f->gmask_e, .ffn = f->gmask_f, .shared_ffn = f->gmask_s};
+    ac_block_mask_grads mg = expert_mask_grads(f);
     zero_grads(f);
     backward(f, &f->masks, g, &mg);
     for (size_t e = 0; e < E; e++)
@@ -322,7 +347,8 @@ static void check_gradients(fixture *f)
         {"e_score_correction_bias", w->router_bias, g->router_bias, E, EPS_KINK},
         {"experts.up_proj", w->experts_up, g->experts_up, E * I * D, EPS_KINK},
         {"experts.down_proj", w->experts_down, g->experts_down, E * D * I, EPS_SMOOTH},
-        {"mask.experts", f->mask_e, f->gmask_e, E, EPS_SMOOTH},
+        {f->score_mask ? "mask.expert_scores" : "mask.experts", f->mask_e, f->gmask_e, E,
+         f->score_mask ? EPS_KINK : EPS_SMOOTH},
         {"mask.ffn", f->mask_f, f->gmask_f, I, EPS_SMOOTH},
         {"shared_experts.up_proj", w->up_proj, g->up_proj, S * D, EPS_KINK},
         {"shared_experts.down_proj", w->down_proj, g->down_proj, D * S, EPS_SMOOTH},
@@ -333,7 +359,10 @@ static void check_gradients(fixture *f)
     assert_int_equal(f->flips, 0);
     assert_int_equal(failed, 0);
 
-    /* without masks, the input and router gradients once more */
+    /* without masks, the input and router gradients once more (the score-masking cases'
+     * inputs were chosen for the masked selection: the other cases cover this) */
+    if (f->score_mask)
+        return;
     zero_grads(f);
     backward(f, NULL, g, NULL);
     f->use_masks = NULL;
@@ -357,6 +386,8 @@ static void check_invariants(fixture *f)
     for (int i = 0; i < 16; i++)
         ones[i] = 1.0f;
     ac_block_masks all_ones = {.experts = ones, .ffn = ones, .shared_ffn = f->S ? ones : NULL};
+    if (f->c->score_masking)
+        all_ones.expert_scores = ones;
     forward(f, &f->seqs, NULL, a);
     forward(f, &f->seqs, &all_ones, b);
     assert_memory_equal(a, b, n * sizeof *a);
@@ -371,7 +402,7 @@ static void check_invariants(fixture *f)
     for (int s = 0; s < N_SEQS; s++)
         ac_cache_free(caches[s]);
 
-    ac_block_mask_grads mg = {.experts = f->gmask_e, .ffn = f->gmask_f, .shared_ffn = f->gmask_s};
+    ac_block_mask_grads mg = expert_mask_grads(f);
     zero_grads(f);
     backward(f, NULL, NULL, NULL);
     memcpy(a, f->dxn, n * sizeof *a);
@@ -415,28 +446,42 @@ static void run_case(const moe_case *c)
 static void test_top2_normalised(void **state)
 {
     (void)state;
-    static const moe_case c = {"top 2, norm_topk_prob 1", 2, 1, 1, 1, 5};
+    static const moe_case c = {"top 2, norm_topk_prob 1", 2, 1, 1, 1, 5, 0};
     run_case(&c);
 }
 
 static void test_groups(void **state)
 {
     (void)state;
-    static const moe_case c = {"4 groups keep 2, top 3", 3, 4, 2, 1, 5};
+    static const moe_case c = {"4 groups keep 2, top 3", 3, 4, 2, 1, 5, 0};
     run_case(&c);
 }
 
 static void test_unnormalised(void **state)
 {
     (void)state;
-    static const moe_case c = {"top 2, norm_topk_prob 0", 2, 1, 1, 0, 5};
+    static const moe_case c = {"top 2, norm_topk_prob 0", 2, 1, 1, 0, 5, 0};
     run_case(&c);
 }
 
 static void test_no_shared_expert(void **state)
 {
     (void)state;
-    static const moe_case c = {"top 2, no shared expert", 2, 1, 1, 1, 0};
+    static const moe_case c = {"top 2, no shared expert", 2, 1, 1, 1, 0, 0};
+    run_case(&c);
+}
+
+static void test_score_masking(void **state)
+{
+    (void)state;
+    static const moe_case c = {"top 2, top-k score masking", 2, 1, 1, 1, 5, 1};
+    run_case(&c);
+}
+
+static void test_score_masking_groups(void **state)
+{
+    (void)state;
+    static const moe_case c = {"4 groups keep 2, top 3, top-k score masking", 3, 4, 2, 1, 5, 1};
     run_case(&c);
 }
 
@@ -447,6 +492,8 @@ int main(void)
         cmocka_unit_test(test_groups),
         cmocka_unit_test(test_unnormalised),
         cmocka_unit_test(test_no_shared_expert),
+        cmocka_unit_test(test_score_masking),
+        cmocka_unit_test(test_score_masking_groups),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -7,6 +7,9 @@
  *                        the embeddings and the final norm's output
  *   mamba_heads [H]      each head's scan output y (before the gated norm)
  *   experts     [E]      each routed expert's output (selection unchanged: output masking)
+ *   expert_scores [E]    each routed expert's score before the top-k (top-k score
+ *                        masking): its odds times the mask, sigmoid(logit + log m);
+ *                        an expert whose mask is 0 is never chosen, as if removed
  *   ffn         [F | I]  MLP channels, or every routed expert's channels, after relu2
  *   shared_ffn  [S]      the shared expert's channels after relu2
  *   layer_gate  [L]      scales the block's contribution: x + g * mixer(norm(x)) */
@@ -21,6 +24,7 @@ typedef struct {
     const float *hidden;
     const float *const *mamba_heads;
     const float *const *experts;
+    const float *const *expert_scores;
     const float *const *ffn;
     const float *const *shared_ffn;
     const float *layer_gate;
@@ -32,6 +36,7 @@ typedef struct {
     float *hidden;
     float *const *mamba_heads;
     float *const *experts;
+    float *const *expert_scores;
     float *const *ffn;
     float *const *shared_ffn;
     float *layer_gate;

@@ -1,8 +1,8 @@
-/* Architecture search, the parts that have landed: Minitron importance on calibration
- * tokens, a function-preserving reorder of the parent so every candidate width is a
- * prefix, routers (one categorical distribution per axis of the cost model) whose
- * probabilities become soft masks, and the budget loss on the cost model's expected
- * cost. The search loop is still to come (issue 11). */
+/* Architecture search: Minitron importance on calibration tokens, a function-preserving
+ * reorder of the parent so every candidate width is a prefix, routers (one categorical
+ * distribution per axis of the cost model) whose probabilities become soft masks, a
+ * budget loss on the cost model's expected cost, and the search loop that trains the
+ * routers against KD from the unmasked parent. */
 #ifndef AUTOCOMPRESS_SEARCH_H
 #define AUTOCOMPRESS_SEARCH_H
 
@@ -11,8 +11,8 @@
 #include "autocompress/contract.h"
 #include "autocompress/cost.h"
 #include "autocompress/masks.h"
-#include "autocompress/arch.h"
 #include "autocompress/model.h"
+#include "autocompress/progress.h"
 #include "autocompress/status.h"
 
 #ifdef __cplusplus
@@ -59,10 +59,17 @@ typedef struct ac_routers ac_routers;
 
 typedef enum { AC_ROUTER_SOFTMAX = 0, AC_ROUTER_GUMBEL } ac_router_sampling;
 
+/* Where the routed-expert axis's mask acts (the paper's two modes, Fig. 8): on each
+ * expert's output, the selection unchanged (the default), or on each expert's score
+ * before the top-k, so a masked-out expert is never chosen (autocompress/masks.h). */
+typedef enum { AC_EXPERT_OUTPUT_MASKING = 0, AC_EXPERT_SCORE_MASKING } ac_expert_masking;
+
 /* One logit per candidate value of every axis of `cost` (ac_cost_model_axis), all zero,
  * for masks over `parent` (the reordered parent the cost model was built for). */
 ac_status ac_routers_create(const ac_cost_model *cost, const ac_arch *parent, ac_routers **out);
 void ac_routers_free(ac_routers *r);
+/* Output masking unless set otherwise. */
+void ac_routers_set_expert_masking(ac_routers *r, ac_expert_masking mode);
 /* The flat logits (ac_cost_model_prob_count of them, axis by axis), for the optimizer
  * and checkpoints. */
 int ac_routers_count(const ac_routers *r);
@@ -80,8 +87,7 @@ const ac_masks *ac_routers_masks(ac_routers *r, const double *probs);
 ac_mask_grads *ac_routers_mask_grads(ac_routers *r);
 /* dL/dprobs from the mask gradients accumulated in ac_routers_mask_grads (overwritten),
  * then (added) dprobs_extra (may be NULL), then dL/dlogits through the softmax at the
- * temperature of the probs (overwritten, ac_routers_count; the Gumbel noise is a
- * constant, so the same formula holds for both samplings). */
+ * same temperature, sampling and seed as the probs (overwritten, ac_routers_count). */
 void ac_routers_backward(const ac_routers *r, const double *probs, const double *dprobs_extra, float temperature,
                          double *dprobs, double *dlogits);
 /* The most probable value's index on each axis (choice[ac_cost_model_axis_count]). */
@@ -105,6 +111,47 @@ typedef struct {
 double ac_budget_loss(const ac_budget_targets *targets, const ac_budget_weights *weights,
                       const ac_cost_prediction *expected, const double *d_latency_ms, const double *d_memory_bytes,
                       const double *d_throughput, int prob_count, double *dprobs);
+
+/* ---- the search (search.c) ---- */
+
+typedef struct {
+    const char *data_dir;      /* train.bin: calibration and router batches */
+    const char *out_dir;       /* importance.safetensors, state, search.csv, search.png, arch.json, search.json */
+    int calib_seqs;            /* calibration sequences of seq_len tokens for the importance */
+    int batch, seq_len;        /* router steps' batches */
+    int64_t max_tokens;        /* search tokens (calibration + router steps); 0: the contract's
+                                  budgets.search_tokens */
+    float kd_tau;
+    float kd_weight;           /* 0: the budget alone */
+    ac_budget_weights budget;
+    float lr;                  /* AdamW on the router logits */
+    float temp_start, temp_end;/* annealed geometrically over the steps */
+    ac_router_sampling sampling;
+    ac_expert_masking expert_masking;
+    float target_warmup;       /* fraction of the steps over which targets move from the parent's cost */
+    uint64_t seed;
+    int checkpoint_every;      /* steps between resumable states (0: only at the end) */
+    int train_weights;         /* not supported yet: an error */
+    ac_progress_mode progress;
+} ac_search_params;
+
+ac_search_params ac_search_default_params(void);
+
+typedef struct {
+    int steps, resumed_from;   /* resumed_from: the state's step, -1 when started fresh */
+    int64_t calib_tokens, tokens; /* tokens: calibration + router steps */
+    ac_budget_targets targets;
+    ac_cost_prediction parent, chosen; /* the cost model's predictions */
+    int repair_steps;          /* axis steps the greedy repair took */
+    int meets;                 /* the chosen architecture meets every target */
+    double last_kd, last_budget;
+    ac_arch arch;              /* the chosen architecture (free with ac_arch_free) */
+} ac_search_report;
+
+/* Searches `parent` for `contract` with the cost model of `tables`. Resumes from
+ * out_dir's state when it holds one made with the same settings (another is refused). */
+ac_status ac_search_run(const ac_model *parent, const ac_contract *contract, const ac_cost_tables *tables,
+                        const ac_search_params *params, ac_search_report *report);
 
 #ifdef __cplusplus
 }

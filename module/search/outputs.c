@@ -1,0 +1,219 @@
+/* The search's outputs: arch.json (a config.json of the chosen architecture), search.json
+ * (what was chosen, predicted and repaired) and search.png (the diagnostics of
+ * search.csv, drawn by gnuplot). */
+#include "search/search_loop.h"
+
+#include "autocompress/config_json.h"
+#include "autocompress/log.h"
+#include "io/json_util.h"
+
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+
+static cJSON *costs_json(const ac_cost_prediction *p)
+{
+    cJSON *o = cJSON_CreateObject();
+    if (o) {
+        cJSON_AddNumberToObject(o, "latency_ms", p->latency_ms);
+        cJSON_AddNumberToObject(o, "throughput_tok_s", p->throughput_tok_s);
+        cJSON_AddNumberToObject(o, "memory_mib", p->memory_bytes / (1024.0 * 1024.0));
+    }
+    return o;
+}
+
+static cJSON *targets_json(const ac_budget_targets *t)
+{
+    cJSON *o = cJSON_CreateObject();
+    if (o && t->latency_ms > 0)
+        cJSON_AddNumberToObject(o, "latency_ms", t->latency_ms);
+    if (o && t->throughput_tok_s > 0)
+        cJSON_AddNumberToObject(o, "throughput_tok_s", t->throughput_tok_s);
+    if (o && t->memory_bytes > 0)
+        cJSON_AddNumberToObject(o, "memory_mib", t->memory_bytes / (1024.0 * 1024.0));
+    return o;
+}
+
+static cJSON *choices_json(const ac_cost_model *cost, const int *choice)
+{
+    cJSON *o = cJSON_CreateObject();
+    char label[64];
+    for (int a = 0; o && a < ac_cost_model_axis_count(cost); a++) {
+        const ac_cost_axis *ax = ac_cost_model_axis(cost, a);
+        ac_search_axis_label(ax, label, sizeof label);
+        cJSON_AddNumberToObject(o, label, ax->values[choice[a]]);
+    }
+    return o;
+}
+
+static cJSON *repairs_json(const ac_cost_model *cost, const ac_repair_step *steps, int n)
+{
+    cJSON *list = cJSON_CreateArray();
+    char label[64];
+    for (int i = 0; list && i < n; i++) {
+        const ac_cost_axis *ax = ac_cost_model_axis(cost, steps[i].axis);
+        ac_search_axis_label(ax, label, sizeof label);
+        cJSON *o = cJSON_CreateObject();
+        if (!o)
+            break;
+        cJSON_AddStringToObject(o, "axis", label);
+        cJSON_AddNumberToObject(o, "from", ax->values[steps[i].from]);
+        cJSON_AddNumberToObject(o, "to", ax->values[steps[i].to]);
+        cJSON_AddNumberToObject(o, "excess_saved", steps[i].saved);
+        cJSON_AddNumberToObject(o, "importance_lost", steps[i].lost);
+        cJSON_AddItemToArray(list, o);
+    }
+    return list;
+}
+
+static ac_status write_summary(const char *path, const ac_contract *contract, const ac_cost_model *cost,
+                               const int *choice, const ac_repair_step *steps, const ac_search_report *r)
+{
+    cJSON *root = cJSON_CreateObject();
+    if (!root)
+        return ac_fail(AC_ERR_NOMEM, "search: out of memory");
+    cJSON_AddStringToObject(root, "contract", contract->name);
+    cJSON_AddItemToObject(root, "targets", targets_json(&r->targets));
+    cJSON_AddItemToObject(root, "parent_predicted", costs_json(&r->parent));
+    cJSON_AddItemToObject(root, "chosen_predicted", costs_json(&r->chosen));
+    cJSON_AddBoolToObject(root, "meets_targets", r->meets);
+    cJSON_AddItemToObject(root, "choice", choices_json(cost, choice));
+    cJSON_AddItemToObject(root, "repairs", repairs_json(cost, steps, r->repair_steps));
+    cJSON_AddNumberToObject(root, "router_steps", r->steps);
+    cJSON_AddNumberToObject(root, "calibration_tokens", (double)r->calib_tokens);
+    cJSON_AddNumberToObject(root, "search_tokens", (double)r->tokens);
+    ac_param_counts pc = ac_arch_param_counts(&r->arch);
+    cJSON_AddNumberToObject(root, "parameters", (double)pc.total);
+    cJSON_AddNumberToObject(root, "active_parameters", (double)pc.active);
+    ac_status st = ac_write_json_file(path, root);
+    cJSON_Delete(root);
+    return st;
+}
+
+/* has[c] = column c (1-based, c <= n) of the CSV holds a positive number somewhere:
+ * gnuplot refuses a log-scale series with no point to draw. */
+static void columns_with_data(const char *csv, int n, unsigned char *has)
+{
+    memset(has, 0, (size_t)n + 1);
+    FILE *fp = fopen(csv, "r");
+    if (!fp)
+        return;
+    char line[65536];
+    if (!fgets(line, sizeof line, fp)) { /* the header */
+        fclose(fp);
+        return;
+    }
+    while (fgets(line, sizeof line, fp)) {
+        char *field = line;
+        for (int c = 1; c <= n && field; c++) {
+            double v = strtod(field, NULL);
+            if (isfinite(v) && v > 0)
+                has[c] = 1;
+            field = strchr(field, ',');
+            field = field ? field + 1 : NULL;
+        }
+    }
+    fclose(fp);
+}
+
+/* One panel of log-scale series (columns cols[0..n)), the ones with data. */
+static void log_panel(FILE *g, const char *title, const int *cols, const char *const *names, int n,
+                      const unsigned char *has)
+{
+    fprintf(g, "set title '%s'\nset logscale y\nplot", title);
+    int drawn = 0;
+    for (int i = 0; i < n; i++) {
+        if (!has[cols[i]])
+            continue;
+        fprintf(g, "%s 'search.csv' using 1:(column(%d) > 0 ? column(%d) : NaN) with lines", drawn ? "," : "",
+                cols[i], cols[i]);
+        fprintf(g, names ? " title '%s'" : " notitle", names ? names[i] : "");
+        drawn++;
+    }
+    /* nothing to draw: an empty frame rather than an error that stops the script */
+    fprintf(g, "%s\nunset logscale y\n", drawn ? "" : " [0:1] [1:10] 0.1 notitle");
+}
+
+/* search.gp, the gnuplot script that draws search.png from search.csv: the losses, the
+ * expected costs against their targets, the maximum choice probability of every axis and
+ * the per-axis ||grad KD|| / ||grad budget||. Kept beside the CSV so it can be redrawn. */
+static void write_plot_script(FILE *g, const char *csv_path, const ac_cost_model *cost, const ac_search_report *r)
+{
+    int n_axes = ac_cost_model_axis_count(cost), n_cols = 11 + 2 * n_axes;
+    unsigned char *has = malloc((size_t)n_cols + 1);
+    int *cols = malloc((size_t)n_axes * sizeof *cols);
+    if (!has || !cols) {
+        free(has);
+        free(cols);
+        return;
+    }
+    columns_with_data(csv_path, n_cols, has);
+    fprintf(g, "set terminal pngcairo size 1400,1000 font ',10'\nset output 'search.png'\n");
+    fprintf(g, "set datafile separator ','\nset datafile missing 'nan'\nset key outside right\nset grid\n"
+               "set xlabel 'router step'\nset multiplot layout 2,2\n");
+    const int loss_cols[] = {4, 5};
+    const char *const loss_names[] = {"KD", "budget"};
+    log_panel(g, "losses", loss_cols, loss_names, 2, has);
+    fprintf(g, "set title 'expected cost / final target'\nplot 1 with lines dt 2 lc rgb '#999999' title 'target'");
+    if (r->targets.latency_ms > 0)
+        fprintf(g, ", 'search.csv' using 1:($6 / %g) with lines title 'latency'", r->targets.latency_ms);
+    if (r->targets.memory_bytes > 0)
+        fprintf(g, ", 'search.csv' using 1:($8 / %g) with lines title 'memory'", r->targets.memory_bytes / (1024.0 * 1024.0));
+    if (r->targets.throughput_tok_s > 0)
+        fprintf(g, ", 'search.csv' using 1:($10 / %g) with lines title 'throughput'", r->targets.throughput_tok_s);
+    fprintf(g, "\nset title 'max choice probability per axis'\nset yrange [0:1.05]\nset key off\nplot");
+    for (int a = 0; a < n_axes; a++)
+        fprintf(g, "%s 'search.csv' using 1:%d with lines", a ? "," : "", 12 + a);
+    fprintf(g, "\nset autoscale y\n");
+    for (int a = 0; a < n_axes; a++)
+        cols[a] = 12 + n_axes + a;
+    log_panel(g, "||grad KD|| / ||grad budget|| per axis", cols, NULL, n_axes, has);
+    fprintf(g, "unset multiplot\n");
+    free(has);
+    free(cols);
+}
+
+static ac_status plot(const char *dir, const ac_cost_model *cost, const ac_search_report *r)
+{
+    char script[4096], command[8400];
+    if (strchr(dir, '\''))
+        return ac_fail(AC_ERR_UNSUPPORTED, "search: not drawing search.png: the directory %s has a quote in its name", dir);
+    snprintf(script, sizeof script, "%s/search.gp", dir);
+    FILE *g = fopen(script, "w");
+    if (!g)
+        return ac_fail(AC_ERR_IO, "search: cannot write %s", script);
+    char csv[4096];
+    snprintf(csv, sizeof csv, "%s/search.csv", dir);
+    write_plot_script(g, csv, cost, r);
+    if (fclose(g) != 0)
+        return ac_fail(AC_ERR_IO, "search: cannot write %s", script);
+    /* the script names its files relative to the run's directory */
+    snprintf(command, sizeof command, "cd '%s' && gnuplot search.gp >search.gp.log 2>&1", dir);
+    int status = system(command);
+    if (status != 0)
+        return ac_fail(AC_ERR_UNSUPPORTED, "search: gnuplot could not draw %s/search.png (status %d, see "
+                                           "search.gp.log; scripts/setup.sh installs gnuplot-nox)", dir,
+                       WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+    return AC_OK;
+}
+
+ac_status ac_search_write_outputs(const char *dir, const ac_contract *contract, const ac_cost_model *cost,
+                                  const int *choice, const ac_repair_step *steps, const ac_search_report *report)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/arch.json", dir);
+    ac_status st = ac_config_json_write(path, &report->arch);
+    if (st == AC_OK) {
+        snprintf(path, sizeof path, "%s/search.json", dir);
+        st = write_summary(path, contract, cost, choice, steps, report);
+    }
+    if (st == AC_OK && plot(dir, cost, report) != AC_OK) {
+        /* the plot is a convenience: the numbers are in search.csv */
+        ac_warn("%s", ac_error_message());
+        ac_clear_error();
+    }
+    return st;
+}

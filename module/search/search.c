@@ -1,0 +1,543 @@
+/* The search loop: importance on calibration tokens, the parent reordered so widths are
+ * prefixes, then router steps (KD from the unmasked parent + the budget loss on the cost
+ * model's expected cost, AdamW on the router logits, annealed temperature), resumable,
+ * with per-step diagnostics; finally the argmax architecture, repaired greedily until
+ * the cost model says it meets every target. */
+#include "autocompress/search.h"
+
+#include "autocompress/config_json.h"
+#include "autocompress/log.h"
+#include "autocompress/tokens.h"
+#include "autocompress/train.h"
+#include "kernels/kernels.h"
+#include "search/search_loop.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+ac_search_params ac_search_default_params(void)
+{
+    ac_search_params p;
+    memset(&p, 0, sizeof p);
+    p.calib_seqs = 64;
+    p.batch = 4;
+    p.seq_len = 128;
+    p.kd_tau = 1.0f;
+    p.kd_weight = 1.0f;
+    p.budget = (ac_budget_weights){10.0, 100.0};
+    p.lr = 0.05f;
+    p.temp_start = 1.0f;
+    p.temp_end = 0.05f;
+    p.sampling = AC_ROUTER_SOFTMAX;
+    p.target_warmup = 0.3f;
+    p.seed = 1;
+    p.checkpoint_every = 20;
+    p.progress = AC_PROGRESS_AUTO;
+    return p;
+}
+
+static ac_status check_params(const ac_search_params *p)
+{
+    if (!p->data_dir || !p->out_dir)
+        return ac_fail(AC_ERR_INVALID, "search: needs a data directory and an output directory");
+    if (p->calib_seqs < 1 || p->batch < 1 || p->seq_len < 2)
+        return ac_fail(AC_ERR_INVALID, "search: calibration sequences (%d), batch (%d) and sequence length (%d) must "
+                                       "be positive (length >= 2)", p->calib_seqs, p->batch, p->seq_len);
+    if (!(p->kd_tau > 0) || !(p->kd_weight >= 0) || !(p->lr > 0))
+        return ac_fail(AC_ERR_INVALID, "search: kd_tau (%g) and lr (%g) must be positive and kd_weight (%g) >= 0",
+                       (double)p->kd_tau, (double)p->lr, (double)p->kd_weight);
+    if (!(p->budget.lambda1 >= 0) || !(p->budget.lambda2 >= 0))
+        return ac_fail(AC_ERR_INVALID, "search: budget weights must be >= 0");
+    if (!(p->temp_start > 0) || !(p->temp_end > 0))
+        return ac_fail(AC_ERR_INVALID, "search: temperatures must be positive");
+    if (!(p->target_warmup >= 0 && p->target_warmup <= 1))
+        return ac_fail(AC_ERR_INVALID, "search: target_warmup must be in [0, 1], got %g", (double)p->target_warmup);
+    if (p->train_weights)
+        return ac_fail(AC_ERR_UNSUPPORTED, "search: --train-weights is not supported yet (the weights stay frozen)");
+    return AC_OK;
+}
+
+/* ---- targets ---- */
+
+static ac_contract_costs costs_of(const ac_cost_prediction *p)
+{
+    ac_contract_costs c;
+    memset(&c, 0, sizeof c);
+    c.has_latency = c.has_throughput = c.has_memory = true;
+    c.latency_ms = p->latency_ms;
+    c.throughput_tok_s = p->throughput_tok_s;
+    c.memory_gib = p->memory_bytes / (1024.0 * 1024.0 * 1024.0);
+    return c;
+}
+
+static ac_status resolve_targets(const ac_contract *c, const ac_cost_prediction *parent, ac_budget_targets *t)
+{
+    ac_contract_costs pc = costs_of(parent), abs;
+    ac_status st = ac_contract_resolve_targets(c, &pc, &abs);
+    if (st != AC_OK)
+        return st;
+    t->latency_ms = abs.has_latency ? abs.latency_ms : 0;
+    t->throughput_tok_s = abs.has_throughput ? abs.throughput_tok_s : 0;
+    t->memory_bytes = abs.has_memory ? abs.memory_gib * 1024.0 * 1024.0 * 1024.0 : 0;
+    return AC_OK;
+}
+
+/* The targets at step `step` of `steps`: from the parent's cost to the final ones over
+ * the warm-up (Sheared-LLaMA's warmed-up target). */
+static ac_budget_targets warmed_targets(const ac_budget_targets *final, const ac_cost_prediction *parent, double frac)
+{
+    ac_budget_targets t = *final;
+    double a = frac >= 1.0 ? 1.0 : frac;
+    if (t.latency_ms > 0)
+        t.latency_ms = parent->latency_ms + a * (final->latency_ms - parent->latency_ms);
+    if (t.memory_bytes > 0)
+        t.memory_bytes = parent->memory_bytes + a * (final->memory_bytes - parent->memory_bytes);
+    if (t.throughput_tok_s > 0)
+        t.throughput_tok_s = parent->throughput_tok_s + a * (final->throughput_tok_s - parent->throughput_tok_s);
+    return t;
+}
+
+double ac_search_excess(const ac_budget_targets *t, const ac_cost_prediction *p)
+{
+    double e = 0;
+    if (t->latency_ms > 0)
+        e += fmax(0.0, (p->latency_ms - t->latency_ms) / t->latency_ms);
+    if (t->memory_bytes > 0)
+        e += fmax(0.0, (p->memory_bytes - t->memory_bytes) / t->memory_bytes);
+    if (t->throughput_tok_s > 0)
+        e += fmax(0.0, (t->throughput_tok_s - p->throughput_tok_s) / t->throughput_tok_s);
+    return e;
+}
+
+/* ---- the run's state ---- */
+
+typedef struct {
+    const ac_search_params *p;
+    const ac_contract *contract;
+    ac_model *model;            /* the reordered parent */
+    ac_importance imp;          /* in the reordered order */
+    ac_cost_model *cost;
+    ac_routers *routers;
+    ac_tokens *tokens;
+    ac_train_step *student, *teacher;
+    float *teacher_logits;
+    int32_t *batch_tokens;
+    int n_logits, n_axes, steps;
+    float *m, *v, *grad;        /* AdamW moments and the gradient of the logits */
+    double *probs, *dprobs, *dprobs_budget, *dl_kd, *dl_budget, *d_lat, *d_mem, *d_thr;
+    ac_cost_prediction parent_cost;
+    ac_budget_targets targets;
+    int64_t calib_tokens;
+    char fingerprint[AC_SEARCH_FINGERPRINT];
+    FILE *csv;
+} search_run;
+
+static void free_run(search_run *r)
+{
+    if (r->csv)
+        fclose(r->csv);
+    ac_train_step_free(r->student);
+    ac_train_step_free(r->teacher);
+    ac_routers_free(r->routers);
+    ac_cost_model_free(r->cost);
+    ac_tokens_close(r->tokens);
+    ac_importance_free(&r->imp);
+    ac_model_free(r->model);
+    free(r->teacher_logits);
+    free(r->batch_tokens);
+    free(r->m);
+    free(r->v);
+    free(r->grad);
+    free(r->probs);
+    free(r->dprobs);
+    free(r->dprobs_budget);
+    free(r->dl_kd);
+    free(r->dl_budget);
+    free(r->d_lat);
+    free(r->d_mem);
+    free(r->d_thr);
+}
+
+static void path_in(const search_run *r, const char *name, char *buf, size_t size)
+{
+    snprintf(buf, size, "%s/%s", r->p->out_dir, name);
+}
+
+/* batch windows of seq_len input tokens, packed: the sampler writes seq_len + 1 per
+ * window (inputs and targets), buf must hold batch * (seq_len + 1); the search needs
+ * no targets, so each window's last token is dropped. */
+static ac_status sample_inputs(const ac_tokens *tokens, uint64_t seed, uint64_t step, int batch, int seq_len,
+                               int32_t *buf)
+{
+    ac_status st = ac_tokens_sample_batch(tokens, seed, step, batch, seq_len, buf, NULL);
+    for (int b = 1; st == AC_OK && b < batch; b++)
+        memmove(buf + (size_t)b * seq_len, buf + (size_t)b * (seq_len + 1), (size_t)seq_len * sizeof *buf);
+    return st;
+}
+
+/* Importance from the calibration batch (or the run's saved file), then the reorder. */
+static ac_status prepare_model(search_run *r, const ac_model *parent)
+{
+    const ac_search_params *p = r->p;
+    char path[4096];
+    path_in(r, "importance.safetensors", path, sizeof path);
+    struct stat sb;
+    ac_status st;
+    r->calib_tokens = (int64_t)p->calib_seqs * p->seq_len;
+    if (stat(path, &sb) == 0) {
+        st = ac_importance_load(path, ac_model_arch(parent), &r->imp);
+    } else {
+        int32_t *calib = malloc((size_t)p->calib_seqs * (p->seq_len + 1) * sizeof *calib);
+        if (!calib)
+            return ac_fail(AC_ERR_NOMEM, "search: out of memory for %d calibration sequences", p->calib_seqs);
+        /* calibration windows come from their own stream of the seed */
+        st = sample_inputs(r->tokens, p->seed ^ 0x63616c6962ULL, 0, p->calib_seqs, p->seq_len, calib);
+        if (st == AC_OK)
+            st = ac_importance_compute(parent, calib, p->calib_seqs, p->seq_len, &r->imp);
+        free(calib);
+        if (st == AC_OK)
+            st = ac_importance_save(&r->imp, path);
+    }
+    if (st == AC_OK)
+        st = ac_model_slice(parent, ac_model_arch(parent), NULL, 0, &r->model);
+    if (st == AC_OK)
+        st = ac_model_reorder(r->model, &r->imp);
+    return st;
+}
+
+static ac_status alloc_buffers(search_run *r)
+{
+    const ac_search_params *p = r->p;
+    int n = r->n_logits, V = ac_model_arch(r->model)->vocab;
+    size_t rows = (size_t)p->batch * p->seq_len;
+    r->teacher_logits = malloc(rows * (size_t)V * sizeof *r->teacher_logits);
+    r->batch_tokens = malloc((rows + (size_t)p->batch) * sizeof *r->batch_tokens);
+    r->m = calloc((size_t)n, sizeof *r->m);
+    r->v = calloc((size_t)n, sizeof *r->v);
+    r->grad = calloc((size_t)n, sizeof *r->grad);
+    double **d[] = {&r->probs, &r->dprobs, &r->dprobs_budget, &r->dl_kd, &r->dl_budget, &r->d_lat, &r->d_mem, &r->d_thr};
+    int ok = r->teacher_logits && r->batch_tokens && r->m && r->v && r->grad;
+    for (size_t i = 0; i < sizeof d / sizeof d[0]; i++) {
+        *d[i] = calloc((size_t)n, sizeof(double));
+        ok = ok && *d[i];
+    }
+    return ok ? AC_OK : ac_fail(AC_ERR_NOMEM, "search: out of memory for a batch of %d x %d", p->batch, p->seq_len);
+}
+
+static ac_status open_tokens(search_run *r, const ac_model *parent)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/train.bin", r->p->data_dir);
+    ac_status st = ac_tokens_open(path, &r->tokens);
+    if (st != AC_OK)
+        return st;
+    if ((int)ac_tokens_vocab_size(r->tokens) > ac_model_arch(parent)->vocab)
+        return ac_fail(AC_ERR_INVALID, "search: %s has vocabulary %u, larger than the model's %d", path,
+                       ac_tokens_vocab_size(r->tokens), ac_model_arch(parent)->vocab);
+    return AC_OK;
+}
+
+static ac_status setup(search_run *r, const ac_model *parent, const ac_cost_tables *tables)
+{
+    const ac_search_params *p = r->p;
+    ac_status st = open_tokens(r, parent);
+    if (st == AC_OK)
+        st = prepare_model(r, parent);
+    if (st == AC_OK)
+        st = ac_cost_model_create(tables, ac_model_arch(r->model), r->contract, &r->cost);
+    if (st == AC_OK)
+        st = ac_cost_predict_arch(r->cost, ac_model_arch(r->model), &r->parent_cost);
+    if (st == AC_OK)
+        st = resolve_targets(r->contract, &r->parent_cost, &r->targets);
+    if (st == AC_OK)
+        st = ac_routers_create(r->cost, ac_model_arch(r->model), &r->routers);
+    if (st != AC_OK)
+        return st;
+    ac_routers_set_expert_masking(r->routers, p->expert_masking);
+    r->n_logits = ac_routers_count(r->routers);
+    r->n_axes = ac_cost_model_axis_count(r->cost);
+    int64_t budget = p->max_tokens > 0 ? p->max_tokens
+                     : r->contract->budgets.has_search_tokens ? r->contract->budgets.search_tokens : 0;
+    if (budget <= 0)
+        return ac_fail(AC_ERR_INVALID, "search: no token budget (give --tokens or the contract's budgets.search_tokens)");
+    int64_t per_step = (int64_t)p->batch * p->seq_len;
+    if (budget - r->calib_tokens < per_step)
+        return ac_fail(AC_ERR_INVALID, "search: the budget of %lld tokens leaves no router step after %lld calibration "
+                                       "tokens (a step takes %lld)", (long long)budget, (long long)r->calib_tokens,
+                       (long long)per_step);
+    r->steps = (int)((budget - r->calib_tokens) / per_step);
+    st = alloc_buffers(r);
+    if (st == AC_OK)
+        st = ac_train_step_create(r->model, p->batch, p->seq_len, &r->student);
+    if (st == AC_OK && p->kd_weight > 0)
+        st = ac_train_step_create(r->model, p->batch, p->seq_len, &r->teacher);
+    snprintf(r->fingerprint, sizeof r->fingerprint,
+             "contract=%s data=%s calib=%d batch=%d seq=%d steps=%d tau=%g kd=%g l1=%g l2=%g lr=%g temp=%g..%g "
+             "sampling=%d experts=%d warmup=%g seed=%llu axes=%d logits=%d",
+             r->contract->name, p->data_dir, p->calib_seqs, p->batch, p->seq_len, r->steps, (double)p->kd_tau,
+             (double)p->kd_weight, p->budget.lambda1, p->budget.lambda2, (double)p->lr, (double)p->temp_start,
+             (double)p->temp_end, (int)p->sampling, (int)p->expert_masking, (double)p->target_warmup, (unsigned long long)p->seed, r->n_axes,
+             r->n_logits);
+    return st;
+}
+
+/* ---- one router step ---- */
+
+float ac_search_temperature(const ac_search_params *p, int step, int steps)
+{
+    if (steps <= 1)
+        return p->temp_end;
+    double f = (double)step / (double)(steps - 1);
+    return (float)(p->temp_start * pow((double)p->temp_end / p->temp_start, f));
+}
+
+static double grad_norm_axis(const double *g, const ac_cost_axis *a)
+{
+    double s = 0;
+    for (int i = 0; i < a->count; i++)
+        s += g[a->offset + i] * g[a->offset + i];
+    return sqrt(s);
+}
+
+typedef struct {
+    double kd, budget;
+    ac_cost_prediction expected;
+    ac_budget_targets targets;
+    float temperature;
+} step_result;
+
+static ac_status kd_gradient(search_run *r, int step, const ac_masks *masks, ac_mask_grads *mg, double *kd)
+{
+    const ac_search_params *p = r->p;
+    size_t rows = (size_t)p->batch * p->seq_len;
+    int32_t *window = r->batch_tokens;
+    ac_status st = sample_inputs(r->tokens, p->seed, (uint64_t)step, p->batch, p->seq_len, window);
+    if (st != AC_OK)
+        return st;
+    double unused;
+    ac_step_inputs tin = {.tokens = window, .targets = window, .kd_tau = 0};
+    st = ac_train_step_loss(r->teacher, &tin, &unused);
+    if (st != AC_OK)
+        return st;
+    memcpy(r->teacher_logits, ac_train_step_logits(r->teacher),
+           rows * (size_t)ac_model_arch(r->model)->vocab * sizeof(float));
+    ac_step_inputs in = {.tokens = window, .teacher_logits = r->teacher_logits, .kd_tau = p->kd_tau, .masks = masks,
+                         .mask_grads = mg};
+    return ac_train_step_run(r->student, &in, kd);
+}
+
+static ac_status router_step(search_run *r, int step, step_result *out)
+{
+    const ac_search_params *p = r->p;
+    int n = r->n_logits;
+    out->temperature = ac_search_temperature(p, step, r->steps);
+    ac_routers_probs(r->routers, out->temperature, p->sampling, p->seed * 0x9e3779b97f4a7c15ULL + (uint64_t)step,
+                     r->probs);
+    const ac_masks *masks = ac_routers_masks(r->routers, r->probs);
+    out->kd = 0;
+    ac_mask_grads *mg = ac_routers_mask_grads(r->routers); /* zeroed */
+    ac_status st = p->kd_weight > 0 ? kd_gradient(r, step, masks, mg, &out->kd) : AC_OK;
+    if (st != AC_OK)
+        return st;
+    ac_routers_backward(r->routers, r->probs, NULL, out->temperature, r->dprobs, r->dl_kd);
+
+    st = ac_cost_expected(r->cost, r->probs, &out->expected, r->d_lat, r->d_mem, r->d_thr);
+    if (st != AC_OK)
+        return st;
+    double frac = p->target_warmup > 0 ? (double)step / ((double)p->target_warmup * r->steps) : 1.0;
+    out->targets = warmed_targets(&r->targets, &r->parent_cost, frac);
+    out->budget =
+        ac_budget_loss(&out->targets, &p->budget, &out->expected, r->d_lat, r->d_mem, r->d_thr, n, r->dprobs_budget);
+    /* the budget's gradient alone, with the mask gradients zeroed again */
+    (void)ac_routers_mask_grads(r->routers);
+    ac_routers_backward(r->routers, r->probs, r->dprobs_budget, out->temperature, r->dprobs, r->dl_budget);
+    for (int i = 0; i < n; i++)
+        r->grad[i] = (float)((double)p->kd_weight * r->dl_kd[i] + r->dl_budget[i]);
+    ac_kctx k = {0};
+    ac_k_adamw(&k, (size_t)n, ac_routers_logits(r->routers), r->grad, r->m, r->v, p->lr, 0.9f, 0.999f, 1e-8f, 0.0f,
+               step + 1);
+    return AC_OK;
+}
+
+/* ---- diagnostics ---- */
+
+void ac_search_axis_label(const ac_cost_axis *a, char *buf, size_t size)
+{
+    if (a->layer < 0)
+        snprintf(buf, size, "%s", ac_axis_kind_name(a->kind));
+    else
+        snprintf(buf, size, "L%d.%s", a->layer, ac_axis_kind_name(a->kind));
+}
+
+static ac_status open_csv(search_run *r, int resumed_step)
+{
+    char path[4096];
+    path_in(r, "search.csv", path, sizeof path);
+    /* a resumed run keeps the rows of the steps it does not redo */
+    char *kept = NULL;
+    size_t kept_len = 0;
+    FILE *old = resumed_step > 0 ? fopen(path, "r") : NULL;
+    if (old) {
+        char line[65536];
+        FILE *mem = open_memstream(&kept, &kept_len);
+        for (int row = 0; mem && fgets(line, sizeof line, old) && row <= resumed_step; row++)
+            fputs(line, mem);
+        if (mem)
+            fclose(mem);
+        fclose(old);
+    }
+    r->csv = fopen(path, "w");
+    if (!r->csv) {
+        free(kept);
+        return ac_fail(AC_ERR_IO, "search: cannot write %s", path);
+    }
+    if (kept && kept_len) {
+        fwrite(kept, 1, kept_len, r->csv);
+    } else {
+        fprintf(r->csv, "step,tokens,temperature,kd,budget,latency_ms,latency_target,memory_mib,memory_target,"
+                        "throughput,throughput_target");
+        char label[64];
+        for (int a = 0; a < r->n_axes; a++) {
+            ac_search_axis_label(ac_cost_model_axis(r->cost, a), label, sizeof label);
+            fprintf(r->csv, ",maxp:%s", label);
+        }
+        for (int a = 0; a < r->n_axes; a++) {
+            ac_search_axis_label(ac_cost_model_axis(r->cost, a), label, sizeof label);
+            fprintf(r->csv, ",ratio:%s", label);
+        }
+        fputc('\n', r->csv);
+    }
+    free(kept);
+    return AC_OK;
+}
+
+static void write_row(search_run *r, int step, int64_t tokens, const step_result *s)
+{
+    const double mib = 1024.0 * 1024.0;
+    fprintf(r->csv, "%d,%lld,%.5g,%.6g,%.6g,%.5g,%.5g,%.5g,%.5g,%.5g,%.5g", step, (long long)tokens,
+            (double)s->temperature, s->kd, s->budget, s->expected.latency_ms, s->targets.latency_ms,
+            s->expected.memory_bytes / mib, s->targets.memory_bytes / mib, s->expected.throughput_tok_s,
+            s->targets.throughput_tok_s);
+    for (int a = 0; a < r->n_axes; a++) {
+        const ac_cost_axis *ax = ac_cost_model_axis(r->cost, a);
+        double best = 0;
+        for (int i = 0; i < ax->count; i++)
+            best = fmax(best, r->probs[ax->offset + i]);
+        fprintf(r->csv, ",%.4f", best);
+    }
+    for (int a = 0; a < r->n_axes; a++) {
+        const ac_cost_axis *ax = ac_cost_model_axis(r->cost, a);
+        double kd = grad_norm_axis(r->dl_kd, ax), budget = grad_norm_axis(r->dl_budget, ax);
+        fprintf(r->csv, ",%.4g", budget > 0 ? (double)r->p->kd_weight * kd / budget : NAN);
+    }
+    fputc('\n', r->csv);
+}
+
+/* ---- the loop ---- */
+
+static ac_status run_steps(search_run *r, int start, ac_search_report *report)
+{
+    const ac_search_params *p = r->p;
+    int64_t per_step = (int64_t)p->batch * p->seq_len;
+    ac_progress *progress = NULL;
+    ac_status st = ac_progress_init(&progress, "search", (double)(r->calib_tokens + per_step * r->steps), "tokens",
+                                    p->progress, stderr);
+    if (st != AC_OK)
+        return st;
+    step_result s;
+    memset(&s, 0, sizeof s);
+    for (int step = start; st == AC_OK && step < r->steps; step++) {
+        st = router_step(r, step, &s);
+        if (st != AC_OK)
+            break;
+        int64_t tokens = r->calib_tokens + per_step * (step + 1);
+        write_row(r, step, tokens, &s);
+        ac_progress_metric(progress, "kd", s.kd);
+        ac_progress_metric(progress, "budget", s.budget);
+        ac_progress_metric(progress, "latency_ms", s.expected.latency_ms);
+        ac_progress_metric(progress, "memory_mib", s.expected.memory_bytes / (1024.0 * 1024.0));
+        ac_progress_update(progress, (double)tokens);
+        report->last_kd = s.kd;
+        report->last_budget = s.budget;
+        int done = step + 1;
+        if (done == r->steps || (p->checkpoint_every > 0 && done % p->checkpoint_every == 0)) {
+            fflush(r->csv);
+            ac_search_state state = {.step = done, .tokens = tokens};
+            memcpy(state.fingerprint, r->fingerprint, sizeof state.fingerprint);
+            st = ac_search_state_save(p->out_dir, &state, ac_routers_logits(r->routers), r->m, r->v, r->n_logits);
+        }
+    }
+    ac_progress_finish(progress);
+    ac_progress_free(progress);
+    return st;
+}
+
+static ac_status resume_or_start(search_run *r, int *start)
+{
+    ac_search_state state;
+    int found = 0;
+    ac_status st = ac_search_state_load(r->p->out_dir, &state, ac_routers_logits(r->routers), r->m, r->v,
+                                        r->n_logits, &found);
+    *start = 0;
+    if (st != AC_OK || !found)
+        return st;
+    if (strcmp(state.fingerprint, r->fingerprint))
+        return ac_fail(AC_ERR_INVALID, "search: %s holds a search with other settings (%s); use another --out or the "
+                                       "same settings (%s)", r->p->out_dir, state.fingerprint, r->fingerprint);
+    *start = state.step;
+    return AC_OK;
+}
+
+ac_status ac_search_run(const ac_model *parent, const ac_contract *contract, const ac_cost_tables *tables,
+                        const ac_search_params *params, ac_search_report *report)
+{
+    memset(report, 0, sizeof *report);
+    report->resumed_from = -1;
+    ac_status st = check_params(params);
+    if (st != AC_OK)
+        return st;
+    if (mkdir(params->out_dir, 0777) != 0 && errno != EEXIST)
+        return ac_fail(AC_ERR_IO, "search: cannot create %s", params->out_dir);
+    search_run r;
+    memset(&r, 0, sizeof r);
+    r.p = params;
+    r.contract = contract;
+    st = setup(&r, parent, tables);
+    int start = 0;
+    if (st == AC_OK)
+        st = resume_or_start(&r, &start);
+    if (st == AC_OK)
+        st = open_csv(&r, start);
+    if (st == AC_OK) {
+        report->resumed_from = start > 0 ? start : -1;
+        if (start > 0)
+            ac_info("search: resumed at step %d of %d", start, r.steps);
+        st = run_steps(&r, start, report);
+    }
+    int *choice = NULL;
+    ac_repair_step repairs[AC_SEARCH_MAX_REPAIRS];
+    if (st == AC_OK) {
+        fclose(r.csv);
+        r.csv = NULL;
+        report->steps = r.steps;
+        report->calib_tokens = r.calib_tokens;
+        report->tokens = r.calib_tokens + (int64_t)params->batch * params->seq_len * r.steps;
+        report->targets = r.targets;
+        report->parent = r.parent_cost;
+        /* the final distributions, without noise, at the last temperature */
+        ac_routers_probs(r.routers, params->temp_end, AC_ROUTER_SOFTMAX, 0, r.probs);
+        choice = calloc((size_t)r.n_axes, sizeof *choice);
+        st = choice ? ac_search_discretize(r.cost, ac_model_arch(r.model), r.probs, &r.imp, &r.targets, choice, repairs, AC_SEARCH_MAX_REPAIRS,
+                                           report)
+                    : ac_fail(AC_ERR_NOMEM, "search: out of memory");
+    }
+    if (st == AC_OK)
+        st = ac_search_write_outputs(params->out_dir, contract, r.cost, choice, repairs, report);
+    free(choice);
+    free_run(&r);
+    return st;
+}

@@ -1,0 +1,56 @@
+/* What the search loop's files share: the resumable state (state.c), the discrete
+ * choice and its repair (discretize.c), the outputs (outputs.c). */
+#ifndef AC_SEARCH_LOOP_H
+#define AC_SEARCH_LOOP_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "autocompress/search.h"
+
+enum { AC_SEARCH_FINGERPRINT = 512, AC_SEARCH_MAX_REPAIRS = 256 };
+
+typedef struct {
+    int step;        /* router steps done */
+    int64_t tokens;  /* search tokens so far */
+    char fingerprint[AC_SEARCH_FINGERPRINT]; /* the run's settings */
+} ac_search_state;
+
+/* DIR/search_state.bin, written whole or not at all: the state, the router logits and
+ * their AdamW moments (n floats each). */
+ac_status ac_search_state_save(const char *dir, const ac_search_state *state, const float *logits, const float *m,
+                               const float *v, int n);
+/* *found = 0 (and nothing read) when DIR holds no state; a state for another number of
+ * logits, or a damaged file, is an error naming the file. */
+ac_status ac_search_state_load(const char *dir, ac_search_state *state, float *logits, float *m, float *v, int n,
+                               int *found);
+
+/* Sum of the relative excesses of p over the targets (0: every target met). */
+double ac_search_excess(const ac_budget_targets *t, const ac_cost_prediction *p);
+/* The temperature of step `step` of `steps` (geometric from temp_start to temp_end). */
+float ac_search_temperature(const ac_search_params *p, int step, int steps);
+/* "hidden", "L3.experts" */
+void ac_search_axis_label(const ac_cost_axis *a, char *buf, size_t size);
+
+/* One step down an axis made by the repair. */
+typedef struct {
+    int axis, from, to;  /* value indices */
+    double saved, lost;  /* relative excess saved, importance fraction lost */
+} ac_repair_step;
+
+/* The routers' argmax, then greedy repair: while the cost model says a target is
+ * missed, take the step down one axis (to its next smaller value) with the best ratio
+ * of excess saved to importance lost. Fills report->arch, chosen, meets, repair_steps;
+ * choice[axis count] and steps[] (at most max_steps) receive the result. */
+ac_status ac_search_discretize(const ac_cost_model *cost, const ac_arch *parent, const double *probs,
+                               const ac_importance *imp,
+                               const ac_budget_targets *targets, int *choice, ac_repair_step *steps, int max_steps,
+                               ac_search_report *report);
+
+/* arch.json (the chosen architecture as a config.json: nemotron_h_puzzle when layers
+ * differ) and search.json (targets, predictions, choices, repairs, tokens), and
+ * search.png from search.csv when gnuplot is there. */
+ac_status ac_search_write_outputs(const char *dir, const ac_contract *contract, const ac_cost_model *cost,
+                                  const int *choice, const ac_repair_step *steps, const ac_search_report *report);
+
+#endif

@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# `autocompress search` end to end on a tiny trained model: profile it under a contract
+# with a latency ratio, search, and check the outputs (arch.json that reads back, the
+# summary, the diagnostics CSV, the plot script); a rerun on the same directory resumes
+# and ends with the same architecture; bad arguments name what is wrong.
+set -euo pipefail
+ac=$1
+src=$2
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+export OMP_NUM_THREADS=2
+fail() { echo "FAIL: $*"; exit 1; }
+
+"$ac" tokenize --tokenizer "$src/examples/data/tokenizer.json" --out "$tmp/data" --format lines --val-percent 10 \
+  --progress off "$src/tests/fixtures/tokenizer/lines.txt" >/dev/null
+cat > "$tmp/config.json" <<'JSON'
+{"model_type": "nemotron_h", "vocab_size": 4096, "hidden_size": 32, "hybrid_override_pattern": "M*-EME",
+ "layer_norm_epsilon": 1e-5, "mamba_num_heads": 4, "mamba_head_dim": 8, "n_groups": 2, "ssm_state_size": 8,
+ "conv_kernel": 4, "chunk_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 8,
+ "intermediate_size": 64, "n_routed_experts": 8, "num_experts_per_tok": 2, "moe_intermediate_size": 16,
+ "moe_shared_expert_intermediate_size": 32, "routed_scaling_factor": 2.5}
+JSON
+"$ac" train --config "$tmp/config.json" --data "$tmp/data" --steps 20 --batch 4 --seq-len 32 --lr 3e-3 --warmup 2 \
+  --seed 5 --progress off --out "$tmp/parent" >/dev/null 2>&1
+cat >"$tmp/tiny.cfg" <<'CFG'
+name = "tiny";
+hardware = { device = "cpu"; threads = 1; };
+workload = { batch = 1; input_tokens = 16; output_tokens = 4; };
+targets = { latency_ratio = 0.6; };
+search_space = {
+  hidden_sizes = [32, 24, 16];
+  mamba_heads = { values = [4]; scope = "per_layer"; remove = true; };
+  routed_experts = [8, 4];
+  routed_ffn = [16, 8, 0];
+  shared_ffn = [32, 16, 0];
+  removable = ["mamba", "moe"];
+};
+budgets = { search_tokens = 100000; };
+CFG
+"$ac" profile --model "$tmp/parent" --contract "$tmp/tiny.cfg" --out "$tmp/tables.json" --repeats 1 \
+  --no-reference --progress off >/dev/null || fail "profile exited $?"
+
+args=(search --model "$tmp/parent" --contract "$tmp/tiny.cfg" --tables "$tmp/tables.json" --data "$tmp/data"
+      --calib-seqs 4 --batch 2 --seq-len 32 --tokens $((4 * 32 + 40 * 64)) --checkpoint-every 5 --progress off)
+"$ac" "${args[@]}" --out "$tmp/s" >"$tmp/out" || fail "search exited $?: $(cat "$tmp/out")"
+grep -q "^search: 40 router steps, 2688 search tokens (128 calibration)" "$tmp/out" || fail "summary: $(cat "$tmp/out")"
+grep -q "meets every target" "$tmp/out" || fail "no verdict: $(cat "$tmp/out")"
+for f in arch.json search.json search.csv search.gp importance.safetensors search_state.bin; do
+  [ -s "$tmp/s/$f" ] || fail "no $f"
+done
+[ "$(wc -l <"$tmp/s/search.csv")" -eq 41 ] || fail "search.csv: want a header and 40 rows"
+grep -q '"block_configs"\|"hybrid_override_pattern"' "$tmp/s/arch.json" || fail "arch.json is not a config"
+grep -q '"meets_targets":[[:space:]]*true' "$tmp/s/search.json" || fail "search.json: $(cat "$tmp/s/search.json")"
+# arch.json is a config the tools read: its cost can be predicted
+"$ac" costmodel predict --model "$tmp/parent" --contract "$tmp/tiny.cfg" --tables "$tmp/tables.json" \
+  --arch "$tmp/s/arch.json" >"$tmp/pred" || fail "predict on arch.json exited $?"
+
+# a rerun of a finished search resumes from its state and chooses the same
+cp "$tmp/s/arch.json" "$tmp/first.json"
+rm "$tmp/s/arch.json"
+"$ac" "${args[@]}" --out "$tmp/s" >"$tmp/again" || fail "rerun exited $?"
+grep -q "(resumed)" "$tmp/again" || fail "rerun did not resume: $(cat "$tmp/again")"
+cmp -s "$tmp/first.json" "$tmp/s/arch.json" || fail "rerun chose another architecture"
+# score masking is a setting of its own: the same directory refuses it
+set +e
+"$ac" "${args[@]}" --out "$tmp/s" --expert-masking scores 2>"$tmp/err" >/dev/null; rc=$?
+[ $rc -eq 2 ] && grep -q "other settings" "$tmp/err" || fail "changed settings: rc $rc, $(cat "$tmp/err")"
+"$ac" "${args[@]}" --out "$tmp/t" --expert-masking sideways 2>"$tmp/err"; rc=$?
+[ $rc -eq 2 ] && grep -q "sideways" "$tmp/err" || fail "bad --expert-masking: rc $rc, $(cat "$tmp/err")"
+"$ac" search --model "$tmp/parent" --contract "$tmp/tiny.cfg" 2>"$tmp/err"; rc=$?
+[ $rc -eq 2 ] && grep -q -- "--tables" "$tmp/err" || fail "missing --tables: rc $rc, $(cat "$tmp/err")"
+"$ac" "${args[@]}" --out "$tmp/u" --tokens 100 2>"$tmp/err"; rc=$?
+[ $rc -eq 2 ] && grep -q "no router step" "$tmp/err" || fail "tiny budget: rc $rc, $(cat "$tmp/err")"
+"$ac" "${args[@]}" --out "$tmp/v" --data "$tmp/nowhere" 2>"$tmp/err"; rc=$?
+[ $rc -ne 0 ] && grep -q "nowhere" "$tmp/err" || fail "missing data: rc $rc, $(cat "$tmp/err")"
+set -e
+"$ac" "${args[@]}" --out "$tmp/w" --expert-masking scores >"$tmp/scores" || fail "score masking exited $?"
+grep -q "meets every target" "$tmp/scores" || fail "score masking: $(cat "$tmp/scores")"
+echo "search: ok"

@@ -1,0 +1,439 @@
+/* The search loop on a tiny parent with synthetic cost tables whose rows grow with the
+ * block's size: the budget alone (KD weight 0) drives the routers to an architecture the
+ * cost model says meets the target, without repair; KD alone (budget weight 0) keeps the
+ * parent and moves the routers towards it; a search killed mid-way and run again ends
+ * with the same routers and architecture as one run straight through; a one-hot choice's
+ * masks (top-k score masking) give the logits of that architecture sliced from the
+ * parent. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "autocompress/config_json.h"
+#include "autocompress/contract.h"
+#include "autocompress/cost.h"
+#include "autocompress/model.h"
+#include "autocompress/runtime.h"
+#include "autocompress/search.h"
+#include "autocompress/tokens.h"
+
+enum { V = 48, D = 16 };
+
+static const char *contract_text =
+    "name = \"tiny\"; hardware = { device = \"cpu\"; threads = 1; };\n"
+    "workload = { batch = 1; input_tokens = 8; output_tokens = 4; };\n"
+    "targets = { latency_ratio = %s; };\n"
+    "search_space = { hidden_sizes = [16, 12, 8]; mamba_heads = { values = [4, 2]; scope = \"per_layer\";\n"
+    "  remove = true; }; routed_experts = [4, 2]; routed_ffn = [8, 4, 0]; shared_ffn = [8, 4, 0];\n"
+    "  removable = [\"mamba\", \"moe\"]; };\n"
+    "budgets = { search_tokens = 20000; };\n";
+
+static void make_parent(ac_arch *a)
+{
+    const char *kinds = "ME*M-E";
+    int n = (int)strlen(kinds);
+    *a = (ac_arch){.vocab = V, .hidden = D, .norm_eps = 1e-5f, .use_conv_bias = 1, .chunk_size = 8,
+                   .time_step_min = 1e-3f};
+    assert_int_equal(ac_arch_alloc_layers(a, n), AC_OK);
+    for (int i = 0; i < n; i++) {
+        a->layers[i] = (ac_block_dims){.mamba_heads = 4, .mamba_head_dim = 4, .mamba_groups = 2, .ssm_state = 4,
+                                       .conv_kernel = 4, .attn_heads = 2, .attn_kv_heads = 1, .attn_head_dim = 8,
+                                       .ffn = 12, .n_experts = 4, .top_k = 2, .expert_ffn = 8, .shared_ffn = 8,
+                                       .n_group = 1, .topk_group = 1, .norm_topk_prob = 1, .routed_scaling = 1.0f};
+        a->layers[i].kind = kinds[i] == 'M' ? AC_BLOCK_MAMBA : kinds[i] == '*' ? AC_BLOCK_ATTENTION
+                            : kinds[i] == '-' ? AC_BLOCK_MLP : AC_BLOCK_MOE;
+    }
+}
+
+static void add_row(ac_cost_tables *t, ac_cost_row r, double size)
+{
+    r.prefill_us = 20.0 * size * r.hidden / D;
+    r.decode_a_us = 1.0 * size * r.hidden / D;
+    r.samples = 1;
+    assert_int_equal(ac_cost_tables_add_row(t, &r), AC_OK);
+}
+
+/* Every row the space needs, each costing in proportion to the block's width. */
+static ac_cost_tables *make_tables(const ac_contract *c)
+{
+    ac_cost_tables_info info;
+    memset(&info, 0, sizeof info);
+    snprintf(info.contract, sizeof info.contract, "%s", c->name);
+    info.workload = c->workload;
+    info.threads = 1;
+    info.eps_bytes = 1000.0;
+    ac_cost_tables *t = NULL;
+    assert_int_equal(ac_cost_tables_create(&info, &t), AC_OK);
+    const ac_contract_search_space *s = &c->search;
+    for (int h = 0; h < s->hidden_sizes.count; h++) {
+        int d = s->hidden_sizes.values[h];
+        add_row(t, (ac_cost_row){.kind = AC_ROW_ATTENTION, .hidden = d}, 4);
+        for (int k = AC_ROW_EMBEDDING; k <= AC_ROW_OTHER; k++)
+            add_row(t, (ac_cost_row){.kind = (ac_row_kind)k, .hidden = d}, 1);
+        add_row(t, (ac_cost_row){.kind = AC_ROW_MLP, .hidden = d, .ffn = 12}, 3);
+        for (int f = 0; f < s->shared_ffn.count; f++)
+            if (s->shared_ffn.values[f] > 0)
+                add_row(t, (ac_cost_row){.kind = AC_ROW_MLP, .hidden = d, .ffn = s->shared_ffn.values[f]},
+                        s->shared_ffn.values[f] / 4.0);
+        for (int m = 0; m < s->mamba_heads.values.count; m++)
+            add_row(t, (ac_cost_row){.kind = AC_ROW_MAMBA, .hidden = d, .heads = s->mamba_heads.values.values[m]},
+                    2.0 * s->mamba_heads.values.values[m]);
+        for (int e = 0; e < s->routed_experts.count; e++)
+            for (int f = 0; f < s->routed_ffn.count; f++)
+                for (int g = 0; g < s->shared_ffn.count; g++) {
+                    int E = s->routed_experts.values[e], I = s->routed_ffn.values[f], S = s->shared_ffn.values[g];
+                    if (I > 0)
+                        add_row(t, (ac_cost_row){.kind = AC_ROW_MOE, .hidden = d, .experts = E, .expert_ffn = I,
+                                                 .shared_ffn = S},
+                                E * 0.5 + I + S / 4.0);
+                }
+    }
+    ac_memory_point mp = {D, 3e5, 2e5, 1e4, 1e4, 5e4};
+    assert_int_equal(ac_cost_tables_add_memory(t, &mp), AC_OK);
+    return t;
+}
+
+typedef struct {
+    char dir[64];
+    char data[128];
+    ac_model *parent;
+    ac_cost_tables *tables;
+    ac_contract contract;
+} fixture;
+
+static void load_contract(fixture *f, const char *ratio)
+{
+    char text[2048];
+    snprintf(text, sizeof text, contract_text, ratio);
+    assert_int_equal(ac_contract_parse_string(text, "tiny.cfg", &f->contract), AC_OK);
+}
+
+static int make_model(fixture *f)
+{
+    ac_arch a;
+    make_parent(&a);
+    ac_status st = ac_model_create(&a, &f->parent);
+    ac_arch_free(&a);
+    if (st != AC_OK)
+        return -1;
+    ac_model_init_random(f->parent, 5, 0.3f);
+    return 0;
+}
+
+static int setup(void **state)
+{
+    fixture *f = calloc(1, sizeof *f);
+    snprintf(f->dir, sizeof f->dir, "/tmp/ac-search-XXXXXX");
+    if (!mkdtemp(f->dir))
+        return -1;
+    snprintf(f->data, sizeof f->data, "%s/data", f->dir);
+    mkdir(f->data, 0777);
+    char path[256];
+    snprintf(path, sizeof path, "%s/train.bin", f->data);
+    ac_tokens_writer *w;
+    if (ac_tokens_writer_open(path, V, &w) != AC_OK)
+        return -1;
+    int32_t ids[4096];
+    /* a learnable text: short repeated phrases */
+    for (int i = 0; i < 4096; i++)
+        ids[i] = (int32_t)((i % 7) * 5 + (i / 7) % 3) % V;
+    ac_tokens_writer_append(w, ids, 4096);
+    if (ac_tokens_writer_close(w) != AC_OK)
+        return -1;
+    *state = f;
+    return make_model(f);
+}
+
+static int teardown(void **state)
+{
+    fixture *f = *state;
+    char command[128];
+    snprintf(command, sizeof command, "rm -rf %s", f->dir);
+    if (!getenv("KEEP") && system(command) != 0)
+        return -1;
+    ac_cost_tables_free(f->tables);
+    ac_model_free(f->parent);
+    free(f);
+    return 0;
+}
+
+static ac_search_params params_in(fixture *f, const char *name)
+{
+    ac_search_params p = ac_search_default_params();
+    static char out[4][160];
+    static int next;
+    char *o = out[next++ % 4];
+    snprintf(o, 160, "%s/%s", f->dir, name);
+    p.data_dir = f->data;
+    p.out_dir = o;
+    p.calib_seqs = 4;
+    p.batch = 2;
+    p.seq_len = 16;
+    p.max_tokens = 4 * 16 + 60 * 2 * 16; /* 60 router steps */
+    p.lr = 0.1f;
+    p.checkpoint_every = 5;
+    p.progress = AC_PROGRESS_OFF;
+    return p;
+}
+
+static void test_budget_alone_meets_the_target(void **state)
+{
+    fixture *f = *state;
+    load_contract(f, "0.3");
+    f->tables = make_tables(&f->contract);
+    ac_search_params p = params_in(f, "budget");
+    p.kd_weight = 0;
+    ac_search_report r;
+    assert_int_equal(ac_search_run(f->parent, &f->contract, f->tables, &p, &r), AC_OK);
+    printf("parent %.1f ms, target %.1f ms, chosen %.1f ms, repair steps %d\n", r.parent.latency_ms,
+           r.targets.latency_ms, r.chosen.latency_ms, r.repair_steps);
+    assert_true(r.targets.latency_ms < 0.35 * r.parent.latency_ms);
+    assert_true(r.meets);
+    assert_int_equal(r.repair_steps, 0);
+    assert_int_equal(r.steps, 60);
+    assert_int_equal(r.tokens, p.max_tokens);
+    /* the outputs are there and arch.json reads back as the chosen architecture */
+    char path[256];
+    snprintf(path, sizeof path, "%s/arch.json", p.out_dir);
+    ac_arch back;
+    assert_int_equal(ac_config_json_read(path, &back), AC_OK);
+    assert_int_equal(back.n_layers, r.arch.n_layers);
+    assert_int_equal(back.hidden, r.arch.hidden);
+    ac_arch_free(&back);
+    snprintf(path, sizeof path, "%s/search.csv", p.out_dir);
+    FILE *csv = fopen(path, "r");
+    assert_non_null(csv);
+    int lines = 0;
+    for (int c; (c = fgetc(csv)) != EOF;)
+        lines += c == '\n';
+    fclose(csv);
+    assert_int_equal(lines, 61);
+    ac_arch_free(&r.arch);
+}
+
+static void test_kd_alone_keeps_the_parent(void **state)
+{
+    fixture *f = *state;
+    load_contract(f, "1.0");
+    f->tables = make_tables(&f->contract);
+    ac_search_params p = params_in(f, "kd");
+    p.budget = (ac_budget_weights){0, 0};
+    ac_search_report r;
+    assert_int_equal(ac_search_run(f->parent, &f->contract, f->tables, &p, &r), AC_OK);
+    const ac_arch *pa = ac_model_arch(f->parent);
+    assert_int_equal(r.repair_steps, 0);
+    assert_int_equal(r.arch.n_layers, pa->n_layers);
+    assert_int_equal(r.arch.hidden, pa->hidden);
+    for (int i = 0; i < pa->n_layers; i++) {
+        assert_int_equal(r.arch.layers[i].kind, pa->layers[i].kind);
+        assert_int_equal(r.arch.layers[i].mamba_heads, pa->layers[i].mamba_heads);
+        assert_int_equal(r.arch.layers[i].n_experts, pa->layers[i].n_experts);
+        assert_int_equal(r.arch.layers[i].expert_ffn, pa->layers[i].expert_ffn);
+        assert_int_equal(r.arch.layers[i].shared_ffn, pa->layers[i].shared_ffn);
+    }
+    /* and the KD moved the routers towards the parent: the hidden axis is no longer uniform */
+    char path[256];
+    snprintf(path, sizeof path, "%s/search.csv", p.out_dir);
+    FILE *csv = fopen(path, "r");
+    char line[8192], last[8192] = "";
+    while (fgets(line, sizeof line, csv))
+        memcpy(last, line, sizeof line);
+    fclose(csv);
+    /* column 12 is the first axis (hidden)'s maximum probability */
+    char *field = last;
+    for (int c = 1; c < 12; c++)
+        field = strchr(field, ',') + 1;
+    printf("hidden axis: max probability %.4f after KD alone (uniform: 0.3333)\n", atof(field));
+    assert_true(atof(field) > 0.4);
+    ac_arch_free(&r.arch);
+}
+
+static void read_file(const char *path, char **data, size_t *n)
+{
+    FILE *fp = fopen(path, "rb");
+    assert_non_null(fp);
+    fseek(fp, 0, SEEK_END);
+    *n = (size_t)ftell(fp);
+    rewind(fp);
+    *data = malloc(*n);
+    assert_int_equal(fread(*data, 1, *n, fp), *n);
+    fclose(fp);
+}
+
+static void test_killed_search_resumes_identically(void **state)
+{
+    fixture *f = *state;
+    load_contract(f, "0.3");
+    f->tables = make_tables(&f->contract);
+    ac_search_params straight = params_in(f, "straight"), killed = params_in(f, "killed");
+    ac_search_report r;
+    assert_int_equal(ac_search_run(f->parent, &f->contract, f->tables, &straight, &r), AC_OK);
+    ac_arch_free(&r.arch);
+
+    char state_path[256];
+    snprintf(state_path, sizeof state_path, "%s/search_state.bin", killed.out_dir);
+    /* the killed run is another process (this one's OpenMP pool does not survive a fork) */
+    pid_t pid = fork();
+    if (pid == 0) {
+        execl("/proc/self/exe", "test_search", "--search-child", f->dir, (char *)NULL);
+        _exit(127);
+    }
+    struct stat sb;
+    for (int i = 0; i < 20000 && stat(state_path, &sb) != 0; i++)
+        usleep(500);
+    kill(pid, SIGKILL);
+    int status;
+    waitpid(pid, &status, 0);
+    int was_killed = WIFSIGNALED(status);
+    printf("the first run was %s\n", was_killed ? "killed mid-way" : "already finished");
+    assert_int_equal(ac_search_run(f->parent, &f->contract, f->tables, &killed, &r), AC_OK);
+    if (was_killed)
+        assert_true(r.resumed_from > 0);
+    ac_arch_free(&r.arch);
+
+    const char *files[] = {"search_state.bin", "arch.json"};
+    for (int i = 0; i < 2; i++) {
+        char a[256], b[256], *da, *db;
+        size_t na, nb;
+        snprintf(a, sizeof a, "%s/%s", straight.out_dir, files[i]);
+        snprintf(b, sizeof b, "%s/%s", killed.out_dir, files[i]);
+        read_file(a, &da, &na);
+        read_file(b, &db, &nb);
+        assert_int_equal(na, nb);
+        assert_memory_equal(da, db, na);
+        free(da);
+        free(db);
+    }
+    /* other settings on the same directory are refused */
+    killed.lr = 0.2f;
+    assert_int_equal(ac_search_run(f->parent, &f->contract, f->tables, &killed, &r), AC_ERR_INVALID);
+}
+
+/* All logits of one sequence of n tokens, prefilled at once with `masks` on. */
+static void logits_of(const ac_model *m, const ac_masks *masks, const int32_t *tokens, int n, float *logits)
+{
+    ac_runtime *rt;
+    ac_cache *c;
+    assert_int_equal(ac_runtime_create(m, &rt), AC_OK);
+    assert_int_equal(ac_cache_create(m, &c), AC_OK);
+    ac_runtime_set_masks(rt, masks);
+    const int32_t *seq[1] = {tokens};
+    int count[1] = {n};
+    ac_batch b = {.n_seqs = 1, .tokens = seq, .n_tokens = count, .caches = &c};
+    assert_int_equal(ac_runtime_forward(rt, &b, AC_LOGITS_ALL, logits), AC_OK);
+    ac_cache_free(c);
+    ac_runtime_free(rt);
+}
+
+/* The choice of each axis for the one-hot test: hidden size and Mamba heads stay whole
+ * (their masks are not slices: RMSNorm averages over every hidden channel, the gated
+ * norm over a whole group of heads), layer 5 is removed and every other axis takes its
+ * smallest non-zero value. */
+static int one_hot_index(const ac_cost_axis *a)
+{
+    if (a->kind == AC_AXIS_HIDDEN || a->kind == AC_AXIS_MAMBA_HEADS)
+        return 0;
+    int pick = 0;
+    for (int i = 0; i < a->count; i++)
+        if (a->kind == AC_AXIS_KEEP ? a->values[i] == (a->layer == 5 ? 0 : 1) : a->values[i] > 0)
+            pick = i;
+    return pick;
+}
+
+/* With top-k score masking, a one-hot choice's masks give the logits of the architecture
+ * it names, sliced from the parent (independently, by ac_model_slice): experts masked out
+ * are never routed to. With output masking they still take their share of the routing,
+ * so the logits differ. */
+static void test_one_hot_masks_are_the_sliced_model(void **state)
+{
+    fixture *f = *state;
+    load_contract(f, "0.3");
+    f->tables = make_tables(&f->contract);
+    const ac_arch *pa = ac_model_arch(f->parent);
+    ac_cost_model *cost;
+    ac_routers *routers;
+    assert_int_equal(ac_cost_model_create(f->tables, pa, &f->contract, &cost), AC_OK);
+    assert_int_equal(ac_routers_create(cost, pa, &routers), AC_OK);
+    int n_axes = ac_cost_model_axis_count(cost), choice[64];
+    double probs[256] = {0};
+    assert_true(n_axes <= 64 && ac_routers_count(routers) <= 256);
+    int reduced_experts = 0;
+    for (int a = 0; a < n_axes; a++) {
+        const ac_cost_axis *ax = ac_cost_model_axis(cost, a);
+        choice[a] = one_hot_index(ax);
+        probs[ax->offset + choice[a]] = 1.0;
+        reduced_experts += ax->kind == AC_AXIS_EXPERTS && choice[a] > 0;
+    }
+    assert_true(reduced_experts > 0);
+    ac_arch child;
+    int parent_layer[16];
+    assert_int_equal(ac_cost_choice_arch(cost, choice, &child, parent_layer), AC_OK);
+    assert_int_equal(child.n_layers, pa->n_layers - 1);
+    ac_model *sliced;
+    assert_int_equal(ac_model_slice(f->parent, &child, parent_layer, 0, &sliced), AC_OK);
+
+    enum { N = 12 };
+    int32_t tokens[N];
+    for (int i = 0; i < N; i++)
+        tokens[i] = (int32_t)((i * 11 + 3) % V);
+    float want[N * V], got[N * V];
+    logits_of(sliced, NULL, tokens, N, want);
+    ac_routers_set_expert_masking(routers, AC_EXPERT_SCORE_MASKING);
+    logits_of(f->parent, ac_routers_masks(routers, probs), tokens, N, got);
+    double worst = 0, output_worst = 0;
+    for (int i = 0; i < N * V; i++)
+        worst = fmax(worst, fabs((double)got[i] - want[i]));
+    ac_routers_set_expert_masking(routers, AC_EXPERT_OUTPUT_MASKING);
+    logits_of(f->parent, ac_routers_masks(routers, probs), tokens, N, got);
+    for (int i = 0; i < N * V; i++)
+        output_worst = fmax(output_worst, fabs((double)got[i] - want[i]));
+    printf("one-hot masks vs the sliced model: max |diff| %.3g (score masking), %.3g (output masking)\n", worst,
+           output_worst);
+    assert_true(worst < 1e-5);
+    assert_true(output_worst > 1e-3);
+    ac_model_free(sliced);
+    ac_arch_free(&child);
+    ac_routers_free(routers);
+    ac_cost_model_free(cost);
+}
+
+/* The killed run of test_killed_search_resumes_identically: the same parent, contract,
+ * tables and settings, rebuilt in a fresh process from the fixture's directory. */
+static int search_child(const char *dir)
+{
+    fixture f;
+    memset(&f, 0, sizeof f);
+    snprintf(f.dir, sizeof f.dir, "%s", dir);
+    snprintf(f.data, sizeof f.data, "%s/data", dir);
+    if (make_model(&f) != 0)
+        return 1;
+    load_contract(&f, "0.3");
+    f.tables = make_tables(&f.contract);
+    ac_search_params p = params_in(&f, "killed");
+    ac_search_report r;
+    return ac_search_run(f.parent, &f.contract, f.tables, &p, &r) == AC_OK ? 0 : 1;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc == 3 && !strcmp(argv[1], "--search-child"))
+        return search_child(argv[2]);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_budget_alone_meets_the_target, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_kd_alone_keeps_the_parent, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_killed_search_resumes_identically, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_one_hot_masks_are_the_sliced_model, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
