@@ -24,7 +24,7 @@ static int usage(const char *message)
                     "options: --tokens N (default: the contract's budgets.search_tokens) --calib-seqs N --batch B\n"
                     "         --seq-len T --tau T --kd-weight W --lambda1 X --lambda2 X --lr X --temp-start T\n"
                     "         --temp-end T --gumbel --expert-masking output|scores --target-warmup F --seed S\n"
-                    "         --checkpoint-every N --train-weights\n"
+                    "         --checkpoint-every N --train-weights [--weights-lr X]\n"
                     "         --progress auto|bar|json|off\n");
     return 2;
 }
@@ -75,6 +75,7 @@ static int parse_flag(int argc, char **argv, int *i, search_args *a, ac_status *
     FLOAT_FLAG("--temp-start", a->p.temp_start)
     FLOAT_FLAG("--temp-end", a->p.temp_end)
     FLOAT_FLAG("--target-warmup", a->p.target_warmup)
+    FLOAT_FLAG("--weights-lr", a->p.weights_optim.lr)
 #undef INT_FLAG
 #undef FLOAT_FLAG
     return 0;
@@ -98,6 +99,8 @@ static void print_report(const search_args *a, const ac_search_report *r)
     if (r->targets.memory_bytes > 0)
         printf(" memory <= %.2f MiB", r->targets.memory_bytes / (1024.0 * 1024.0));
     printf("\n");
+    if (a->p.train_weights)
+        printf("  trained weights (the reordered parent): %s/weights\n", a->p.out_dir);
     print_costs("parent", &r->parent);
     print_costs("chosen", &r->chosen);
     printf("  %s every target (cost model), %d repair steps, final KD %.4f, budget %.4f\n",

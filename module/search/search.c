@@ -9,8 +9,10 @@
 #include "autocompress/log.h"
 #include "autocompress/tokens.h"
 #include "autocompress/train.h"
+#include "autocompress/optim.h"
 #include "kernels/kernels.h"
 #include "search/search_loop.h"
+#include "train/checkpoint.h"
 
 #include <errno.h>
 #include <math.h>
@@ -36,6 +38,10 @@ ac_search_params ac_search_default_params(void)
     p.target_warmup = 0.3f;
     p.seed = 1;
     p.checkpoint_every = 20;
+    p.weights_optim = ac_adamw_default_params();
+    p.weights_optim.lr = 1e-4f;
+    p.weights_optim.warmup_steps = 0;
+    p.weights_optim.weight_decay = 0.0f;
     p.progress = AC_PROGRESS_AUTO;
     return p;
 }
@@ -56,8 +62,9 @@ static ac_status check_params(const ac_search_params *p)
         return ac_fail(AC_ERR_INVALID, "search: temperatures must be positive");
     if (!(p->target_warmup >= 0 && p->target_warmup <= 1))
         return ac_fail(AC_ERR_INVALID, "search: target_warmup must be in [0, 1], got %g", (double)p->target_warmup);
-    if (p->train_weights)
-        return ac_fail(AC_ERR_UNSUPPORTED, "search: --train-weights is not supported yet (the weights stay frozen)");
+    if (p->train_weights && !(p->weights_optim.lr > 0))
+        return ac_fail(AC_ERR_INVALID, "search: the weights' learning rate must be positive, got %g",
+                       (double)p->weights_optim.lr);
     return AC_OK;
 }
 
@@ -118,7 +125,10 @@ double ac_search_excess(const ac_budget_targets *t, const ac_cost_prediction *p)
 typedef struct {
     const ac_search_params *p;
     const ac_contract *contract;
-    ac_model *model;            /* the reordered parent */
+    ac_model *model;            /* the reordered parent (trained in place with train_weights) */
+    ac_model *teacher_model;    /* with train_weights: a frozen copy of it, the KD teacher */
+    ac_model *grads;            /* with train_weights: dL/dW */
+    ac_adamw *opt;              /* with train_weights: the weights' optimizer */
     ac_importance imp;          /* in the reordered order */
     ac_cost_model *cost;
     ac_routers *routers;
@@ -147,6 +157,9 @@ static void free_run(search_run *r)
     ac_tokens_close(r->tokens);
     ac_importance_free(&r->imp);
     ac_model_free(r->model);
+    ac_model_free(r->teacher_model);
+    ac_model_free(r->grads);
+    ac_adamw_free(r->opt);
     free(r->teacher_logits);
     free(r->batch_tokens);
     free(r->m);
@@ -241,6 +254,21 @@ static ac_status open_tokens(search_run *r, const ac_model *parent)
     return AC_OK;
 }
 
+/* The student's weights train: the teacher becomes a frozen copy of the reordered
+ * parent, and the weights get their gradients and an AdamW of their own. */
+static ac_status setup_weight_training(search_run *r)
+{
+    const ac_arch *arch = ac_model_arch(r->model);
+    ac_adamw_params optim = r->p->weights_optim;
+    optim.total_steps = r->steps;
+    ac_status st = ac_model_slice(r->model, arch, NULL, 0, &r->teacher_model);
+    if (st == AC_OK)
+        st = ac_model_create(arch, &r->grads);
+    if (st == AC_OK)
+        st = ac_adamw_create(r->model, &optim, &r->opt);
+    return st;
+}
+
 static ac_status setup(search_run *r, const ac_model *parent, const ac_cost_tables *tables)
 {
     const ac_search_params *p = r->p;
@@ -273,15 +301,17 @@ static ac_status setup(search_run *r, const ac_model *parent, const ac_cost_tabl
     st = alloc_buffers(r);
     if (st == AC_OK)
         st = ac_train_step_create(r->model, p->batch, p->seq_len, &r->student);
+    if (st == AC_OK && p->train_weights)
+        st = setup_weight_training(r);
     if (st == AC_OK && p->kd_weight > 0)
-        st = ac_train_step_create(r->model, p->batch, p->seq_len, &r->teacher);
+        st = ac_train_step_create(r->teacher_model ? r->teacher_model : r->model, p->batch, p->seq_len, &r->teacher);
     snprintf(r->fingerprint, sizeof r->fingerprint,
              "contract=%s data=%s calib=%d batch=%d seq=%d steps=%d tau=%g kd=%g l1=%g l2=%g lr=%g temp=%g..%g "
-             "sampling=%d experts=%d warmup=%g seed=%llu axes=%d logits=%d",
+             "sampling=%d experts=%d warmup=%g seed=%llu axes=%d logits=%d weights=%d:%g",
              r->contract->name, p->data_dir, p->calib_seqs, p->batch, p->seq_len, r->steps, (double)p->kd_tau,
              (double)p->kd_weight, p->budget.lambda1, p->budget.lambda2, (double)p->lr, (double)p->temp_start,
              (double)p->temp_end, (int)p->sampling, (int)p->expert_masking, (double)p->target_warmup, (unsigned long long)p->seed, r->n_axes,
-             r->n_logits);
+             r->n_logits, p->train_weights, p->train_weights ? (double)p->weights_optim.lr : 0.0);
     return st;
 }
 
@@ -326,7 +356,12 @@ static ac_status kd_gradient(search_run *r, int step, const ac_masks *masks, ac_
     memcpy(r->teacher_logits, ac_train_step_logits(r->teacher),
            rows * (size_t)ac_model_arch(r->model)->vocab * sizeof(float));
     ac_step_inputs in = {.tokens = window, .teacher_logits = r->teacher_logits, .kd_tau = p->kd_tau, .masks = masks,
-                         .mask_grads = mg};
+                         .grads = r->grads, .mask_grads = mg};
+    if (r->grads) {
+        size_t count;
+        float *g = ac_model_arena(r->grads, &count);
+        memset(g, 0, count * sizeof *g);
+    }
     return ac_train_step_run(r->student, &in, kd);
 }
 
@@ -360,6 +395,9 @@ static ac_status router_step(search_run *r, int step, step_result *out)
     ac_kctx k = {0};
     ac_k_adamw(&k, (size_t)n, ac_routers_logits(r->routers), r->grad, r->m, r->v, p->lr, 0.9f, 0.999f, 1e-8f, 0.0f,
                step + 1);
+    /* the weights learn from the KD alone (the budget loss does not reach them) */
+    if (r->opt && p->kd_weight > 0)
+        return ac_adamw_step(r->opt, r->model, r->grads, NULL);
     return AC_OK;
 }
 
@@ -439,6 +477,56 @@ static void write_row(search_run *r, int step, int64_t tokens, const step_result
 
 /* ---- the loop ---- */
 
+static void weights_dir(const search_run *r, char *buf, size_t size)
+{
+    path_in(r, "weights_checkpoint", buf, size);
+}
+
+/* The trained weights and their optimizer at step `done`, after the routers' state of the
+ * same step (so that on resume a router state matches the weights, ac_search_state_load). */
+static ac_status save_weights(search_run *r, int done, int64_t tokens)
+{
+    char dir[4096];
+    weights_dir(r, dir, sizeof dir);
+    ac_train_state ts = {.step = done, .tokens = tokens};
+    snprintf(ts.run, sizeof ts.run, "%s", r->fingerprint);
+    return ac_checkpoint_save(dir, r->model, r->opt, &ts);
+}
+
+/* The trained weights' checkpoint into r->model and r->opt; *step = its step, or 0 (and
+ * nothing loaded) when there is none. */
+static ac_status load_weights(search_run *r, int *step)
+{
+    char dir[4096], found[4096];
+    weights_dir(r, dir, sizeof dir);
+    *step = 0;
+    if (ac_checkpoint_find(dir, found, sizeof found) != AC_OK) {
+        ac_clear_error();
+        return AC_OK;
+    }
+    ac_train_state ts;
+    ac_model *saved = NULL;
+    ac_status st = ac_checkpoint_load(found, &saved, &ts);
+    size_t n_saved = 0, n_model = 0;
+    float *from = st == AC_OK ? ac_model_arena(saved, &n_saved) : NULL;
+    float *to = ac_model_arena(r->model, &n_model);
+    char run[sizeof ts.run];
+    snprintf(run, sizeof run, "%s", r->fingerprint);
+    if (st == AC_OK && (n_saved != n_model || strcmp(ts.run, run)))
+        st = ac_fail(AC_ERR_INVALID, "search: %s holds weights of another search (%s); use another --out", found,
+                     ts.run);
+    if (st == AC_OK) {
+        memcpy(to, from, n_model * sizeof *to);
+        st = ac_checkpoint_load_optimizer(found, r->model, r->opt);
+    }
+    if (st == AC_OK) /* the weights step once per router step when the KD is on */
+        ac_adamw_set_steps_done(r->opt, r->p->kd_weight > 0 ? ts.step : 0);
+    ac_model_free(saved);
+    if (st == AC_OK)
+        *step = ts.step;
+    return st;
+}
+
 static ac_status run_steps(search_run *r, int start, ac_search_report *report)
 {
     const ac_search_params *p = r->p;
@@ -469,6 +557,8 @@ static ac_status run_steps(search_run *r, int start, ac_search_report *report)
             ac_search_state state = {.step = done, .tokens = tokens};
             memcpy(state.fingerprint, r->fingerprint, sizeof state.fingerprint);
             st = ac_search_state_save(p->out_dir, &state, ac_routers_logits(r->routers), r->m, r->v, r->n_logits);
+            if (st == AC_OK && r->opt)
+                st = save_weights(r, done, tokens);
         }
     }
     ac_progress_finish(progress);
@@ -479,10 +569,14 @@ static ac_status run_steps(search_run *r, int start, ac_search_report *report)
 static ac_status resume_or_start(search_run *r, int *start)
 {
     ac_search_state state;
-    int found = 0;
-    ac_status st = ac_search_state_load(r->p->out_dir, &state, ac_routers_logits(r->routers), r->m, r->v,
-                                        r->n_logits, &found);
+    int found = 0, weights_step = -1;
     *start = 0;
+    ac_status st = r->opt ? load_weights(r, &weights_step) : AC_OK;
+    /* trained weights not saved yet: whatever router state there is, start over */
+    if (st != AC_OK || weights_step == 0)
+        return st;
+    st = ac_search_state_load(r->p->out_dir, weights_step, &state, ac_routers_logits(r->routers), r->m, r->v,
+                              r->n_logits, &found);
     if (st != AC_OK || !found)
         return st;
     if (strcmp(state.fingerprint, r->fingerprint))
@@ -537,6 +631,11 @@ ac_status ac_search_run(const ac_model *parent, const ac_contract *contract, con
     }
     if (st == AC_OK)
         st = ac_search_write_outputs(params->out_dir, contract, r.cost, choice, repairs, report);
+    if (st == AC_OK && r.opt) {
+        char dir[4096];
+        path_in(&r, "weights", dir, sizeof dir);
+        st = ac_model_save(r.model, dir, AC_DTYPE_F32);
+    }
     free(choice);
     free_run(&r);
     return st;

@@ -17,13 +17,16 @@ typedef struct {
 } ac_search_state;
 
 /* DIR/search_state.bin, written whole or not at all: the state, the router logits and
- * their AdamW moments (n floats each). */
+ * their AdamW moments (n floats each). The state it replaces is kept as
+ * search_state.prev.bin. */
 ac_status ac_search_state_save(const char *dir, const ac_search_state *state, const float *logits, const float *m,
                                const float *v, int n);
-/* *found = 0 (and nothing read) when DIR holds no state; a state for another number of
- * logits, or a damaged file, is an error naming the file. */
-ac_status ac_search_state_load(const char *dir, ac_search_state *state, float *logits, float *m, float *v, int n,
-                               int *found);
+/* The newest state (want_step < 0), or the one at step want_step (that of the trained
+ * weights' checkpoint); *found = 0 (and nothing read) when DIR holds no state. A state
+ * for another number of logits, a damaged file or no state at want_step is an error
+ * naming the file. */
+ac_status ac_search_state_load(const char *dir, int want_step, ac_search_state *state, float *logits, float *m,
+                               float *v, int n, int *found);
 
 /* Sum of the relative excesses of p over the targets (0: every target met). */
 double ac_search_excess(const ac_budget_targets *t, const ac_cost_prediction *p);

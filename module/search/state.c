@@ -19,7 +19,10 @@ typedef struct {
     char fingerprint[AC_SEARCH_FINGERPRINT];
 } state_header;
 
-static void state_path(const char *dir, char *buf, size_t size) { snprintf(buf, size, "%s/search_state.bin", dir); }
+static void state_path(const char *dir, const char *name, char *buf, size_t size)
+{
+    snprintf(buf, size, "%s/%s", dir, name);
+}
 
 ac_status ac_search_state_save(const char *dir, const ac_search_state *state, const float *logits, const float *m,
                                const float *v, int n)
@@ -35,16 +38,20 @@ ac_status ac_search_state_save(const char *dir, const ac_search_state *state, co
     h.fingerprint[sizeof h.fingerprint - 1] = '\0';
     uint64_t bytes = (uint64_t)n * sizeof(float);
     ac_file_piece pieces[4] = {{&h, sizeof h}, {logits, bytes}, {m, bytes}, {v, bytes}};
-    char path[4096];
-    state_path(dir, path, sizeof path);
+    char path[4096], prev[4096];
+    state_path(dir, "search_state.bin", path, sizeof path);
+    state_path(dir, "search_state.prev.bin", prev, sizeof prev);
+    /* the previous state stays until the next one is whole (the weights' checkpoint,
+     * written after this, may still be at that step when a kill comes in between) */
+    if (rename(path, prev) != 0 && errno != ENOENT)
+        return ac_fail(AC_ERR_IO, "search: cannot move %s aside: %s", path, strerror(errno));
     return ac_write_file_atomically(path, pieces, 4);
 }
 
-ac_status ac_search_state_load(const char *dir, ac_search_state *state, float *logits, float *m, float *v, int n,
-                               int *found)
+/* One state file; *found = 0 when it is not there. */
+static ac_status load_file(const char *path, ac_search_state *state, float *logits, float *m, float *v, int n,
+                           int *found)
 {
-    char path[4096];
-    state_path(dir, path, sizeof path);
     *found = 0;
     FILE *f = fopen(path, "rb");
     if (!f)
@@ -66,5 +73,25 @@ ac_status ac_search_state_load(const char *dir, ac_search_state *state, float *l
     state->tokens = h.tokens;
     memcpy(state->fingerprint, h.fingerprint, sizeof state->fingerprint);
     *found = 1;
+    return AC_OK;
+}
+
+ac_status ac_search_state_load(const char *dir, int want_step, ac_search_state *state, float *logits, float *m,
+                               float *v, int n, int *found)
+{
+    const char *names[2] = {"search_state.bin", "search_state.prev.bin"};
+    char path[4096];
+    for (int i = 0; i < 2; i++) {
+        state_path(dir, names[i], path, sizeof path);
+        ac_status st = load_file(path, state, logits, m, v, n, found);
+        if (st != AC_OK)
+            return st;
+        if (*found && (want_step < 0 || state->step == want_step))
+            return AC_OK;
+    }
+    if (want_step >= 0 && *found)
+        return ac_fail(AC_ERR_INVALID, "search: %s has no router state at step %d, where its weights are", dir,
+                       want_step);
+    *found = 0;
     return AC_OK;
 }

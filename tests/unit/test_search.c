@@ -271,22 +271,51 @@ static void read_file(const char *path, char **data, size_t *n)
     fclose(fp);
 }
 
-static void test_killed_search_resumes_identically(void **state)
+/* The settings of the kill-and-resume runs; with train_weights the weights learn too. */
+static ac_search_params resume_params(fixture *f, const char *name, int train_weights)
 {
-    fixture *f = *state;
+    ac_search_params p = params_in(f, name);
+    p.train_weights = train_weights;
+    p.weights_optim.lr = 3e-3f;
+    return p;
+}
+
+static void assert_same_file(const char *dir_a, const char *dir_b, const char *name)
+{
+    char a[256], b[256], *da, *db;
+    size_t na, nb;
+    snprintf(a, sizeof a, "%s/%s", dir_a, name);
+    snprintf(b, sizeof b, "%s/%s", dir_b, name);
+    read_file(a, &da, &na);
+    read_file(b, &db, &nb);
+    assert_int_equal(na, nb);
+    assert_memory_equal(da, db, na);
+    free(da);
+    free(db);
+}
+
+/* A search killed (SIGKILL, in another process) once it has saved a state, then run again
+ * with the same settings, ends as one run straight through: the same router state and
+ * architecture, and with train_weights the same trained weights. */
+static void check_kill_and_resume(fixture *f, int train_weights)
+{
     load_contract(f, "0.3");
     f->tables = make_tables(&f->contract);
-    ac_search_params straight = params_in(f, "straight"), killed = params_in(f, "killed");
+    ac_search_params straight = resume_params(f, "straight", train_weights);
+    ac_search_params killed = resume_params(f, "killed", train_weights);
     ac_search_report r;
     assert_int_equal(ac_search_run(f->parent, &f->contract, f->tables, &straight, &r), AC_OK);
     ac_arch_free(&r.arch);
 
     char state_path[256];
-    snprintf(state_path, sizeof state_path, "%s/search_state.bin", killed.out_dir);
+    /* killed once a resumable state is whole: with train_weights, once its weights are */
+    snprintf(state_path, sizeof state_path, "%s/%s", killed.out_dir,
+             train_weights ? "weights_checkpoint/state.json" : "search_state.bin");
     /* the killed run is another process (this one's OpenMP pool does not survive a fork) */
     pid_t pid = fork();
     if (pid == 0) {
-        execl("/proc/self/exe", "test_search", "--search-child", f->dir, (char *)NULL);
+        execl("/proc/self/exe", "test_search", "--search-child", f->dir, train_weights ? "weights" : "frozen",
+              (char *)NULL);
         _exit(127);
     }
     struct stat sb;
@@ -302,22 +331,66 @@ static void test_killed_search_resumes_identically(void **state)
         assert_true(r.resumed_from > 0);
     ac_arch_free(&r.arch);
 
-    const char *files[] = {"search_state.bin", "arch.json"};
-    for (int i = 0; i < 2; i++) {
-        char a[256], b[256], *da, *db;
-        size_t na, nb;
-        snprintf(a, sizeof a, "%s/%s", straight.out_dir, files[i]);
-        snprintf(b, sizeof b, "%s/%s", killed.out_dir, files[i]);
-        read_file(a, &da, &na);
-        read_file(b, &db, &nb);
-        assert_int_equal(na, nb);
-        assert_memory_equal(da, db, na);
-        free(da);
-        free(db);
-    }
+    assert_same_file(straight.out_dir, killed.out_dir, "search_state.bin");
+    assert_same_file(straight.out_dir, killed.out_dir, "arch.json");
+    if (train_weights)
+        assert_same_file(straight.out_dir, killed.out_dir, "weights/model.safetensors");
     /* other settings on the same directory are refused */
     killed.lr = 0.2f;
     assert_int_equal(ac_search_run(f->parent, &f->contract, f->tables, &killed, &r), AC_ERR_INVALID);
+}
+
+static void test_killed_search_resumes_identically(void **state) { check_kill_and_resume(*state, 0); }
+
+static void test_killed_search_with_trained_weights_resumes_identically(void **state)
+{
+    check_kill_and_resume(*state, 1);
+}
+
+/* With --train-weights the student's weights learn to make up for the masks: on the same
+ * batches, the last steps' KD is lower than with frozen weights; the teacher (the parent)
+ * is untouched and the trained weights are saved. */
+static void test_trained_weights_lower_the_kd(void **state)
+{
+    fixture *f = *state;
+    load_contract(f, "0.3");
+    f->tables = make_tables(&f->contract);
+    size_t n;
+    float *arena = ac_model_arena(f->parent, &n);
+    float *before = malloc(n * sizeof *before);
+    assert_non_null(before);
+    memcpy(before, arena, n * sizeof *before);
+    double kd[2];
+    ac_search_params p[2] = {resume_params(f, "frozen", 0), resume_params(f, "trained", 1)};
+    for (int i = 0; i < 2; i++) {
+        ac_search_report r;
+        assert_int_equal(ac_search_run(f->parent, &f->contract, f->tables, &p[i], &r), AC_OK);
+        ac_arch_free(&r.arch);
+        /* the mean KD (column 4) of the last 10 steps */
+        char path[256], line[8192];
+        snprintf(path, sizeof path, "%s/search.csv", p[i].out_dir);
+        FILE *csv = fopen(path, "r");
+        assert_non_null(csv);
+        double sum = 0;
+        for (int row = -1; fgets(line, sizeof line, csv); row++)
+            if (row >= 50)
+                sum += atof(strchr(strchr(strchr(line, ',') + 1, ',') + 1, ',') + 1);
+        fclose(csv);
+        kd[i] = sum / 10;
+    }
+    printf("mean KD of the last 10 steps: frozen %.4f, trained %.4f\n", kd[0], kd[1]);
+    assert_true(kd[1] < 0.9 * kd[0]);
+    assert_memory_equal(before, arena, n * sizeof *before);
+    free(before);
+    char dir[256];
+    snprintf(dir, sizeof dir, "%s/weights", p[1].out_dir);
+    ac_model *trained;
+    assert_int_equal(ac_model_load(dir, &trained), AC_OK);
+    size_t m;
+    float *w = ac_model_arena(trained, &m);
+    assert_int_equal(m, n);
+    assert_true(memcmp(w, arena, n * sizeof *w) != 0);
+    ac_model_free(trained);
 }
 
 /* All logits of one sequence of n tokens, prefilled at once with `masks` on. */
@@ -408,9 +481,9 @@ static void test_one_hot_masks_are_the_sliced_model(void **state)
     ac_cost_model_free(cost);
 }
 
-/* The killed run of test_killed_search_resumes_identically: the same parent, contract,
- * tables and settings, rebuilt in a fresh process from the fixture's directory. */
-static int search_child(const char *dir)
+/* The killed run of check_kill_and_resume: the same parent, contract, tables and
+ * settings, rebuilt in a fresh process from the fixture's directory. */
+static int search_child(const char *dir, int train_weights)
 {
     fixture f;
     memset(&f, 0, sizeof f);
@@ -420,19 +493,21 @@ static int search_child(const char *dir)
         return 1;
     load_contract(&f, "0.3");
     f.tables = make_tables(&f.contract);
-    ac_search_params p = params_in(&f, "killed");
+    ac_search_params p = resume_params(&f, "killed", train_weights);
     ac_search_report r;
     return ac_search_run(f.parent, &f.contract, f.tables, &p, &r) == AC_OK ? 0 : 1;
 }
 
 int main(int argc, char **argv)
 {
-    if (argc == 3 && !strcmp(argv[1], "--search-child"))
-        return search_child(argv[2]);
+    if (argc == 4 && !strcmp(argv[1], "--search-child"))
+        return search_child(argv[2], !strcmp(argv[3], "weights"));
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_budget_alone_meets_the_target, setup, teardown),
         cmocka_unit_test_setup_teardown(test_kd_alone_keeps_the_parent, setup, teardown),
         cmocka_unit_test_setup_teardown(test_killed_search_resumes_identically, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_killed_search_with_trained_weights_resumes_identically, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_trained_weights_lower_the_kd, setup, teardown),
         cmocka_unit_test_setup_teardown(test_one_hot_masks_are_the_sliced_model, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -10,6 +10,7 @@
 
 #include "autocompress/contract.h"
 #include "autocompress/cost.h"
+#include "autocompress/optim.h"
 #include "autocompress/masks.h"
 #include "autocompress/model.h"
 #include "autocompress/progress.h"
@@ -131,7 +132,10 @@ typedef struct {
     float target_warmup;       /* fraction of the steps over which targets move from the parent's cost */
     uint64_t seed;
     int checkpoint_every;      /* steps between resumable states (0: only at the end) */
-    int train_weights;         /* not supported yet: an error */
+    int train_weights;         /* the weights learn from the KD too (frozen otherwise): the
+                                  teacher is a frozen copy, the trained (reordered) parent is
+                                  saved to out_dir/weights/ */
+    ac_adamw_params weights_optim; /* their AdamW (total_steps: set to the router steps) */
     ac_progress_mode progress;
 } ac_search_params;
 
