@@ -195,9 +195,32 @@ static ac_status check_axes(const ac_routers *r, const ac_arch *parent)
     return AC_OK;
 }
 
+/* A head count that is not a whole number per group has no prefix mask that equals it:
+ * the cost model would price one model and the masks train another. */
+static ac_status check_whole_groups(const ac_cost_model *cost, const ac_arch *parent)
+{
+    for (int a = 0; a < ac_cost_model_axis_count(cost); a++) {
+        const ac_cost_axis *ax = ac_cost_model_axis(cost, a);
+        for (int l = 0; ax->kind == AC_AXIS_MAMBA_HEADS && l < parent->n_layers; l++) {
+            const ac_block_dims *b = &parent->layers[l];
+            int G = b->mamba_groups > 0 ? b->mamba_groups : 1;
+            if (b->kind != AC_BLOCK_MAMBA || (ax->layer >= 0 && ax->layer != l))
+                continue;
+            for (int i = 0; i < ax->count; i++)
+                if (ax->values[i] % G)
+                    return ac_fail(AC_ERR_INVALID, "routers: mamba_heads value %d is not a multiple of layer %d's %d "
+                                                   "groups (heads are pruned within their groups)", ax->values[i], l, G);
+        }
+    }
+    return AC_OK;
+}
+
 ac_status ac_routers_create(const ac_cost_model *cost, const ac_arch *parent, ac_routers **out)
 {
     *out = NULL;
+    ac_status wg = check_whole_groups(cost, parent);
+    if (wg != AC_OK)
+        return wg;
     ac_routers *r = calloc(1, sizeof *r);
     if (!r)
         return ac_fail(AC_ERR_NOMEM, "routers: out of memory");

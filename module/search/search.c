@@ -292,6 +292,9 @@ static ac_status setup(search_run *r, const ac_model *parent, const ac_cost_tabl
                      : r->contract->budgets.has_search_tokens ? r->contract->budgets.search_tokens : 0;
     if (budget <= 0)
         return ac_fail(AC_ERR_INVALID, "search: no token budget (give --tokens or the contract's budgets.search_tokens)");
+    if (r->contract->budgets.has_search_tokens && budget > r->contract->budgets.search_tokens)
+        return ac_fail(AC_ERR_INVALID, "search: %lld tokens exceed %s's budgets.search_tokens (%lld)",
+                       (long long)budget, r->contract->name, (long long)r->contract->budgets.search_tokens);
     int64_t per_step = (int64_t)p->batch * p->seq_len;
     if (budget - r->calib_tokens < per_step)
         return ac_fail(AC_ERR_INVALID, "search: the budget of %lld tokens leaves no router step after %lld calibration "

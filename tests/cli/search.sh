@@ -71,6 +71,8 @@ set +e
 [ $rc -eq 2 ] && grep -q -- "--tables" "$tmp/err" || fail "missing --tables: rc $rc, $(cat "$tmp/err")"
 "$ac" "${args[@]}" --out "$tmp/u" --tokens 100 2>"$tmp/err"; rc=$?
 [ $rc -eq 2 ] && grep -q "no router step" "$tmp/err" || fail "tiny budget: rc $rc, $(cat "$tmp/err")"
+"$ac" "${args[@]}" --out "$tmp/u" --tokens 100001 2>"$tmp/err"; rc=$?
+[ $rc -eq 2 ] && grep -q "budgets.search_tokens (100000)" "$tmp/err" || fail "over budget: rc $rc, $(cat "$tmp/err")"
 "$ac" "${args[@]}" --out "$tmp/v" --data "$tmp/nowhere" 2>"$tmp/err"; rc=$?
 [ $rc -ne 0 ] && grep -q "nowhere" "$tmp/err" || fail "missing data: rc $rc, $(cat "$tmp/err")"
 set -e

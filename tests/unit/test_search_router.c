@@ -69,18 +69,18 @@ static void build_parent(ac_arch *a, const char *pattern)
     "workload = { batch = 2; cached_tokens = 3; input_tokens = 5; output_tokens = 4; };\n"                            \
     "targets = { latency_ms = 1.0; };\n"
 
-/* Per-layer heads with "remove" (5 heads: 3 of each group's 4), routed and shared widths
+/* Per-layer heads with "remove" (6 heads: 3 of each group's 4), routed and shared widths
  * ending in 0, every kind removable. */
 static const char per_layer_space[] =
     WORKLOAD "search_space = { hidden_sizes = [16, 12, 8];\n"
-             "  mamba_heads = { values = [8, 5, 2]; scope = \"per_layer\"; remove = true; };\n"
+             "  mamba_heads = { values = [8, 6, 2]; scope = \"per_layer\"; remove = true; };\n"
              "  routed_experts = [4, 3, 1]; routed_ffn = [8, 6, 0]; shared_ffn = [8, 3, 0];\n"
              "  removable = [\"mamba\", \"moe\", \"attention\", \"mlp\"]; };\n";
 
 /* Global heads (one axis for every Mamba layer), Mamba and MoE layers removable. */
 static const char global_space[] =
     WORKLOAD "search_space = { hidden_sizes = [16, 10];\n"
-             "  mamba_heads = { values = [8, 6, 3]; };\n"
+             "  mamba_heads = { values = [8, 6, 4]; };\n"
              "  routed_experts = [4, 2]; routed_ffn = [8, 4, 0]; shared_ffn = [8, 0];\n"
              "  removable = [\"mamba\", \"moe\"]; };\n";
 
@@ -551,7 +551,7 @@ static void test_masks_follow_prefixes_and_group_ranks(void **state)
                 assert_true(m->layer_gate[l] > 0 && m->layer_gate[l] < 1);
         }
     }
-    /* the within-group rule by hand: 5 of 8 heads in 2 groups keeps ranks 0..2 of each
+    /* the within-group rule by hand: 6 of 8 heads in 2 groups keeps ranks 0..2 of each
      * group (heads 0, 1, 2 and 4, 5, 6), 2 keeps rank 0 (heads 0 and 4) */
     const ac_cost_axis *heads = NULL;
     for (int a = 0; a < w.n_axes; a++)
@@ -559,7 +559,7 @@ static void test_masks_follow_prefixes_and_group_ranks(void **state)
             heads = ac_cost_model_axis(w.cost, a);
     assert_non_null(heads);
     assert_int_equal(heads->count, 4);
-    assert_int_equal(heads->values[1], 5);
+    assert_int_equal(heads->values[1], 6);
     assert_int_equal(heads->values[2], 2);
     float *z = ac_routers_logits(w.routers);
     memset(z, 0, (size_t)w.n * sizeof *z);
@@ -567,12 +567,32 @@ static void test_masks_follow_prefixes_and_group_ranks(void **state)
     z[heads->offset + 2] = 0.5f;
     ac_routers_probs(w.routers, 1.0f, AC_ROUTER_SOFTMAX, 0, p);
     const ac_masks *m = ac_routers_masks(w.routers, p);
-    const double *q = p + heads->offset; /* values 8, 5, 2, 0 */
+    const double *q = p + heads->offset; /* values 8, 6, 2, 0 */
     const float *mh = m->mamba_heads[heads->layer];
     const double want[4] = {q[0] + q[1] + q[2], q[0] + q[1], q[0] + q[1], q[0]};
     for (int h = 0; h < 8; h++)
         assert_float_equal(mh[h], want[h % 4], 1e-7);
     free(p);
+    close_world(&w);
+}
+
+/* 5 heads in 2 groups is no whole number per group: refused, naming the value and layer. */
+static void test_heads_not_whole_per_group_are_refused(void **state)
+{
+    (void)state;
+    static const char space[] = WORKLOAD "search_space = { hidden_sizes = [16];\n"
+                                         "  mamba_heads = { values = [8, 5]; };\n"
+                                         "  routed_experts = [4]; routed_ffn = [8]; shared_ffn = [8]; };\n";
+    world w;
+    memset(&w, 0, sizeof w);
+    assert_int_equal(ac_contract_parse_string(space, "test", &w.contract), AC_OK);
+    build_parent(&w.parent, "ME");
+    w.tables = build_tables(&w.contract);
+    assert_int_equal(ac_cost_model_create(w.tables, &w.parent, &w.contract, &w.cost), AC_OK);
+    assert_int_equal(ac_routers_create(w.cost, &w.parent, &w.routers), AC_ERR_INVALID);
+    assert_null(w.routers);
+    assert_non_null(strstr(ac_error_message(), "value 5"));
+    assert_non_null(strstr(ac_error_message(), "layer 0's 2 groups"));
     close_world(&w);
 }
 
@@ -611,6 +631,7 @@ int main(void)
         cmocka_unit_test(test_zero_logits_are_uniform),
         cmocka_unit_test(test_one_hot_gives_hard_masks),
         cmocka_unit_test(test_masks_follow_prefixes_and_group_ranks),
+        cmocka_unit_test(test_heads_not_whole_per_group_are_refused),
         cmocka_unit_test(test_fixed_axes_have_no_masks),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
