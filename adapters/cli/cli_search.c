@@ -103,8 +103,8 @@ static void print_report(const search_args *a, const ac_search_report *r)
         printf("  trained weights (the reordered parent): %s/weights\n", a->p.out_dir);
     print_costs("parent", &r->parent);
     print_costs("chosen", &r->chosen);
-    printf("  %s every target (cost model), %d repair steps, final KD %.4f, budget %.4f\n",
-           r->meets ? "meets" : "MISSES", r->repair_steps, r->last_kd, r->last_budget);
+    printf("  %s every target (cost model), %d undecided axes settled, %d repair steps, final KD %.4f, budget %.4f\n",
+           r->meets ? "meets" : "MISSES", r->settled_axes, r->repair_steps, r->last_kd, r->last_budget);
     ac_arch_print(&r->arch, stdout);
 }
 

@@ -81,6 +81,7 @@ static ac_status write_summary(const char *path, const ac_contract *contract, co
     cJSON_AddItemToObject(root, "chosen_predicted", costs_json(&r->chosen));
     cJSON_AddBoolToObject(root, "meets_targets", r->meets);
     cJSON_AddItemToObject(root, "choice", choices_json(cost, choice));
+    cJSON_AddNumberToObject(root, "settled_axes", r->settled_axes);
     cJSON_AddItemToObject(root, "repairs", repairs_json(cost, steps, r->repair_steps));
     cJSON_AddNumberToObject(root, "router_steps", r->steps);
     cJSON_AddNumberToObject(root, "calibration_tokens", (double)r->calib_tokens);
@@ -123,7 +124,7 @@ static void columns_with_data(const char *csv, int n, unsigned char *has)
 static void log_panel(FILE *g, const char *title, const int *cols, const char *const *names, int n,
                       const unsigned char *has)
 {
-    fprintf(g, "set title '%s'\nset logscale y\nplot", title);
+    fprintf(g, "set title '%s'\nset logscale y\nset format y '%%g'\nplot", title);
     int drawn = 0;
     for (int i = 0; i < n; i++) {
         if (!has[cols[i]])
@@ -134,7 +135,7 @@ static void log_panel(FILE *g, const char *title, const int *cols, const char *c
         drawn++;
     }
     /* nothing to draw: an empty frame rather than an error that stops the script */
-    fprintf(g, "%s\nunset logscale y\n", drawn ? "" : " [0:1] [1:10] 0.1 notitle");
+    fprintf(g, "%s\nunset logscale y\nset format y\n", drawn ? "" : " [0:1] [1:10] 0.1 notitle");
 }
 
 /* search.gp, the gnuplot script that draws search.png from search.csv: the losses, the

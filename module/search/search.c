@@ -557,7 +557,7 @@ static ac_status run_steps(search_run *r, int start, ac_search_report *report)
         int done = step + 1;
         if (done == r->steps || (p->checkpoint_every > 0 && done % p->checkpoint_every == 0)) {
             fflush(r->csv);
-            ac_search_state state = {.step = done, .tokens = tokens};
+            ac_search_state state = {.step = done, .tokens = tokens, .last_kd = s.kd, .last_budget = s.budget};
             memcpy(state.fingerprint, r->fingerprint, sizeof state.fingerprint);
             st = ac_search_state_save(p->out_dir, &state, ac_routers_logits(r->routers), r->m, r->v, r->n_logits);
             if (st == AC_OK && r->opt)
@@ -569,7 +569,7 @@ static ac_status run_steps(search_run *r, int start, ac_search_report *report)
     return st;
 }
 
-static ac_status resume_or_start(search_run *r, int *start)
+static ac_status resume_or_start(search_run *r, int *start, ac_search_report *report)
 {
     ac_search_state state;
     int found = 0, weights_step = -1;
@@ -586,6 +586,8 @@ static ac_status resume_or_start(search_run *r, int *start)
         return ac_fail(AC_ERR_INVALID, "search: %s holds a search with other settings (%s); use another --out or the "
                                        "same settings (%s)", r->p->out_dir, state.fingerprint, r->fingerprint);
     *start = state.step;
+    report->last_kd = state.last_kd;
+    report->last_budget = state.last_budget;
     return AC_OK;
 }
 
@@ -606,7 +608,7 @@ ac_status ac_search_run(const ac_model *parent, const ac_contract *contract, con
     st = setup(&r, parent, tables);
     int start = 0;
     if (st == AC_OK)
-        st = resume_or_start(&r, &start);
+        st = resume_or_start(&r, &start, report);
     if (st == AC_OK)
         st = open_csv(&r, start);
     if (st == AC_OK) {

@@ -13,6 +13,7 @@ enum { AC_SEARCH_FINGERPRINT = 512, AC_SEARCH_MAX_REPAIRS = 256 };
 typedef struct {
     int step;        /* router steps done */
     int64_t tokens;  /* search tokens so far */
+    double last_kd, last_budget; /* the losses of the last step done */
     char fingerprint[AC_SEARCH_FINGERPRINT]; /* the run's settings */
 } ac_search_state;
 

@@ -16,6 +16,7 @@ typedef struct {
     int32_t version, n;
     int32_t step, pad;
     int64_t tokens;
+    double last_kd, last_budget;
     char fingerprint[AC_SEARCH_FINGERPRINT];
 } state_header;
 
@@ -30,10 +31,12 @@ ac_status ac_search_state_save(const char *dir, const ac_search_state *state, co
     state_header h;
     memset(&h, 0, sizeof h);
     memcpy(h.magic, STATE_MAGIC, 8);
-    h.version = 1;
+    h.version = 2;
     h.n = n;
     h.step = state->step;
     h.tokens = state->tokens;
+    h.last_kd = state->last_kd;
+    h.last_budget = state->last_budget;
     memcpy(h.fingerprint, state->fingerprint, sizeof h.fingerprint);
     h.fingerprint[sizeof h.fingerprint - 1] = '\0';
     uint64_t bytes = (uint64_t)n * sizeof(float);
@@ -59,7 +62,7 @@ static ac_status load_file(const char *path, ac_search_state *state, float *logi
     state_header h;
     size_t bytes = (size_t)n * sizeof(float);
     ac_status st = AC_OK;
-    if (fread(&h, sizeof h, 1, f) != 1 || memcmp(h.magic, STATE_MAGIC, 8) || h.version != 1)
+    if (fread(&h, sizeof h, 1, f) != 1 || memcmp(h.magic, STATE_MAGIC, 8) || h.version != 2)
         st = ac_fail(AC_ERR_INVALID, "search: %s is not a search state", path);
     else if (h.n != n)
         st = ac_fail(AC_ERR_INVALID, "search: %s holds %d router logits, this search has %d", path, h.n, n);
@@ -71,6 +74,8 @@ static ac_status load_file(const char *path, ac_search_state *state, float *logi
     h.fingerprint[sizeof h.fingerprint - 1] = '\0';
     state->step = h.step;
     state->tokens = h.tokens;
+    state->last_kd = h.last_kd;
+    state->last_budget = h.last_budget;
     memcpy(state->fingerprint, h.fingerprint, sizeof state->fingerprint);
     *found = 1;
     return AC_OK;

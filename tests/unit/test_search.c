@@ -27,6 +27,7 @@
 #include "autocompress/runtime.h"
 #include "autocompress/search.h"
 #include "autocompress/tokens.h"
+#include "search/search_loop.h"
 
 enum { V = 48, D = 16 };
 
@@ -481,6 +482,67 @@ static void test_one_hot_masks_are_the_sliced_model(void **state)
     ac_cost_model_free(cost);
 }
 
+/* The discrete choice from crafted distributions: every axis at the parent's value with
+ * certainty but the hidden size, costs in proportion to it (about 0.75 of the parent's
+ * at hidden 12 and 0.5 at 8, make_tables). Returns the chosen hidden size. */
+static int discretize_hidden(fixture *f, ac_cost_model *cost, const ac_importance *imp, double p16, double p12,
+                             double p8, double ratio, ac_search_report *r)
+{
+    int n_axes = ac_cost_model_axis_count(cost), choice[64];
+    double probs[256] = {0};
+    for (int a = 0; a < n_axes; a++) {
+        const ac_cost_axis *ax = ac_cost_model_axis(cost, a);
+        if (ax->kind == AC_AXIS_HIDDEN) {
+            probs[ax->offset] = p16, probs[ax->offset + 1] = p12, probs[ax->offset + 2] = p8;
+        } else {
+            probs[ax->offset] = 1.0;
+        }
+    }
+    ac_cost_prediction parent;
+    assert_int_equal(ac_cost_predict_arch(cost, ac_model_arch(f->parent), &parent), AC_OK);
+    ac_budget_targets t = {.latency_ms = ratio * parent.latency_ms};
+    ac_repair_step steps[16];
+    memset(r, 0, sizeof *r);
+    assert_int_equal(ac_search_discretize(cost, ac_model_arch(f->parent), probs, imp, &t, choice, steps, 16, r), AC_OK);
+    assert_true(r->meets);
+    int hidden = r->arch.hidden;
+    ac_arch_free(&r->arch);
+    return hidden;
+}
+
+/* An undecided axis (most probable value below 0.9) takes the value of its two best that
+ * meets the target with the least slack: its second value when the argmax misses (no
+ * repair needed) or overshoots by a whole step; a decided axis keeps its argmax. */
+static void test_undecided_axes_settle_on_the_target(void **state)
+{
+    fixture *f = *state;
+    load_contract(f, "1.0");
+    f->tables = make_tables(&f->contract);
+    ac_cost_model *cost;
+    assert_int_equal(ac_cost_model_create(f->tables, ac_model_arch(f->parent), &f->contract, &cost), AC_OK);
+    int32_t tokens[2 * 16];
+    for (int i = 0; i < 32; i++)
+        tokens[i] = (int32_t)((i * 5 + 1) % V);
+    ac_importance imp;
+    assert_int_equal(ac_importance_compute(f->parent, tokens, 2, 16, &imp), AC_OK);
+    ac_search_report r;
+    /* the argmax (16) misses 0.8 of the parent; its second value (12) meets it */
+    assert_int_equal(discretize_hidden(f, cost, &imp, 0.55, 0.45, 0.0, 0.8, &r), 12);
+    assert_int_equal(r.settled_axes, 1);
+    assert_int_equal(r.repair_steps, 0);
+    /* the argmax (8) leaves half the budget unused; 12 meets it more closely */
+    assert_int_equal(discretize_hidden(f, cost, &imp, 0.0, 0.45, 0.55, 0.8, &r), 12);
+    assert_int_equal(r.settled_axes, 1);
+    /* decided: 8 stays */
+    assert_int_equal(discretize_hidden(f, cost, &imp, 0.0, 0.05, 0.95, 0.8, &r), 8);
+    assert_int_equal(r.settled_axes, 0);
+    /* neither 16 nor 12 alone meets 0.6: the repair steps axes down until it is met */
+    (void)discretize_hidden(f, cost, &imp, 0.55, 0.45, 0.0, 0.6, &r);
+    assert_true(r.repair_steps > 0);
+    ac_importance_free(&imp);
+    ac_cost_model_free(cost);
+}
+
 /* The killed run of check_kill_and_resume: the same parent, contract, tables and
  * settings, rebuilt in a fresh process from the fixture's directory. */
 static int search_child(const char *dir, int train_weights)
@@ -509,6 +571,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_killed_search_with_trained_weights_resumes_identically, setup, teardown),
         cmocka_unit_test_setup_teardown(test_trained_weights_lower_the_kd, setup, teardown),
         cmocka_unit_test_setup_teardown(test_one_hot_masks_are_the_sliced_model, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_undecided_axes_settle_on_the_target, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -146,6 +146,9 @@ typedef struct {
     int64_t calib_tokens, tokens; /* tokens: calibration + router steps */
     ac_budget_targets targets;
     ac_cost_prediction parent, chosen; /* the cost model's predictions */
+    int settled_axes;          /* undecided axes (most probable value < 0.9) moved to their
+                                  second value: of those combinations, the one that meets
+                                  the targets with the least slack */
     int repair_steps;          /* axis steps the greedy repair took */
     int meets;                 /* the chosen architecture meets every target */
     double last_kd, last_budget;
