@@ -265,6 +265,37 @@ static void mamba2_layout(ac_layout *l, int i, const ac_arch *arch, const ac_blo
 }
 
 /* Leading heads and groups; other head shapes line up with nothing and are left alone. */
+/* One head's weights, parent head ph into child head ch: its z, x and dt rows of
+ * in_proj, its conv channels, dt_bias, A_log, D, its gated-norm weights and its
+ * out_proj columns (of the hidden rows both have). */
+static void copy_head(const ac_arch *child, const ac_block_dims *cb, ac_layer_weights *cw, const ac_arch *parent,
+                      const ac_block_dims *pb, const ac_layer_weights *pw, int ch, int ph)
+{
+    int P = cb->mamba_head_dim, N = cb->ssm_state, K = cb->conv_kernel;
+    int Dc = child->hidden, Dp = parent->hidden, D = Dc < Dp ? Dc : Dp;
+    int dIc = cb->mamba_heads * P, dIp = pb->mamba_heads * P;
+    int Gc = cb->mamba_groups, Gp = pb->mamba_groups;
+    ac_copy_rows(cw->in_proj, Dc, ch * P, pw->in_proj, Dp, ph * P, P);
+    ac_copy_rows(cw->in_proj, Dc, dIc + ch * P, pw->in_proj, Dp, dIp + ph * P, P);
+    ac_copy_rows(cw->in_proj, Dc, 2 * dIc + 2 * Gc * N + ch, pw->in_proj, Dp, 2 * dIp + 2 * Gp * N + ph, 1);
+    ac_copy_rows(cw->conv_w, K, ch * P, pw->conv_w, K, ph * P, P);
+    if (cw->conv_b && pw->conv_b)
+        ac_copy_rows(cw->conv_b, 1, ch * P, pw->conv_b, 1, ph * P, P);
+    const float *pv[3] = {pw->dt_bias, pw->A_log, pw->D};
+    float *cv[3] = {cw->dt_bias, cw->A_log, cw->D};
+    for (int i = 0; i < 3; i++)
+        if (cv[i] && pv[i])
+            cv[i][ch] = pv[i][ph];
+    if (cw->gate_norm && pw->gate_norm)
+        memcpy(cw->gate_norm + (size_t)ch * P, pw->gate_norm + (size_t)ph * P, (size_t)P * sizeof(float));
+    for (int d = 0; d < D; d++)
+        memcpy(cw->out_proj + (size_t)d * dIc + (size_t)ch * P, pw->out_proj + (size_t)d * dIp + (size_t)ph * P,
+               (size_t)P * sizeof(float));
+}
+
+/* Heads are taken within groups: child group g keeps the leading heads of parent group g
+ * (the reorder ranks heads within their group, and the search's masks keep prefixes
+ * per group), with that group's B and C. */
 static void mamba2_slice(const ac_arch *child, const ac_block_dims *cb, ac_layer_weights *cw, const ac_arch *parent,
                          const ac_block_dims *pb, const ac_layer_weights *pw)
 {
@@ -273,27 +304,20 @@ static void mamba2_slice(const ac_arch *child, const ac_block_dims *cb, ac_layer
         return;
     int Dc = child->hidden, Dp = parent->hidden;
     int Hc = cb->mamba_heads, Hp = pb->mamba_heads, Gc = cb->mamba_groups, Gp = pb->mamba_groups;
-    int dIc = Hc * P, dIp = Hp * P, h = Hc < Hp ? Hc : Hp, g = Gc < Gp ? Gc : Gp;
-    /* in_proj rows: z | x | B | C | dt */
-    ac_copy_rows(cw->in_proj, Dc, 0, pw->in_proj, Dp, 0, h * P);
-    ac_copy_rows(cw->in_proj, Dc, dIc, pw->in_proj, Dp, dIp, h * P);
+    int dIc = Hc * P, dIp = Hp * P, g = Gc < Gp ? Gc : Gp;
+    int hc = Hc / Gc, hp = Hp / Gp, h = hc < hp ? hc : hp;
+    for (int grp = 0; grp < g; grp++)
+        for (int j = 0; j < h; j++)
+            copy_head(child, cb, cw, parent, pb, pw, grp * hc + j, grp * hp + j);
+    /* B and C rows of in_proj, then their conv channels */
     ac_copy_rows(cw->in_proj, Dc, 2 * dIc, pw->in_proj, Dp, 2 * dIp, g * N);
     ac_copy_rows(cw->in_proj, Dc, 2 * dIc + Gc * N, pw->in_proj, Dp, 2 * dIp + Gp * N, g * N);
-    ac_copy_rows(cw->in_proj, Dc, 2 * dIc + 2 * Gc * N, pw->in_proj, Dp, 2 * dIp + 2 * Gp * N, h);
-    /* conv channels: x | B | C, each row K taps */
-    ac_copy_rows(cw->conv_w, K, 0, pw->conv_w, K, 0, h * P);
     ac_copy_rows(cw->conv_w, K, dIc, pw->conv_w, K, dIp, g * N);
     ac_copy_rows(cw->conv_w, K, dIc + Gc * N, pw->conv_w, K, dIp + Gp * N, g * N);
     if (cw->conv_b && pw->conv_b) {
-        ac_copy_rows(cw->conv_b, 1, 0, pw->conv_b, 1, 0, h * P);
         ac_copy_rows(cw->conv_b, 1, dIc, pw->conv_b, 1, dIp, g * N);
         ac_copy_rows(cw->conv_b, 1, dIc + Gc * N, pw->conv_b, 1, dIp + Gp * N, g * N);
     }
-    ac_copy_prefix(cw->dt_bias, Hc, pw->dt_bias, Hp);
-    ac_copy_prefix(cw->A_log, Hc, pw->A_log, Hp);
-    ac_copy_prefix(cw->D, Hc, pw->D, Hp);
-    ac_copy_prefix(cw->gate_norm, dIc, pw->gate_norm, dIp);
-    ac_copy_rows(cw->out_proj, dIc, 0, pw->out_proj, dIp, 0, Dc < Dp ? Dc : Dp);
 }
 
 static void mamba2_row_key(const ac_block_dims *b, ac_cost_row *key) { key->heads = b->mamba_heads; }

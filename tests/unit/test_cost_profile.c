@@ -288,7 +288,7 @@ static void test_within_slope_removes_each_groups_level(void **state)
 }
 
 /* Slicing the parent to its own architecture copies every weight; a pruned layer keeps
- * the leading channels, heads, groups and experts of each tensor. */
+ * the leading channels, heads (within each group), groups and experts of each tensor. */
 static void test_slices_keep_the_leading_parts(void **state)
 {
     (void)state;
@@ -315,14 +315,16 @@ static void test_slices_keep_the_leading_parts(void **state)
     assert_int_equal(su->shape[1], 48);
     for (int r = 0; r < 16; r++)
         assert_memory_equal(su->data + r * 48, pu->data + r * 64, 48 * sizeof(float));
-    /* in_proj rows: z | x | B | C | dt; with 4 of 8 heads (2 groups kept: 4 % 2 == 0) */
+    /* in_proj rows: z | x | B | C | dt; with 4 of 8 heads (2 groups kept: 4 % 2 == 0),
+     * heads kept within groups: child head 3 (group 1's second) is parent head 5 */
     const ac_block_dims *pb = &pa->layers[0];
     int P = pb->mamba_head_dim, N = pb->ssm_state, G = pb->mamba_groups, dIp = 8 * P, dIc = 4 * P;
     assert_int_equal(arch.layers[0].mamba_groups, G);
     const ac_param *pin = ac_model_find_param(parent, "layers.0.mixer.in_proj.weight");
     const ac_param *sin = ac_model_find_param(small, "layers.0.mixer.in_proj.weight");
     int rows[4][2] = {{dIc + 3, dIp + 3}, {2 * dIc + 1, 2 * dIp + 1}, {2 * dIc + G * N + 2, 2 * dIp + G * N + 2},
-                      {2 * dIc + 2 * G * N + 3, 2 * dIp + 2 * G * N + 3}};
+                      {2 * dIc + 2 * G * N + 3, 2 * dIp + 2 * G * N + 5}};
+    assert_true(P > 3 && G == 2);
     for (int i = 0; i < 4; i++)
         assert_memory_equal(sin->data + (size_t)rows[i][0] * 48, pin->data + (size_t)rows[i][1] * 64, 48 * sizeof(float));
     /* an MLP cut from a MoE layer is its shared expert */
