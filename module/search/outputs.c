@@ -69,6 +69,21 @@ static cJSON *repairs_json(const ac_cost_model *cost, const ac_repair_step *step
     return list;
 }
 
+/* Which layer of the (reordered) parent each layer of the choice is cut from: what a
+ * prune needs beside arch.json when layers were removed. */
+static cJSON *parent_layers_json(const ac_cost_model *cost, const int *choice, int n_layers)
+{
+    ac_arch arch;
+    int *layer = malloc(((size_t)n_layers + 1) * sizeof *layer);
+    cJSON *list = NULL;
+    if (layer && ac_cost_choice_arch(cost, choice, &arch, layer) == AC_OK) {
+        list = cJSON_CreateIntArray(layer, arch.n_layers);
+        ac_arch_free(&arch);
+    }
+    free(layer);
+    return list;
+}
+
 static ac_status write_summary(const char *path, const ac_contract *contract, const ac_cost_model *cost,
                                const int *choice, const ac_repair_step *steps, const ac_search_report *r)
 {
@@ -81,6 +96,7 @@ static ac_status write_summary(const char *path, const ac_contract *contract, co
     cJSON_AddItemToObject(root, "chosen_predicted", costs_json(&r->chosen));
     cJSON_AddBoolToObject(root, "meets_targets", r->meets);
     cJSON_AddItemToObject(root, "choice", choices_json(cost, choice));
+    cJSON_AddItemToObject(root, "parent_layers", parent_layers_json(cost, choice, r->arch.n_layers));
     cJSON_AddNumberToObject(root, "settled_axes", r->settled_axes);
     cJSON_AddItemToObject(root, "repairs", repairs_json(cost, steps, r->repair_steps));
     cJSON_AddNumberToObject(root, "router_steps", r->steps);

@@ -188,6 +188,8 @@ static ac_search_params params_in(fixture *f, const char *name)
     return p;
 }
 
+static void read_file(const char *path, char **data, size_t *n);
+
 static void test_budget_alone_meets_the_target(void **state)
 {
     fixture *f = *state;
@@ -212,6 +214,31 @@ static void test_budget_alone_meets_the_target(void **state)
     assert_int_equal(back.n_layers, r.arch.n_layers);
     assert_int_equal(back.hidden, r.arch.hidden);
     ac_arch_free(&back);
+    /* search.json names each chosen layer's parent layer, in order */
+    char *summary;
+    size_t summary_len;
+    snprintf(path, sizeof path, "%s/search.json", p.out_dir);
+    read_file(path, &summary, &summary_len);
+    summary = realloc(summary, summary_len + 1);
+    summary[summary_len] = '\0';
+    const char *layers = strstr(summary, "\"parent_layers\"");
+    assert_non_null(layers);
+    int previous = -1, count = 0;
+    char *q = strchr(layers, '[') + 1;
+    for (;;) {
+        q += strspn(q, " \t\n,");
+        if (*q == ']')
+            break;
+        char *end;
+        int v = (int)strtol(q, &end, 10);
+        assert_true(end != q);
+        q = end;
+        assert_true(v > previous && v < ac_model_arch(f->parent)->n_layers);
+        previous = v;
+        count++;
+    }
+    assert_int_equal(count, r.arch.n_layers);
+    free(summary);
     snprintf(path, sizeof path, "%s/search.csv", p.out_dir);
     FILE *csv = fopen(path, "r");
     assert_non_null(csv);
