@@ -12,7 +12,11 @@
  *                        an expert whose mask is 0 is never chosen, as if removed
  *   ffn         [F | I]  MLP channels, or every routed expert's channels, after relu2
  *   shared_ffn  [S]      the shared expert's channels after relu2
- *   layer_gate  [L]      scales the block's contribution: x + g * mixer(norm(x)) */
+ *   layer_gate  [L]      scales the block's contribution: x + g * mixer(norm(x))
+ *
+ * At 0/1 values the expert (score masking), FFN, shared-FFN and layer masks give exactly
+ * the model sliced to the kept parts; hidden and Mamba-head masks do not yet, because
+ * RMSNorm still averages over all D channels and the gated norm over a whole group. */
 #ifndef AUTOCOMPRESS_MASKS_H
 #define AUTOCOMPRESS_MASKS_H
 
