@@ -137,6 +137,11 @@ struct ac_backend {
     /* For y = rmsnorm(x) * w: dx = dL/dx (overwritten; may not alias dy), dw += (may be NULL). */
     void (*rmsnorm_backward)(ac_kctx *ctx, int rows, int dim, const float *x, int ldx, const float *w, float eps,
                              const float *dy, int lddy, float *dx, int lddx, float *dw);
+    /* For y = x * rsqrt(sum(x^2) / width + eps) * w per row (an RMSNorm over `width`
+     * channels, width <= dim, the rest zero or masked): *dwidth += dL/dwidth summed over
+     * rows, given dy = dL/dy. */
+    void (*rmsnorm_width_backward)(ac_kctx *ctx, int rows, int dim, const float *x, int ldx, const float *w,
+                                   float eps, float width, const float *dy, int lddy, float *dwidth);
     /* For x = relu(pre)^2: grad (dL/dx on entry) becomes dL/dpre. */
     void (*relu2_backward)(ac_kctx *ctx, size_t n, const float *pre, float *grad);
 
@@ -461,6 +466,13 @@ static inline void ac_k_moe_route_backward(ac_kctx *ctx, int T, int E, const flo
                                            float scale, const int32_t *idx, const float *dweight, float *dlogits)
 {
     ac_backend_of(ctx)->moe_route_backward(ctx, T, E, logits, top_k, norm, scale, idx, dweight, dlogits);
+}
+
+static inline void ac_k_rmsnorm_width_backward(ac_kctx *ctx, int rows, int dim, const float *x, int ldx,
+                                               const float *w, float eps, float width, const float *dy, int lddy,
+                                               float *dwidth)
+{
+    ac_backend_of(ctx)->rmsnorm_width_backward(ctx, rows, dim, x, ldx, w, eps, width, dy, lddy, dwidth);
 }
 
 static inline void ac_k_moe_mask_scores_backward(ac_kctx *ctx, int T, int E, const float *mask,

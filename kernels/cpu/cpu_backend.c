@@ -75,6 +75,7 @@ const ac_backend ac_cpu_backend = {
     .attention_backward = ac_cpu_attention_backward,
     .moe_route_backward = ac_cpu_moe_route_backward,
     .moe_mask_scores_backward = ac_cpu_moe_mask_scores_backward,
+    .rmsnorm_width_backward = ac_cpu_rmsnorm_width_backward,
     .moe_combine_backward = ac_cpu_moe_combine_backward,
     .gather_rows_backward = ac_cpu_gather_rows_backward,
 };

@@ -82,6 +82,8 @@ void ac_cpu_attention_backward(ac_kctx *ctx, int L, int n_heads, int n_kv, int h
                                float *out, float *stats, float *dq, float *dk, float *dv);
 void ac_cpu_moe_route_backward(ac_kctx *ctx, int T, int E, const float *logits, int top_k, int norm,
                                float scale, const int32_t *idx, const float *dweight, float *dlogits);
+void ac_cpu_rmsnorm_width_backward(ac_kctx *ctx, int rows, int dim, const float *x, int ldx, const float *w,
+                                   float eps, float width, const float *dy, int lddy, float *dwidth);
 void ac_cpu_moe_mask_scores_backward(ac_kctx *ctx, int T, int E, const float *mask, const float *dlogits,
                                      float *dmask);
 void ac_cpu_moe_combine_backward(ac_kctx *ctx, int n, int D, const float *dout, int lddout, const int32_t *rows,

@@ -53,3 +53,25 @@ void ac_cpu_rmsnorm_backward(ac_kctx *ctx, int rows, int dim, const float *x, in
             dw[i] += dyr[i] * xr[i] * inv;
     }
 }
+
+/* y_c = x_c w_c / r with r^2 = S / width + eps, S = sum x^2: dy_c/dwidth = y_c S / (2
+ * width^2 r^2), so dL/dwidth = (sum_c dy_c y_c) S / (2 width^2 r^2) per row; rows summed
+ * in order. */
+void ac_cpu_rmsnorm_width_backward(ac_kctx *ctx, int rows, int dim, const float *x, int ldx, const float *w,
+                                   float eps, float width, const float *dy, int lddy, float *dwidth)
+{
+    (void)ctx;
+    double total = 0.0;
+    for (int r = 0; r < rows; r++) {
+        const float *xr = x + (size_t)r * ldx;
+        const float *dyr = dy + (size_t)r * lddy;
+        double s = 0.0, a = 0.0;
+        for (int i = 0; i < dim; i++) {
+            s += (double)xr[i] * xr[i];
+            a += (double)dyr[i] * w[i] * xr[i];
+        }
+        double r2 = s / width + eps;
+        total += a / sqrt(r2) * s / (2.0 * (double)width * width * r2);
+    }
+    *dwidth += (float)total;
+}

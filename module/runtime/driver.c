@@ -7,6 +7,7 @@
 
 #include "autocompress/probe.h"
 
+#include <math.h>
 #include <string.h>
 
 static ac_block_masks block_masks(const ac_masks *m, int layer)
@@ -60,12 +61,61 @@ static void embed(ac_runtime *rt, const ac_seqs *seqs, const int32_t *const *tok
         ac_k_mul_columns(&rt->kctx, seqs->total, D, pass->masks->hidden, pass->xs, D);
 }
 
+/* The width a hidden mask keeps, sum(hidden); D without a mask. */
+static float kept_width(const float *hidden, int D)
+{
+    if (!hidden)
+        return (float)D;
+    double M = 0.0;
+    for (int c = 0; c < D; c++)
+        M += hidden[c];
+    return (float)M;
+}
+
+/* RMSNorm over the width the hidden mask keeps: the mean of x^2 over M = sum(hidden)
+ * channels, not D. The residual's masked channels are zero at a 0/1 mask, so this is the
+ * norm of the model sliced to those channels. Computed as sqrt(M / D) * rmsnorm with eps
+ * M / D (rsqrt(S / M + eps) = sqrt(M / D) rsqrt(S / D + eps M / D)); M == D is the plain
+ * norm, bit for bit. */
+static void width_norm(ac_runtime *rt, int rows, const float *x, const float *w, const float *hidden, float *y)
+{
+    int D = rt->model->arch.hidden;
+    float eps = rt->model->arch.norm_eps, M = kept_width(hidden, D);
+    if (M == (float)D) {
+        ac_k_rmsnorm(&rt->kctx, rows, D, x, D, w, eps, y, D);
+        return;
+    }
+    ac_k_rmsnorm(&rt->kctx, rows, D, x, D, w, eps * M / (float)D, y, D);
+    ac_k_scale(&rt->kctx, (size_t)rows * D, sqrtf(M / (float)D), y);
+}
+
+/* Backward of width_norm: dx = dL/dx (overwritten) from dy = dL/dy (destroyed), dw +=
+ * (may be NULL), and dL/dM added to every channel of dhidden (may be NULL). */
+static void width_norm_backward(ac_runtime *rt, int rows, const float *x, const float *w, const float *hidden,
+                                float *dy, float *dx, float *dw, float *dhidden)
+{
+    int D = rt->model->arch.hidden;
+    float eps = rt->model->arch.norm_eps, M = kept_width(hidden, D);
+    if (M == (float)D && !dhidden) {
+        ac_k_rmsnorm_backward(&rt->kctx, rows, D, x, D, w, eps, dy, D, dx, D, dw);
+        return;
+    }
+    if (dhidden) {
+        float dM = 0.0f;
+        ac_k_rmsnorm_width_backward(&rt->kctx, rows, D, x, D, w, eps, M, dy, D, &dM);
+        for (int c = 0; c < D; c++)
+            dhidden[c] += dM;
+    }
+    ac_k_scale(&rt->kctx, (size_t)rows * D, sqrtf(M / (float)D), dy);
+    ac_k_rmsnorm_backward(&rt->kctx, rows, D, x, D, w, eps * M / (float)D, dy, D, dx, D, dw);
+}
+
 /* xn = hidden * norm_l(x) */
 static void block_input(ac_runtime *rt, int l, const float *x, int T, const float *hidden, float *xn)
 {
     const ac_model *m = rt->model;
     int D = m->arch.hidden;
-    ac_k_rmsnorm(&rt->kctx, T, D, x, D, m->layers[l].norm, m->arch.norm_eps, xn, D);
+    width_norm(rt, T, x, m->layers[l].norm, hidden, xn);
     if (hidden)
         ac_k_mul_columns(&rt->kctx, T, D, hidden, xn, D);
 }
@@ -110,7 +160,7 @@ static void final_norm(ac_runtime *rt, int rows, const float *x, const float *hi
 {
     const ac_model *m = rt->model;
     int D = m->arch.hidden;
-    ac_k_rmsnorm(&rt->kctx, rows, D, x, D, m->norm_f, m->arch.norm_eps, raw ? raw : rt->xn, D);
+    width_norm(rt, rows, x, m->norm_f, hidden, raw ? raw : rt->xn);
     if (raw)
         memcpy(rt->xn, raw, (size_t)rows * D * sizeof(float));
     if (hidden)
@@ -180,13 +230,13 @@ void ac_driver_backward(ac_runtime *rt, const ac_seqs *seqs, const int32_t *cons
             ac_k_column_dot(k, R, D, buf->dxn, D, buf->xn_raw, D, dhidden);
         ac_k_mul_columns(k, R, D, hidden, buf->dxn, D);
     }
-    ac_k_rmsnorm_backward(k, R, D, last, D, m->norm_f, a->norm_eps, buf->dxn, D, buf->dx, D, g ? g->norm_f : NULL);
+    width_norm_backward(rt, R, last, m->norm_f, hidden, buf->dxn, buf->dx, g ? g->norm_f : NULL, dhidden);
 
     for (int l = a->n_layers - 1; l >= 0; l--) {
         const float *x = stream_at(pass, l, TD);
         ac_block_masks bm = block_masks(masks, l);
         ac_block_mask_grads bg = block_mask_grads(mask_grads, l);
-        ac_k_rmsnorm(k, R, D, x, D, m->layers[l].norm, a->norm_eps, buf->xn_raw, D);
+        width_norm(rt, R, x, m->layers[l].norm, hidden, buf->xn_raw);
         memcpy(rt->xn, buf->xn_raw, TD * sizeof(float));
         if (hidden)
             ac_k_mul_columns(k, R, D, hidden, rt->xn, D);
@@ -206,8 +256,8 @@ void ac_driver_backward(ac_runtime *rt, const ac_seqs *seqs, const int32_t *cons
             ac_k_mul_columns(k, R, D, hidden, buf->dxn, D);
         }
         /* dx (residual) += the norm's backward; xn_raw is free to hold it */
-        ac_k_rmsnorm_backward(k, R, D, x, D, m->layers[l].norm, a->norm_eps, buf->dxn, D, buf->xn_raw, D,
-                              g ? g->layers[l].norm : NULL);
+        width_norm_backward(rt, R, x, m->layers[l].norm, hidden, buf->dxn, buf->xn_raw,
+                            g ? g->layers[l].norm : NULL, dhidden);
         ac_k_add(k, TD, buf->xn_raw, buf->dx);
     }
     for (int s = 0; s < seqs->n; s++)

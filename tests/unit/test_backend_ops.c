@@ -109,6 +109,7 @@ static const ac_backend reference = {
     .attention_backward = ac_cpu_attention_backward,
     .moe_route_backward = ac_cpu_moe_route_backward,
     .moe_mask_scores_backward = ac_cpu_moe_mask_scores_backward,
+    .rmsnorm_width_backward = ac_cpu_rmsnorm_width_backward,
     .moe_combine_backward = ac_cpu_moe_combine_backward,
     .gather_rows_backward = ac_cpu_gather_rows_backward,
 };
@@ -507,6 +508,17 @@ static void op_rmsnorm_backward(run *r, const op_case *c)
     CALL(r, rmsnorm_backward, rows, dim, x, ldx, w, c->f[0], dy, lddy, dx, lddx, dw);
 }
 
+/* p: rows dim ldx lddy; f: eps width */
+static void op_rmsnorm_width_backward(run *r, const op_case *c)
+{
+    int rows = c->p[0], dim = c->p[1], ldx = c->p[2], lddy = c->p[3];
+    const float *x = f32(r, BUF_IN, (size_t)rows * ldx, -2.0f, 2.0f);
+    const float *w = f32(r, BUF_IN, (size_t)dim, 0.5f, 1.5f);
+    const float *dy = f32(r, BUF_IN, (size_t)rows * lddy, -1.0f, 1.0f);
+    float *dwidth = f32(r, BUF_OUT, 1, -1.0f, 1.0f);
+    CALL(r, rmsnorm_width_backward, rows, dim, x, ldx, w, c->f[0], c->f[1], dy, lddy, dwidth);
+}
+
 /* p: n */
 static void op_relu2_backward(run *r, const op_case *c)
 {
@@ -792,6 +804,7 @@ static const op_case cases[] = {
     {OP(linear_backward), "M1 N6 K3 dA beta1 only", TOL_REDUCE, {1, 6, 3, 3, 6, 4, 1, 0}, {1.0f}},
     {OP(rmsnorm_backward), "rows5 dim7 ldx9 lddy8 lddx10 dw", TOL_REDUCE, {5, 7, 9, 8, 10, 1}, {1e-5f}},
     {OP(rmsnorm_backward), "rows1 dim4 no dw", TOL_REDUCE, {1, 4, 4, 4, 4, 0}, {1e-6f}},
+    {OP(rmsnorm_width_backward), "rows6 dim9 ldx11 lddy10 width6.5", TOL_REDUCE, {6, 9, 11, 10}, {1e-5f, 6.5f}},
     {OP(relu2_backward), "n41", TOL_ELEM, {41}, {0}},
     {OP(cross_entropy), "rows5 V11 one ignored", TOL_REDUCE, {5, 11, GRAD_SEPARATE}, {0.2f}},
     {OP(cross_entropy), "rows3 V7 dlogits in place", TOL_REDUCE, {3, 7, GRAD_IN_PLACE}, {1.0f}},
@@ -1024,6 +1037,9 @@ COUNTED(moe_mask_scores, (ac_kctx *ctx, int T, int E, const float *mask, const f
         (ctx, T, E, mask, bias, logits, masked_bias))
 COUNTED(moe_mask_scores_backward, (ac_kctx *ctx, int T, int E, const float *mask, const float *dlogits, float *dmask),
         (ctx, T, E, mask, dlogits, dmask))
+COUNTED(rmsnorm_width_backward, (ac_kctx *ctx, int rows, int dim, const float *x, int ldx, const float *w, float eps,
+                                 float width, const float *dy, int lddy, float *dwidth),
+        (ctx, rows, dim, x, ldx, w, eps, width, dy, lddy, dwidth))
 COUNTED(gather_rows, (ac_kctx *ctx, int n, int D, const float *src, int ldsrc, const int32_t *rows, float *dst),
         (ctx, n, D, src, ldsrc, rows, dst))
 COUNTED(scatter_add_rows, (ac_kctx *ctx, int n, int D, const float *src, const int32_t *rows, const float *weight,
@@ -1141,6 +1157,7 @@ static const ac_backend counting = {
     .attention_backward = counted_attention_backward,
     .moe_route_backward = counted_moe_route_backward,
     .moe_mask_scores_backward = counted_moe_mask_scores_backward,
+    .rmsnorm_width_backward = counted_rmsnorm_width_backward,
     .moe_combine_backward = counted_moe_combine_backward,
     .gather_rows_backward = counted_gather_rows_backward,
 };

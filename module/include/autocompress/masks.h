@@ -4,7 +4,8 @@
  *
  * Where each applies:
  *   hidden      [D]      every block's normed input and its output before the residual add,
- *                        the embeddings and the final norm's output
+ *                        the embeddings and the final norm's output (and sets the norms'
+ *                        width, below)
  *   mamba_heads [H]      each head's scan output y (before the gated norm)
  *   experts     [E]      each routed expert's output (selection unchanged: output masking)
  *   expert_scores [E]    each routed expert's score before the top-k (top-k score
@@ -14,9 +15,10 @@
  *   shared_ffn  [S]      the shared expert's channels after relu2
  *   layer_gate  [L]      scales the block's contribution: x + g * mixer(norm(x))
  *
- * At 0/1 values the expert (score masking), FFN, shared-FFN and layer masks give exactly
- * the model sliced to the kept parts; hidden and Mamba-head masks do not yet, because
- * RMSNorm still averages over all D channels and the gated norm over a whole group. */
+ * With a hidden mask, every RMSNorm averages over the kept width sum(hidden), not D.
+ * At 0/1 values the hidden, expert (score masking), FFN, shared-FFN and layer masks give
+ * exactly the model sliced to the kept parts; the Mamba-head mask does not yet, because
+ * the gated norm still averages over a whole group of heads. */
 #ifndef AUTOCOMPRESS_MASKS_H
 #define AUTOCOMPRESS_MASKS_H
 
