@@ -142,6 +142,8 @@ void ac_driver_forward(ac_runtime *rt, const ac_seqs *seqs, const int32_t *const
             ac_probe_begin(probe, l, site);
         block_input(rt, l, x, T, hidden, rt->xn);
         block_forward(rt, l, seqs, &bm, rt->xn, rt->mix);
+        if (pass->outs)
+            memcpy(pass->outs + (size_t)l * TD, rt->mix, TD * sizeof(float));
         if (hidden)
             ac_k_mul_columns(&rt->kctx, T, D, hidden, rt->mix, D);
         if (gate)
@@ -184,8 +186,8 @@ void ac_driver_logits(ac_runtime *rt, const ac_seqs *seqs, const ac_pass *pass, 
     ac_k_linear(&rt->kctx, rows, V, D, rt->xn, D, m->lm_head, 0.0f, logits, V);
 }
 
-/* dL/dgate[l] and the hidden mask's output-side share need the block's own output
- * (hidden * mixer(...)): recompute it into rt->mix. */
+/* dL/dgate[l] and the hidden mask's output-side share need the block's own mixer output:
+ * the one the forward kept, or recomputed into rt->mix. */
 static void gate_and_output_mask_grads(ac_runtime *rt, int l, const ac_seqs *seqs, const ac_block_masks *bm,
                                        const ac_pass *pass, const ac_pass_grad_buffers *buf, float *dhidden,
                                        float *dgate)
@@ -193,10 +195,12 @@ static void gate_and_output_mask_grads(ac_runtime *rt, int l, const ac_seqs *seq
     int D = rt->model->arch.hidden, T = seqs->total;
     const float *hidden = pass->masks->hidden;
     float gl = pass->masks->layer_gate ? pass->masks->layer_gate[l] : 1.0f;
-    block_forward(rt, l, seqs, bm, rt->xn, rt->mix);
+    const float *out = pass->outs ? pass->outs + (size_t)l * T * D : rt->mix;
+    if (!pass->outs)
+        block_forward(rt, l, seqs, bm, rt->xn, rt->mix);
     float dg = 0.0f, *col = buf->column;
     memset(col, 0, (size_t)D * sizeof *col);
-    ac_k_column_dot(&rt->kctx, T, D, buf->dx, D, rt->mix, D, col);
+    ac_k_column_dot(&rt->kctx, T, D, buf->dx, D, out, D, col);
     for (int c = 0; c < D; c++) {
         dg += col[c] * (hidden ? hidden[c] : 1.0f);
         if (dhidden)

@@ -53,6 +53,9 @@ typedef struct {
     const ac_masks *masks;  /* NULL: the full model */
     float *xs;              /* [T, D] updated in place, or [L + 1, T, D] when keep_inputs */
     int keep_inputs;        /* keep every layer's input (and the last output) for the backward */
+    float *outs;            /* [L, T, D] or NULL: each block's mixer output (before the hidden
+                               mask and gate), kept for the gate and hidden-mask gradients,
+                               which otherwise recompute it */
 } ac_pass;
 
 /* The backward's buffers, [T, D] each but column [D]. */

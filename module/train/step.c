@@ -14,6 +14,8 @@ struct ac_train_step {
     ac_seqs seqs;
     const int32_t **seq_tokens; /* [B]: each sequence's inputs in this step's tokens */
     float *xs;      /* [L + 1, rows, D]: the residual stream entering each layer, and after the last */
+    float *outs;    /* [L, rows, D], made at the first step with mask gradients: each block's
+                       mixer output, which their backward would otherwise recompute */
     ac_pass_grad_buffers buf; /* the backward's: xn_raw, dx, dxn [rows, D] and column [D] */
     float *logits;  /* [rows, V], then dL/dlogits */
     double *row_loss; /* [rows] */
@@ -71,6 +73,7 @@ void ac_train_step_free(ac_train_step *s)
     free(s->seqs.len);
     free(s->seq_tokens);
     free(s->xs);
+    free(s->outs);
     free(s->buf.xn_raw);
     free(s->buf.dx);
     free(s->buf.dxn);
@@ -111,7 +114,8 @@ static void forward(ac_train_step *s, const ac_step_inputs *in, int keep_inputs)
 {
     for (int b = 0; b < s->B; b++)
         s->seq_tokens[b] = in->tokens + (size_t)b * s->T;
-    ac_pass pass = {.masks = in->masks, .xs = s->xs, .keep_inputs = keep_inputs};
+    ac_pass pass = {.masks = in->masks, .xs = s->xs, .keep_inputs = keep_inputs,
+                    .outs = keep_inputs && in->mask_grads ? s->outs : NULL};
     ac_driver_forward(s->rt, &s->seqs, s->seq_tokens, &pass);
     ac_driver_logits(s->rt, &s->seqs, &pass, AC_LOGITS_ALL, s->logits);
 }
@@ -138,7 +142,7 @@ static double loss_and_dlogits(ac_train_step *s, const ac_step_inputs *in, int w
 
 static void backward(ac_train_step *s, const ac_step_inputs *in)
 {
-    ac_pass pass = {.masks = in->masks, .xs = s->xs, .keep_inputs = 1};
+    ac_pass pass = {.masks = in->masks, .xs = s->xs, .keep_inputs = 1, .outs = in->mask_grads ? s->outs : NULL};
     ac_driver_backward(s->rt, &s->seqs, s->seq_tokens, &pass, s->logits, &s->buf, in->grads, in->mask_grads);
 }
 
@@ -159,6 +163,12 @@ ac_status ac_train_step_run(ac_train_step *s, const ac_step_inputs *in, double *
     ac_status st = check_inputs(s, in);
     if (st != AC_OK)
         return st;
+    if (in->masks && in->mask_grads && !s->outs) {
+        const ac_arch *a = &s->model->arch;
+        s->outs = malloc((size_t)a->n_layers * s->rows * a->hidden * sizeof(float));
+        if (!s->outs)
+            return ac_fail(AC_ERR_NOMEM, "train: out of memory for the block outputs of a masked step");
+    }
     ac_k_flush_denormals();
     forward(s, in, 1);
     *loss = loss_and_dlogits(s, in, 1);
