@@ -34,7 +34,7 @@ static size_t ssm_state_floats(const ac_block_dims *b)
 static size_t mamba2_state_floats(const ac_block_dims *b) { return conv_state_floats(b) + ssm_state_floats(b); }
 
 /* Per token: the forward's buffers (proj, xbc, dt, y) plus the masked y, the norm output
- * (later its gradient), dL/dy, dproj, dxbc, ddt, the norm's rstd, the saved states and
+ * (later its gradient) and its copy for a head mask's width gradient, dL/dy, dproj, dxbc, ddt, the norm's rstd, the saved states and
  * the scan backward's work (2 H N a token plus H P N). Fixed-size buffers are counted per
  * token too, which covers them for any T >= 1: the conv weight and bias gradients summed
  * over sequences (conv (K + 1)), and the zero states of the training forward (conv (K-1)
@@ -45,8 +45,83 @@ static size_t mamba2_backward_scratch_per_token(const ac_arch *arch, const ac_bl
     size_t H = (size_t)b->mamba_heads, N = (size_t)b->ssm_state, G = (size_t)b->mamba_groups;
     size_t nproj = (size_t)ac_mamba_in_proj_dim(b), conv = (size_t)ac_mamba_conv_dim(b);
     size_t dI = (size_t)ac_mamba_d_inner(b), hpn = ssm_state_floats(b);
-    return 2 * nproj + 2 * conv + 2 * H + 4 * dI + G + hpn + 2 * H * N + hpn + conv * (b->conv_kernel + 1) +
+    return 2 * nproj + 2 * conv + 2 * H + 5 * dI + G + hpn + 2 * H * N + hpn + conv * (b->conv_kernel + 1) +
            conv_state_floats(b) + hpn;
+}
+
+/* The width each group's gated norm keeps under a head mask: P * the sum of its heads'
+ * mask (the norm then averages over those channels, as the model without the masked
+ * heads does). 1 when some group's width differs from group_size (the plain norm
+ * otherwise, bit for bit). */
+static int group_widths(const float *mask, int H, int P, int G, float *width)
+{
+    int per = H / G, differs = 0;
+    for (int g = 0; g < G; g++) {
+        double m = 0.0;
+        for (int h = g * per; h < (g + 1) * per; h++)
+            m += mask ? mask[h] : 1.0f;
+        width[g] = (float)(m * P);
+        differs |= width[g] != (float)(per * P);
+    }
+    return differs;
+}
+
+/* A group whose mask keeps less than this share of a head is off: its output is zero
+ * (its input is, up to rounding), and the norm's width terms would divide by ~0. */
+#define AC_MIN_GROUP_WIDTH 1e-6f
+
+/* out = the gated norm of y (masked) with z, each group over its kept width M_g:
+ * sqrt(M_g / gs) * the norm with eps M_g / gs (as in the driver's width_norm). */
+static void width_gated_norm(ac_runtime *rt, int T, int dI, int G, const float *y, const float *z, int ldz,
+                             const float *w, float eps, const float *width, float *out)
+{
+    int gs = dI / G;
+    float scale[AC_MAX_MAMBA_HEADS];
+    for (int g = 0; g < G; g++) {
+        int off = width[g] < AC_MIN_GROUP_WIDTH;
+        ac_k_gated_rmsnorm(&rt->kctx, T, gs, gs, y + (size_t)g * gs, dI, z + (size_t)g * gs, ldz, w + (size_t)g * gs,
+                           off ? eps : eps * width[g] / (float)gs, out + (size_t)g * gs, dI);
+        scale[g] = off ? 0.0f : sqrtf(width[g] / (float)gs);
+    }
+    ac_k_mul_heads(&rt->kctx, T, G, gs, scale, out, dI);
+}
+
+/* Backward of width_gated_norm, given out (its output) and dout = dL/dout (scaled in
+ * place): dy, dz overwritten, dw += (may be NULL), rstd [G, T] scratch; and, when dmask is
+ * given, each head's share of dL/dM_g (M_g = P * the sum of its group's mask):
+ * dL/dM_g = sum over rows of a (1 - eps / r^2) / (2 M_g), a = <dout, out> over the group,
+ * r^2 = S / M_g + eps = gs / (M_g rstd^2). */
+static void width_gated_norm_backward(ac_runtime *rt, int T, int dI, int G, int P, const float *y, const float *z,
+                                      int ldz, const float *w, float eps, const float *width, const float *out,
+                                      float *dout, float *dy, float *dz, float *dw, float *rstd, float *dmask)
+{
+    int gs = dI / G, per = gs / P;
+    float scale[AC_MAX_MAMBA_HEADS];
+    for (int g = 0; g < G; g++)
+        scale[g] = width[g] < AC_MIN_GROUP_WIDTH ? 0.0f : sqrtf(width[g] / (float)gs);
+    ac_k_mul_heads(&rt->kctx, T, G, gs, scale, dout, dI);
+    for (int g = 0; g < G; g++)
+        ac_k_gated_rmsnorm_backward(&rt->kctx, T, gs, gs, y + (size_t)g * gs, dI, z + (size_t)g * gs, ldz,
+                                    w + (size_t)g * gs, scale[g] > 0 ? eps * width[g] / (float)gs : eps,
+                                    dout + (size_t)g * gs, dI,
+                                    dy + (size_t)g * gs, dI, dz + (size_t)g * gs, ldz, dw ? dw + (size_t)g * gs : NULL,
+                                    rstd + (size_t)g * T);
+    for (int g = 0; dmask && g < G; g++) {
+        if (scale[g] == 0.0f) /* an off group: no width gradient */
+            continue;
+        double dM = 0.0;
+        for (int t = 0; t < T; t++) {
+            const float *o = out + (size_t)t * dI + (size_t)g * gs, *d = dout + (size_t)t * dI + (size_t)g * gs;
+            double a = 0.0;
+            for (int c = 0; c < gs; c++)
+                a += (double)d[c] * o[c];
+            a /= scale[g]; /* dout was scaled above */
+            double r = rstd[(size_t)g * T + t], r2 = (double)gs / ((double)width[g] * r * r);
+            dM += a * (1.0 - eps / r2) / (2.0 * width[g]);
+        }
+        for (int h = g * per; h < (g + 1) * per; h++)
+            dmask[h] += (float)(P * dM);
+    }
 }
 
 static void mamba2_forward(ac_runtime *rt, int layer, const ac_seqs *seqs, const float *xn, const ac_block_masks *masks, float *out)
@@ -93,9 +168,13 @@ static void mamba2_forward(ac_runtime *rt, int layer, const ac_seqs *seqs, const
         ac_k_ssd_scan(&rt->kctx, L, H, P, N, G, xs, conv, xs + dI, xs + dI + G * N, conv,
                       dt + (size_t)o * H, A, w->D, ssm_state, y + (size_t)o * dI, dI);
     }
+    float width[AC_MAX_MAMBA_HEADS];
     if (mask)
         ac_k_mul_heads(&rt->kctx, T, H, P, mask, y, dI);
-    ac_k_gated_rmsnorm(&rt->kctx, T, dI, dI / G, y, dI, proj, nproj, w->gate_norm, a->norm_eps, y, dI);
+    if (group_widths(mask, H, P, G, width))
+        width_gated_norm(rt, T, dI, G, y, proj, nproj, w->gate_norm, a->norm_eps, width, y);
+    else
+        ac_k_gated_rmsnorm(&rt->kctx, T, dI, dI / G, y, dI, proj, nproj, w->gate_norm, a->norm_eps, y, dI);
     ac_k_linear(&rt->kctx, T, D, dI, y, dI, w->out_proj, 0.0f, out, D);
 }
 
@@ -161,15 +240,28 @@ static void mamba2_backward(ac_runtime *rt, int layer, const ac_seqs *seqs, cons
         memcpy(ym, y, (size_t)T * dI * sizeof *ym);
         ac_k_mul_heads(&rt->kctx, T, H, P, mask, ym, dI);
     }
-    ac_k_gated_rmsnorm(&rt->kctx, T, dI, dI / G, ym, dI, proj, nproj, w->gate_norm, a->norm_eps, nrm, dI);
+    float width[AC_MAX_MAMBA_HEADS];
+    int widened = group_widths(mask, H, P, G, width);
+    if (widened)
+        width_gated_norm(rt, T, dI, G, ym, proj, nproj, w->gate_norm, a->norm_eps, width, nrm);
+    else
+        ac_k_gated_rmsnorm(&rt->kctx, T, dI, dI / G, ym, dI, proj, nproj, w->gate_norm, a->norm_eps, nrm, dI);
+    /* the width's gradient needs the norm output after nrm turns into its gradient */
+    float *out_kept = widened && dmask ? ac_scratch(rt, (size_t)T * dI) : NULL;
+    if (out_kept)
+        memcpy(out_kept, nrm, (size_t)T * dI * sizeof *out_kept);
 
     /* out_proj: the weight gradient reads the norm output, which then becomes its gradient */
     if (grad)
         ac_k_linear_backward(&rt->kctx, T, D, dI, nrm, dI, NULL, dout, D, 0.0f, NULL, dI, grad->out_proj);
     ac_k_linear_backward(&rt->kctx, T, D, dI, NULL, dI, w->out_proj, dout, D, 0.0f, nrm, dI, NULL);
     /* gated norm: dL/d(masked y) to dy, dL/dz straight into dproj's z columns */
-    ac_k_gated_rmsnorm_backward(&rt->kctx, T, dI, dI / G, ym, dI, proj, nproj, w->gate_norm, a->norm_eps, nrm, dI,
-                                dy, dI, dproj, nproj, grad ? grad->gate_norm : NULL, rstd);
+    if (widened)
+        width_gated_norm_backward(rt, T, dI, G, P, ym, proj, nproj, w->gate_norm, a->norm_eps, width, out_kept, nrm, dy,
+                                  dproj, grad ? grad->gate_norm : NULL, rstd, dmask);
+    else
+        ac_k_gated_rmsnorm_backward(&rt->kctx, T, dI, dI / G, ym, dI, proj, nproj, w->gate_norm, a->norm_eps, nrm,
+                                    dI, dy, dI, dproj, nproj, grad ? grad->gate_norm : NULL, rstd);
     if (mask)
         ac_k_mul_heads_backward(&rt->kctx, T, H, P, mask, y, dI, dy, dI, dmask);
     /* scan, then conv + SiLU, per sequence; softplus is per token */

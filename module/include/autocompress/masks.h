@@ -6,7 +6,8 @@
  *   hidden      [D]      every block's normed input and its output before the residual add,
  *                        the embeddings and the final norm's output (and sets the norms'
  *                        width, below)
- *   mamba_heads [H]      each head's scan output y (before the gated norm)
+ *   mamba_heads [H]      each head's scan output y (before the gated norm, and sets its
+ *                        groups' widths, below)
  *   experts     [E]      each routed expert's output (selection unchanged: output masking)
  *   expert_scores [E]    each routed expert's score before the top-k (top-k score
  *                        masking): its odds times the mask, sigmoid(logit + log m);
@@ -15,10 +16,10 @@
  *   shared_ffn  [S]      the shared expert's channels after relu2
  *   layer_gate  [L]      scales the block's contribution: x + g * mixer(norm(x))
  *
- * With a hidden mask, every RMSNorm averages over the kept width sum(hidden), not D.
- * At 0/1 values the hidden, expert (score masking), FFN, shared-FFN and layer masks give
- * exactly the model sliced to the kept parts; the Mamba-head mask does not yet, because
- * the gated norm still averages over a whole group of heads. */
+ * With a hidden mask, every RMSNorm averages over the kept width sum(hidden), not D; with
+ * a head mask, each group's gated norm over P times the sum of its heads' mask. So at 0/1
+ * values every mask (experts with score masking) gives exactly the model sliced to the
+ * kept parts, heads taken within their groups. */
 #ifndef AUTOCOMPRESS_MASKS_H
 #define AUTOCOMPRESS_MASKS_H
 
