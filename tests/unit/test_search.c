@@ -28,6 +28,7 @@
 #include "autocompress/search.h"
 #include "autocompress/tokens.h"
 #include "search/search_loop.h"
+#include "space_rows.h"
 
 enum { V = 48, D = 16 };
 
@@ -57,12 +58,18 @@ static void make_parent(ac_arch *a)
     }
 }
 
-static void add_row(ac_cost_tables *t, ac_cost_row r, double size)
+/* A row costing in proportion to the block's width (and to the hidden size). */
+static void put_sized_row(ac_cost_row r, void *tables)
 {
+    double size = r.kind == AC_ROW_ATTENTION ? 4
+                  : r.kind == AC_ROW_MLP     ? r.ffn / 4.0
+                  : r.kind == AC_ROW_MAMBA   ? 2.0 * r.heads
+                  : r.kind == AC_ROW_MOE     ? r.experts * 0.5 + r.expert_ffn + r.shared_ffn / 4.0
+                                             : 1;
     r.prefill_us = 20.0 * size * r.hidden / D;
     r.decode_a_us = 1.0 * size * r.hidden / D;
     r.samples = 1;
-    assert_int_equal(ac_cost_tables_add_row(t, &r), AC_OK);
+    assert_int_equal(ac_cost_tables_add_row(tables, &r), AC_OK);
 }
 
 /* Every row the space needs, each costing in proportion to the block's width. */
@@ -76,30 +83,7 @@ static ac_cost_tables *make_tables(const ac_contract *c)
     info.eps_bytes = 1000.0;
     ac_cost_tables *t = NULL;
     assert_int_equal(ac_cost_tables_create(&info, &t), AC_OK);
-    const ac_contract_search_space *s = &c->search;
-    for (int h = 0; h < s->hidden_sizes.count; h++) {
-        int d = s->hidden_sizes.values[h];
-        add_row(t, (ac_cost_row){.kind = AC_ROW_ATTENTION, .hidden = d}, 4);
-        for (int k = AC_ROW_EMBEDDING; k <= AC_ROW_OTHER; k++)
-            add_row(t, (ac_cost_row){.kind = (ac_row_kind)k, .hidden = d}, 1);
-        add_row(t, (ac_cost_row){.kind = AC_ROW_MLP, .hidden = d, .ffn = 12}, 3);
-        for (int f = 0; f < s->shared_ffn.count; f++)
-            if (s->shared_ffn.values[f] > 0)
-                add_row(t, (ac_cost_row){.kind = AC_ROW_MLP, .hidden = d, .ffn = s->shared_ffn.values[f]},
-                        s->shared_ffn.values[f] / 4.0);
-        for (int m = 0; m < s->mamba_heads.values.count; m++)
-            add_row(t, (ac_cost_row){.kind = AC_ROW_MAMBA, .hidden = d, .heads = s->mamba_heads.values.values[m]},
-                    2.0 * s->mamba_heads.values.values[m]);
-        for (int e = 0; e < s->routed_experts.count; e++)
-            for (int f = 0; f < s->routed_ffn.count; f++)
-                for (int g = 0; g < s->shared_ffn.count; g++) {
-                    int E = s->routed_experts.values[e], I = s->routed_ffn.values[f], S = s->shared_ffn.values[g];
-                    if (I > 0)
-                        add_row(t, (ac_cost_row){.kind = AC_ROW_MOE, .hidden = d, .experts = E, .expert_ffn = I,
-                                                 .shared_ffn = S},
-                                E * 0.5 + I + S / 4.0);
-                }
-    }
+    space_rows(&c->search, 12, put_sized_row, t);
     ac_memory_point mp = {D, 3e5, 2e5, 1e4, 1e4, 5e4};
     assert_int_equal(ac_cost_tables_add_memory(t, &mp), AC_OK);
     return t;

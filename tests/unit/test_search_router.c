@@ -19,6 +19,7 @@
 #include "autocompress/contract.h"
 #include "autocompress/cost.h"
 #include "autocompress/search.h"
+#include "space_rows.h"
 
 /* ---- the parent, the contract and the tables ---- */
 
@@ -112,6 +113,8 @@ static void put_row(ac_cost_tables *t, ac_cost_row row)
     assert_int_equal(ac_cost_tables_add_row(t, &row), AC_OK);
 }
 
+static void put_tables_row(ac_cost_row key, void *tables) { put_row(tables, key); }
+
 /* A row for every layer configuration the space can produce on build_parent's dims. */
 static ac_cost_tables *build_tables(const ac_contract *c)
 {
@@ -123,27 +126,7 @@ static ac_cost_tables *build_tables(const ac_contract *c)
     info.eps_bytes = 5000.0;
     ac_cost_tables *t = NULL;
     assert_int_equal(ac_cost_tables_create(&info, &t), AC_OK);
-    const ac_contract_search_space *s = &c->search;
-    for (int h = 0; h < s->hidden_sizes.count; h++) {
-        int d = s->hidden_sizes.values[h];
-        const ac_row_kind fixed[] = {AC_ROW_ATTENTION, AC_ROW_EMBEDDING, AC_ROW_LM_HEAD, AC_ROW_SAMPLE, AC_ROW_OTHER};
-        for (size_t k = 0; k < sizeof fixed / sizeof fixed[0]; k++)
-            put_row(t, (ac_cost_row){.kind = fixed[k], .hidden = d});
-        put_row(t, (ac_cost_row){.kind = AC_ROW_MLP, .hidden = d, .ffn = 12});
-        for (int m = 0; m < s->mamba_heads.values.count; m++)
-            if (s->mamba_heads.values.values[m] > 0)
-                put_row(t, (ac_cost_row){.kind = AC_ROW_MAMBA, .hidden = d, .heads = s->mamba_heads.values.values[m]});
-        for (int e = 0; e < s->routed_experts.count; e++)
-            for (int i = 0; i < s->routed_ffn.count; i++)
-                for (int j = 0; j < s->shared_ffn.count; j++) {
-                    int E = s->routed_experts.values[e], I = s->routed_ffn.values[i], S = s->shared_ffn.values[j];
-                    if (I > 0)
-                        put_row(t, (ac_cost_row){.kind = AC_ROW_MOE, .hidden = d, .experts = E, .expert_ffn = I,
-                                                 .shared_ffn = S});
-                    else if (S > 0)
-                        put_row(t, (ac_cost_row){.kind = AC_ROW_MLP, .hidden = d, .ffn = S});
-                }
-    }
+    space_rows(&c->search, 12, put_tables_row, t);
     return t;
 }
 
