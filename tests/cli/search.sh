@@ -63,6 +63,11 @@ grep -q "(resumed)" "$tmp/again" || fail "rerun did not resume: $(cat "$tmp/agai
 cmp -s "$tmp/first.json" "$tmp/s/arch.json" || fail "rerun chose another architecture"
 # score masking is a setting of its own: the same directory refuses it
 set +e
+# a damaged state is an error naming the file, not a fresh start over it
+cp -r "$tmp/s" "$tmp/damaged"
+truncate -s 600 "$tmp/damaged/search_state.bin"
+"$ac" "${args[@]}" --out "$tmp/damaged" 2>"$tmp/err" >/dev/null; rc=$?
+[ $rc -ne 0 ] && grep -q "damaged/search_state.bin is truncated" "$tmp/err" || fail "damaged state: rc $rc, $(cat "$tmp/err")"
 "$ac" "${args[@]}" --out "$tmp/s" --expert-masking scores 2>"$tmp/err" >/dev/null; rc=$?
 [ $rc -eq 2 ] && grep -q "other settings" "$tmp/err" || fail "changed settings: rc $rc, $(cat "$tmp/err")"
 "$ac" "${args[@]}" --out "$tmp/t" --expert-masking sideways 2>"$tmp/err"; rc=$?
