@@ -1,7 +1,7 @@
 /* autocompress search: importance, routers trained on KD + the budget loss, the chosen
  * architecture (resumable). */
 #include "cli.h"
-#include "cli_args.h"
+#include "cli_opts.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -17,68 +17,50 @@ typedef struct {
     const char *model_dir, *contract_path, *tables_path;
 } search_args;
 
-static int usage(const char *message)
+static ac_status parse_expert_masking(const char *value, void *dst)
 {
-    fprintf(stderr, "autocompress search: %s\n", message);
-    fprintf(stderr, "usage: autocompress search --model DIR --contract FILE --tables tables.json --data DIR --out DIR\n"
-                    "options: --tokens N (default: the contract's budgets.search_tokens) --calib-seqs N --batch B\n"
-                    "         --seq-len T --tau T --kd-weight W --lambda1 X --lambda2 X --lr X --temp-start T\n"
-                    "         --temp-end T --gumbel --expert-masking output|scores --target-warmup F --seed S\n"
-                    "         --checkpoint-every N --train-weights [--weights-lr X]\n"
-                    "         --progress auto|bar|json|off\n");
-    return 2;
+    if (strcmp(value, "output") && strcmp(value, "scores"))
+        return ac_fail(AC_ERR_INVALID, "--expert-masking: '%s' is neither 'output' nor 'scores'", value);
+    *(ac_expert_masking *)dst = !strcmp(value, "scores") ? AC_EXPERT_SCORE_MASKING : AC_EXPERT_OUTPUT_MASKING;
+    return AC_OK;
 }
 
-static int parse_flag(int argc, char **argv, int *i, search_args *a, ac_status *st, int *missing)
+/* The option table; `a` holds the defaults the help text states. */
+static int parse_args(int argc, char **argv, search_args *a)
 {
-    const char *v;
-    long long n;
-    double x;
-#define INT_FLAG(name, lo, hi, dst)                               \
-    if ((v = cli_flag_value(argc, argv, i, name, missing))) {     \
-        if ((*st = cli_parse_int(name, v, lo, hi, &n)) == AC_OK)  \
-            dst = n;                                              \
-        return 1;                                                 \
-    }
-#define FLOAT_FLAG(name, dst)                                     \
-    if ((v = cli_flag_value(argc, argv, i, name, missing))) {     \
-        if ((*st = cli_parse_float(name, v, &x)) == AC_OK)        \
-            dst = x;                                              \
-        return 1;                                                 \
-    }
-    if ((v = cli_flag_value(argc, argv, i, "--model", missing))) { a->model_dir = v; return 1; }
-    if ((v = cli_flag_value(argc, argv, i, "--contract", missing))) { a->contract_path = v; return 1; }
-    if ((v = cli_flag_value(argc, argv, i, "--tables", missing))) { a->tables_path = v; return 1; }
-    if ((v = cli_flag_value(argc, argv, i, "--data", missing))) { a->p.data_dir = v; return 1; }
-    if ((v = cli_flag_value(argc, argv, i, "--out", missing))) { a->p.out_dir = v; return 1; }
-    if ((v = cli_flag_value(argc, argv, i, "--progress", missing))) { *st = ac_progress_mode_from_name(v, &a->p.progress); return 1; }
-    if ((v = cli_flag_value(argc, argv, i, "--expert-masking", missing))) {
-        if (!strcmp(v, "output") || !strcmp(v, "scores"))
-            a->p.expert_masking = !strcmp(v, "scores") ? AC_EXPERT_SCORE_MASKING : AC_EXPERT_OUTPUT_MASKING;
-        else
-            *st = ac_fail(AC_ERR_INVALID, "--expert-masking: '%s' is neither 'output' nor 'scores'", v);
-        return 1;
-    }
-    if (!strcmp(argv[*i], "--gumbel")) { a->p.sampling = AC_ROUTER_GUMBEL; return 1; }
-    if (!strcmp(argv[*i], "--train-weights")) { a->p.train_weights = 1; return 1; }
-    INT_FLAG("--tokens", 1, INT64_MAX, a->p.max_tokens)
-    INT_FLAG("--calib-seqs", 1, 1 << 20, a->p.calib_seqs)
-    INT_FLAG("--batch", 1, 65536, a->p.batch)
-    INT_FLAG("--seq-len", 2, 1 << 20, a->p.seq_len)
-    INT_FLAG("--seed", 0, INT64_MAX, a->p.seed)
-    INT_FLAG("--checkpoint-every", 0, 100000000, a->p.checkpoint_every)
-    FLOAT_FLAG("--tau", a->p.kd_tau)
-    FLOAT_FLAG("--kd-weight", a->p.kd_weight)
-    FLOAT_FLAG("--lambda1", a->p.budget.lambda1)
-    FLOAT_FLAG("--lambda2", a->p.budget.lambda2)
-    FLOAT_FLAG("--lr", a->p.lr)
-    FLOAT_FLAG("--temp-start", a->p.temp_start)
-    FLOAT_FLAG("--temp-end", a->p.temp_end)
-    FLOAT_FLAG("--target-warmup", a->p.target_warmup)
-    FLOAT_FLAG("--weights-lr", a->p.weights_optim.lr)
-#undef INT_FLAG
-#undef FLOAT_FLAG
-    return 0;
+    ac_search_params *p = &a->p;
+    const cli_opt opts[] = {
+        CLI_REQUIRED("model", &a->model_dir, "DIR", "the parent checkpoint"),
+        CLI_REQUIRED("contract", &a->contract_path, "FILE", "the deployment contract"),
+        CLI_REQUIRED("tables", &a->tables_path, "FILE", "cost tables from autocompress profile"),
+        CLI_REQUIRED("data", &p->data_dir, "DIR", "token shards (train.bin)"),
+        CLI_REQUIRED("out", &p->out_dir, "DIR", "search artifacts; a rerun resumes here"),
+        CLI_NUMBER("tokens", CLI_I64, &p->max_tokens, "N", "search tokens (default: the contract's budgets.search_tokens)", 1, INT64_MAX),
+        CLI_NUMBER("calib-seqs", CLI_INT, &p->calib_seqs, "N", "calibration sequences for the importance", 1, 1 << 20),
+        CLI_NUMBER("batch", CLI_INT, &p->batch, "B", "sequences per router step", 1, 65536),
+        CLI_NUMBER("seq-len", CLI_INT, &p->seq_len, "T", "tokens per sequence", 2, 1 << 20),
+        CLI_REAL("tau", CLI_FLOAT, &p->kd_tau, "T", "KD temperature"),
+        CLI_REAL("kd-weight", CLI_FLOAT, &p->kd_weight, "W", "weight of the KD loss (0: the budget alone)"),
+        CLI_REAL("lambda1", CLI_DOUBLE, &p->budget.lambda1, "X", "linear weight of the budget loss"),
+        CLI_REAL("lambda2", CLI_DOUBLE, &p->budget.lambda2, "X", "quadratic weight of the budget loss"),
+        CLI_REAL("lr", CLI_FLOAT, &p->lr, "X", "router learning rate (AdamW)"),
+        CLI_REAL("temp-start", CLI_FLOAT, &p->temp_start, "T", "router temperature at the first step"),
+        CLI_REAL("temp-end", CLI_FLOAT, &p->temp_end, "T", "router temperature at the last step (geometric)"),
+        CLI_SWITCH("gumbel", &p->sampling, AC_ROUTER_GUMBEL, "sample the masks with Gumbel noise"),
+        CLI_CUSTOM("expert-masking", &p->expert_masking, "output|scores", "how a soft expert mask acts", parse_expert_masking),
+        CLI_REAL("target-warmup", CLI_FLOAT, &p->target_warmup, "F", "fraction of steps over which targets tighten from the parent's cost"),
+        CLI_NUMBER("seed", CLI_U64, &p->seed, "S", "seed of batches and sampling", 0, INT64_MAX),
+        CLI_NUMBER("checkpoint-every", CLI_INT, &p->checkpoint_every, "N", "router steps between resumable states (0: at the end)", 0, 100000000),
+        CLI_SWITCH("train-weights", &p->train_weights, 1, "the weights learn from the KD too (saved to OUT/weights)"),
+        CLI_REAL("weights-lr", CLI_FLOAT, &p->weights_optim.lr, "X", "learning rate of the weights with --train-weights"),
+        CLI_CUSTOM("progress", &p->progress, "auto|bar|json|off", "progress on stderr", cli_parse_progress),
+    };
+    const cli_spec spec = {"search", NULL,
+                           "Trains routers over the contract's search space on KD + the budget loss of the cost\n"
+                           "model, then writes the chosen architecture to OUT/arch.json and OUT/search.json.\n"
+                           "Exit status: 0 when the choice meets every target (cost model), 1 when not.",
+                           opts, CLI_COUNT(opts), 0, 0};
+    return cli_parse(&spec, argc, argv, NULL);
 }
 
 static void print_costs(const char *what, const ac_cost_prediction *p)
@@ -111,19 +93,9 @@ static void print_report(const search_args *a, const ac_search_report *r)
 int cli_search(int argc, char **argv)
 {
     search_args a = {.p = ac_search_default_params()};
-    for (int i = 1; i < argc; i++) {
-        ac_status st = AC_OK;
-        int missing = 0;
-        if (!parse_flag(argc, argv, &i, &a, &st, &missing)) {
-            char message[256];
-            snprintf(message, sizeof message, missing ? "'%s' needs a value" : "unknown argument '%s'", argv[i]);
-            return usage(message);
-        }
-        if (st != AC_OK)
-            return usage(ac_error_message());
-    }
-    if (!a.model_dir || !a.contract_path || !a.tables_path || !a.p.data_dir || !a.p.out_dir)
-        return usage("--model, --contract, --tables, --data and --out are required");
+    int rc = parse_args(argc, argv, &a);
+    if (rc != CLI_PARSED)
+        return rc;
     ac_contract contract;
     ac_cost_tables *tables = NULL;
     ac_model *parent = NULL;
