@@ -421,38 +421,10 @@ static void read_tables(reader *r, const cJSON *o, ac_cost_tables *t)
 ac_status ac_cost_tables_read(const char *path, ac_cost_tables **tables)
 {
     *tables = NULL;
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return ac_fail(AC_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-    char *text = NULL;
-    size_t len = 0, cap = 0;
-    int ok = 1;
-    for (;;) {
-        if (len + 65536 + 1 > cap) {
-            cap = cap ? 2 * cap : 1 << 20;
-            char *grown = realloc(text, cap);
-            if (!grown) {
-                ok = 0;
-                break;
-            }
-            text = grown;
-        }
-        size_t got = fread(text + len, 1, cap - len - 1, f);
-        len += got;
-        if (got == 0)
-            break;
-    }
-    int err = ferror(f);
-    fclose(f);
-    if (!ok || err) {
-        free(text);
-        return ok ? ac_fail(AC_ERR_IO, "%s: read error", path) : ac_fail(AC_ERR_NOMEM, "%s: out of memory", path);
-    }
-    text[len] = '\0';
-    cJSON *o = cJSON_Parse(text);
-    free(text);
-    if (!o)
-        return ac_fail(AC_ERR_INVALID, "%s: not valid JSON", path);
+    cJSON *o;
+    ac_status st = ac_read_json_file(path, (size_t)1 << 30, &o);
+    if (st != AC_OK)
+        return st;
     ac_cost_tables *t = NULL;
     reader r = {path, ac_cost_tables_create(NULL, &t)};
     if (r.st == AC_OK)

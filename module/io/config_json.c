@@ -597,41 +597,12 @@ ac_status ac_config_json_parse(const char *text, const char *source, ac_arch *ar
 ac_status ac_config_json_read(const char *path, ac_arch *arch)
 {
     memset(arch, 0, sizeof *arch);
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return ac_fail(AC_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-    char *text = NULL;
-    size_t len = 0, cap = 0;
-    ac_status st = AC_OK;
-    for (;;) {
-        if (len + 4096 + 1 > cap) {
-            cap = cap ? cap * 2 : 16384;
-            char *grown = realloc(text, cap);
-            if (!grown) {
-                st = ac_fail(AC_ERR_NOMEM, "%s: out of memory", path);
-                break;
-            }
-            text = grown;
-        }
-        size_t got = fread(text + len, 1, cap - len - 1, f);
-        len += got;
-        if (len > CONFIG_MAX_BYTES) {
-            st = ac_fail(AC_ERR_INVALID, "%s: larger than %d bytes; not a config.json", path, CONFIG_MAX_BYTES);
-            break;
-        }
-        if (got == 0) {
-            if (ferror(f))
-                st = ac_fail(AC_ERR_IO, "%s: read error: %s", path, strerror(errno));
-            break;
-        }
-    }
-    fclose(f);
-    if (st == AC_OK && memchr(text, '\0', len))
-        st = ac_fail(AC_ERR_INVALID, "%s: contains a NUL byte; not a JSON text", path);
-    if (st == AC_OK) {
-        text[len] = '\0';
-        st = ac_config_json_parse(text, path, arch);
-    }
+    char *text;
+    size_t len;
+    ac_status st = ac_read_text_file(path, CONFIG_MAX_BYTES, &text, &len);
+    if (st != AC_OK)
+        return st;
+    st = ac_config_json_parse(text, path, arch);
     free(text);
     return st;
 }

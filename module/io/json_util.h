@@ -16,4 +16,10 @@ ac_status ac_write_text_file(const char *path, const char *text);
 /* The same for a JSON document (indented, ending in a newline). */
 ac_status ac_write_json_file(const char *path, const cJSON *root);
 
+/* The whole file as a NUL-terminated text (malloc'd); refuses files over max_bytes and
+ * files holding a NUL byte, naming the path. */
+ac_status ac_read_text_file(const char *path, size_t max_bytes, char **text, size_t *len);
+/* A JSON document from a file (free with cJSON_Delete); the message names the path. */
+ac_status ac_read_json_file(const char *path, size_t max_bytes, cJSON **root);
+
 #endif

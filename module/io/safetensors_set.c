@@ -2,6 +2,8 @@
  * model.safetensors.index.json, behind a single name lookup. */
 #include "autocompress/safetensors.h"
 
+#include "io/json_util.h"
+
 #include <cjson/cJSON.h>
 #include <dirent.h>
 #include <errno.h>
@@ -96,46 +98,6 @@ static ac_status open_single(ac_safetensors_set *set, const char *path)
     return AC_OK;
 }
 
-static ac_status read_text_file(const char *path, char **out, size_t *len)
-{
-    *out = NULL;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return ac_fail(AC_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-    struct stat sb;
-    ac_status rc = AC_OK;
-    char *buf = NULL;
-    if (fstat(fd, &sb) != 0) {
-        rc = ac_fail(AC_ERR_IO, "%s: cannot stat: %s", path, strerror(errno));
-    } else if ((uint64_t)sb.st_size > AC_SAFETENSORS_MAX_HEADER) {
-        rc = ac_fail(AC_ERR_INVALID, "%s: %lld bytes is too large for an index", path,
-                     (long long)sb.st_size);
-    } else if (!(buf = malloc((size_t)sb.st_size + 1))) {
-        rc = ac_fail(AC_ERR_NOMEM, "%s: out of memory", path);
-    } else {
-        size_t got = 0, want = (size_t)sb.st_size;
-        while (got < want) {
-            ssize_t r = read(fd, buf + got, want - got);
-            if (r < 0 && errno == EINTR)
-                continue;
-            if (r <= 0) {
-                rc = ac_fail(AC_ERR_IO, "%s: read failed: %s", path,
-                             r < 0 ? strerror(errno) : "unexpected end of file");
-                break;
-            }
-            got += (size_t)r;
-        }
-        buf[got] = '\0';
-        *len = got;
-    }
-    close(fd);
-    if (rc != AC_OK)
-        free(buf);
-    else
-        *out = buf;
-    return rc;
-}
-
 /* A shard name must stay inside the checkpoint directory. */
 static bool safe_shard_name(const char *name)
 {
@@ -157,7 +119,7 @@ static ac_status open_index(ac_safetensors_set *set, const char *index_path)
 {
     char *text = NULL;
     size_t len = 0;
-    ac_status rc = read_text_file(index_path, &text, &len);
+    ac_status rc = ac_read_text_file(index_path, AC_SAFETENSORS_MAX_HEADER, &text, &len);
     if (rc != AC_OK)
         return rc;
     cJSON *root = cJSON_ParseWithLength(text, len);

@@ -107,6 +107,23 @@ static ac_status importance_alloc(const ac_arch *arch, ac_importance *imp)
     return AC_OK;
 }
 
+ac_status ac_importance_copy(ac_importance *dst, const ac_importance *src)
+{
+    ac_status st = importance_alloc(&src->arch, dst);
+    if (st != AC_OK)
+        return st;
+    memcpy(dst->hidden_channels, src->hidden_channels, (size_t)src->hidden * sizeof(float));
+    memcpy(dst->depth, src->depth, (size_t)src->n_layers * sizeof(float));
+    for (int axis = 0; axis < AXIS_COUNT; axis++)
+        for (int l = 0; l < src->n_layers; l++) {
+            int n = axis_length(&src->arch.layers[l], axis);
+            if (n > 0)
+                memcpy(axis_arrays(dst, axis)[l], axis_arrays(src, axis)[l], (size_t)n * sizeof(float));
+        }
+    dst->tokens = src->tokens;
+    return AC_OK;
+}
+
 /* ---- accumulation ---- */
 
 /* Sums of squares of per-sequence means while the calibration runs. */

@@ -28,6 +28,7 @@
 #include "autocompress/search.h"
 #include "autocompress/tokens.h"
 #include "search/search_loop.h"
+#include "masked_logits.h"
 #include "space_rows.h"
 
 enum { V = 48, D = 16 };
@@ -412,22 +413,6 @@ static void test_trained_weights_lower_the_kd(void **state)
     assert_int_equal(m, n);
     assert_true(memcmp(w, arena, n * sizeof *w) != 0);
     ac_model_free(trained);
-}
-
-/* All logits of one sequence of n tokens, prefilled at once with `masks` on. */
-static void logits_of(const ac_model *m, const ac_masks *masks, const int32_t *tokens, int n, float *logits)
-{
-    ac_runtime *rt;
-    ac_cache *c;
-    assert_int_equal(ac_runtime_create(m, &rt), AC_OK);
-    assert_int_equal(ac_cache_create(m, &c), AC_OK);
-    ac_runtime_set_masks(rt, masks);
-    const int32_t *seq[1] = {tokens};
-    int count[1] = {n};
-    ac_batch b = {.n_seqs = 1, .tokens = seq, .n_tokens = count, .caches = &c};
-    assert_int_equal(ac_runtime_forward(rt, &b, AC_LOGITS_ALL, logits), AC_OK);
-    ac_cache_free(c);
-    ac_runtime_free(rt);
 }
 
 /* The choice of each axis for the one-hot test: layer 5 is removed and every other

@@ -42,6 +42,8 @@ typedef struct {
 ac_status ac_importance_compute(const ac_model *model, const int32_t *tokens, int n_seqs, int seq_len,
                                 ac_importance *out);
 void ac_importance_free(ac_importance *imp);
+/* A deep copy (dst is overwritten, free it with ac_importance_free). */
+ac_status ac_importance_copy(ac_importance *dst, const ac_importance *src);
 /* As safetensors (tensors "hidden", "layers.N.mamba_heads", ...); load checks the
  * shapes against `arch` and names what differs. */
 ac_status ac_importance_save(const ac_importance *imp, const char *path);

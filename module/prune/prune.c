@@ -1,0 +1,202 @@
+/* Pruning: the importance order, the containment check, the slice, the checkpoint. */
+#include "autocompress/prune.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "io/json_util.h"
+
+typedef struct {
+    const char *field;
+    int child, parent;
+} dim_pair;
+
+/* The first pair whose child value is not allowed: larger than the parent's, or (fixed)
+ * different from it. */
+static const dim_pair *first_bad(const dim_pair *pairs, int n, int fixed)
+{
+    for (int i = 0; i < n; i++)
+        if (fixed ? pairs[i].child != pairs[i].parent : pairs[i].child > pairs[i].parent)
+            return &pairs[i];
+    return NULL;
+}
+
+static ac_status refuse_dim(int layer, int parent_layer, const dim_pair *bad, int fixed)
+{
+    return ac_fail(AC_ERR_INVALID, "prune: layer %d (parent layer %d): %s %d %s the parent's %d", layer, parent_layer,
+                   bad->field, bad->child, fixed ? "differs from" : "exceeds", bad->parent);
+}
+
+static ac_status check_mamba(int i, int p, const ac_block_dims *c, const ac_block_dims *q)
+{
+    const dim_pair fixed[] = {{"mamba_head_dim", c->mamba_head_dim, q->mamba_head_dim},
+                              {"mamba_groups", c->mamba_groups, q->mamba_groups},
+                              {"ssm_state", c->ssm_state, q->ssm_state},
+                              {"conv_kernel", c->conv_kernel, q->conv_kernel}};
+    const dim_pair width[] = {{"mamba_heads", c->mamba_heads, q->mamba_heads}};
+    const dim_pair *bad = first_bad(fixed, 4, 1);
+    if (bad)
+        return refuse_dim(i, p, bad, 1);
+    return (bad = first_bad(width, 1, 0)) ? refuse_dim(i, p, bad, 0) : AC_OK;
+}
+
+static ac_status check_attention(int i, int p, const ac_block_dims *c, const ac_block_dims *q)
+{
+    /* attention heads are not an axis of the search (no head importance): kept whole */
+    const dim_pair fixed[] = {{"attn_heads", c->attn_heads, q->attn_heads},
+                              {"attn_kv_heads", c->attn_kv_heads, q->attn_kv_heads},
+                              {"attn_head_dim", c->attn_head_dim, q->attn_head_dim}};
+    const dim_pair *bad = first_bad(fixed, 3, 1);
+    return bad ? refuse_dim(i, p, bad, 1) : AC_OK;
+}
+
+static ac_status check_moe(int i, int p, const ac_block_dims *c, const ac_block_dims *q)
+{
+    const dim_pair fixed[] = {{"top_k", c->top_k, q->top_k},
+                              {"n_group", c->n_group, q->n_group},
+                              {"topk_group", c->topk_group, q->topk_group},
+                              {"norm_topk_prob", c->norm_topk_prob, q->norm_topk_prob}};
+    const dim_pair width[] = {{"n_routed_experts", c->n_experts, q->n_experts},
+                              {"moe_intermediate_size", c->expert_ffn, q->expert_ffn},
+                              {"moe_shared_expert_intermediate_size", c->shared_ffn, q->shared_ffn}};
+    const dim_pair *bad = first_bad(fixed, 4, 1);
+    if (bad)
+        return refuse_dim(i, p, bad, 1);
+    if ((bad = first_bad(width, 3, 0)))
+        return refuse_dim(i, p, bad, 0);
+    if (c->routed_scaling != q->routed_scaling)
+        return ac_fail(AC_ERR_INVALID, "prune: layer %d (parent layer %d): routed_scaling_factor %g differs from the "
+                       "parent's %g", i, p, c->routed_scaling, q->routed_scaling);
+    return AC_OK;
+}
+
+static ac_status check_layer(int i, int p, const ac_block_dims *c, const ac_block_dims *q)
+{
+    if (c->kind == AC_BLOCK_MLP && q->kind == AC_BLOCK_MOE) {
+        /* a MoE layer whose routed experts were all removed keeps its shared expert */
+        const dim_pair shared = {"intermediate_size (from the shared expert)", c->ffn, q->shared_ffn};
+        return c->ffn > q->shared_ffn ? refuse_dim(i, p, &shared, 0) : AC_OK;
+    }
+    if (c->kind != q->kind)
+        return ac_fail(AC_ERR_INVALID, "prune: layer %d is %s but parent layer %d is %s", i, ac_block_name(c->kind), p,
+                       ac_block_name(q->kind));
+    const dim_pair ffn = {"intermediate_size", c->ffn, q->ffn};
+    switch (c->kind) {
+    case AC_BLOCK_MAMBA: return check_mamba(i, p, c, q);
+    case AC_BLOCK_ATTENTION: return check_attention(i, p, c, q);
+    case AC_BLOCK_MLP: return c->ffn > q->ffn ? refuse_dim(i, p, &ffn, 0) : AC_OK;
+    case AC_BLOCK_MOE: return check_moe(i, p, c, q);
+    }
+    return AC_OK;
+}
+
+ac_status ac_prune_check(const ac_arch *parent, const ac_arch *child, const int *parent_layers)
+{
+    ac_status st = ac_arch_validate(child);
+    if (st != AC_OK)
+        return st;
+    if (child->vocab != parent->vocab || child->tie_embeddings != parent->tie_embeddings ||
+        child->use_conv_bias != parent->use_conv_bias)
+        return ac_fail(AC_ERR_INVALID, "prune: vocab_size, tie_word_embeddings and use_conv_bias must be the "
+                       "parent's (%d, %d, %d), not %d, %d, %d", parent->vocab, parent->tie_embeddings,
+                       parent->use_conv_bias, child->vocab, child->tie_embeddings, child->use_conv_bias);
+    if (child->hidden > parent->hidden)
+        return ac_fail(AC_ERR_INVALID, "prune: hidden_size %d exceeds the parent's %d", child->hidden, parent->hidden);
+    if (child->n_layers > parent->n_layers)
+        return ac_fail(AC_ERR_INVALID, "prune: %d layers, more than the parent's %d", child->n_layers,
+                       parent->n_layers);
+    if (!parent_layers && child->n_layers != parent->n_layers)
+        return ac_fail(AC_ERR_INVALID, "prune: %d layers of the parent's %d, but no parent_layers say which were "
+                       "kept", child->n_layers, parent->n_layers);
+    for (int i = 0; i < child->n_layers; i++) {
+        int p = parent_layers ? parent_layers[i] : i, prev = i > 0 && parent_layers ? parent_layers[i - 1] : -1;
+        if (p < 0 || p >= parent->n_layers || p <= prev)
+            return ac_fail(AC_ERR_INVALID, "prune: parent_layers[%d] = %d is not a parent layer after %d (the parent "
+                           "has %d)", i, p, prev, parent->n_layers);
+        if ((st = check_layer(i, p, &child->layers[i], &parent->layers[p])) != AC_OK)
+            return st;
+    }
+    return AC_OK;
+}
+
+ac_status ac_prune(const ac_model *parent, const ac_arch *child, const ac_prune_params *params, ac_model **out)
+{
+    *out = NULL;
+    const ac_arch *pa = ac_model_arch(parent);
+    ac_status st = ac_prune_check(pa, child, params->parent_layers);
+    if (st != AC_OK || !params->importance)
+        return st == AC_OK ? ac_model_slice(parent, child, params->parent_layers, 0, out) : st;
+    ac_importance imp;
+    ac_model *ordered = NULL;
+    if ((st = ac_importance_copy(&imp, params->importance)) != AC_OK)
+        return st;
+    st = ac_model_slice(parent, pa, NULL, 0, &ordered);
+    if (st == AC_OK)
+        st = ac_model_reorder(ordered, &imp);
+    if (st == AC_OK)
+        st = ac_model_slice(ordered, child, params->parent_layers, 0, out);
+    ac_model_free(ordered);
+    ac_importance_free(&imp);
+    return st;
+}
+
+ac_status ac_prune_read_parent_layers(const char *search_json, int n_layers, int **parent_layers)
+{
+    *parent_layers = NULL;
+    cJSON *root;
+    ac_status st = ac_read_json_file(search_json, (size_t)64 << 20, &root);
+    if (st != AC_OK)
+        return st;
+    const cJSON *a = cJSON_GetObjectItemCaseSensitive(root, "parent_layers");
+    int *out = NULL;
+    if (!cJSON_IsArray(a) || cJSON_GetArraySize(a) != n_layers)
+        st = ac_fail(AC_ERR_INVALID, "%s: parent_layers must be an array of %d layer indices, not %s", search_json,
+                     n_layers, cJSON_IsArray(a) ? "one of another length" : ac_json_type_name(a));
+    else if (!(out = malloc((size_t)(n_layers > 0 ? n_layers : 1) * sizeof *out)))
+        st = ac_fail(AC_ERR_NOMEM, "%s: out of memory", search_json);
+    for (int i = 0; st == AC_OK && i < n_layers; i++) {
+        const cJSON *v = cJSON_GetArrayItem(a, i);
+        if (!cJSON_IsNumber(v) || v->valuedouble != (double)(int)v->valuedouble)
+            st = ac_fail(AC_ERR_INVALID, "%s: parent_layers[%d] is %s, not a layer index", search_json, i,
+                         ac_json_type_name(v));
+        else
+            out[i] = (int)v->valuedouble;
+    }
+    cJSON_Delete(root);
+    if (st != AC_OK)
+        free(out);
+    else
+        *parent_layers = out;
+    return st;
+}
+
+static ac_status copy_if_present(const char *from_dir, const char *to_dir, const char *name)
+{
+    char from[4096], to[4096];
+    snprintf(from, sizeof from, "%s/%s", from_dir, name);
+    snprintf(to, sizeof to, "%s/%s", to_dir, name);
+    struct stat sb;
+    if (stat(from, &sb) != 0)
+        return errno == ENOENT ? AC_OK : ac_fail(AC_ERR_IO, "%s: cannot stat: %s", from, strerror(errno));
+    char *text;
+    size_t len;
+    ac_status st = ac_read_text_file(from, (size_t)1 << 30, &text, &len);
+    if (st == AC_OK) {
+        st = ac_write_text_file(to, text);
+        free(text);
+    }
+    return st;
+}
+
+ac_status ac_prune_save(const ac_model *model, const char *parent_dir, const char *out_dir, ac_dtype dtype)
+{
+    static const char *const files[] = {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+                                        "generation_config.json"};
+    ac_status st = ac_model_save(model, out_dir, dtype);
+    for (size_t i = 0; st == AC_OK && parent_dir && i < sizeof files / sizeof files[0]; i++)
+        st = copy_if_present(parent_dir, out_dir, files[i]);
+    return st;
+}
