@@ -1,6 +1,7 @@
 #include "cli_args.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -52,19 +53,37 @@ ac_status cli_parse_float(const char *flag, const char *text, double *value)
     return AC_OK;
 }
 
-const char *cli_flag_value(int argc, char **argv, int *i, const char *flag, int *missing)
+/* The words of the listing: "autocompress costmodel" and its "subcommand"s. */
+typedef struct {
+    char prefix[96];
+    const char *noun, *metavar;
+} group_words;
+
+static void print_commands(const group_words *w, const cli_command *commands, int count, FILE *out)
 {
-    size_t len = strlen(flag);
-    const char *arg = argv[*i];
-    if (strncmp(arg, flag, len) != 0)
-        return NULL;
-    if (arg[len] == '=')
-        return arg + len + 1;
-    if (arg[len] != '\0')
-        return NULL;
-    if (*i + 1 >= argc) {
-        *missing = 1;
-        return NULL;
+    fprintf(out, "usage: %s %s [ARGS]\n\ncommands:\n", w->prefix, w->metavar);
+    for (int i = 0; i < count; i++)
+        fprintf(out, "  %-10s %s\n", commands[i].name, commands[i].summary);
+    fprintf(out, "\n'%s %s --help' describes one.\n", w->prefix, w->metavar);
+}
+
+int cli_dispatch(const char *group, const cli_command *commands, int count, int argc, char **argv)
+{
+    group_words w = {.noun = group ? "subcommand" : "command", .metavar = group ? "SUBCOMMAND" : "COMMAND"};
+    snprintf(w.prefix, sizeof w.prefix, "autocompress%s%s", group ? " " : "", group ? group : "");
+    if (argc < 2) {
+        fprintf(stderr, "%s: no %s given\n", w.prefix, w.noun);
+        print_commands(&w, commands, count, stderr);
+        return 2;
     }
-    return argv[++*i];
+    if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
+        print_commands(&w, commands, count, stdout);
+        return 0;
+    }
+    for (int i = 0; i < count; i++)
+        if (!strcmp(argv[1], commands[i].name))
+            return commands[i].run(argc - 1, argv + 1);
+    fprintf(stderr, "%s: unknown %s '%s'\n", w.prefix, w.noun, argv[1]);
+    print_commands(&w, commands, count, stderr);
+    return 2;
 }

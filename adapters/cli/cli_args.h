@@ -11,8 +11,18 @@ ac_status cli_parse_ids(const char *text, int32_t **ids, int *count);
 /* Parses a whole decimal integer / float, naming `flag` in the error. */
 ac_status cli_parse_int(const char *flag, const char *text, long long min, long long max, long long *value);
 ac_status cli_parse_float(const char *flag, const char *text, double *value);
-/* The value of "--flag VALUE" or "--flag=VALUE" at argv[*i]; NULL when argv[*i] is not
- * that flag. Advances *i past a separate value. Sets *missing when the value is absent. */
-const char *cli_flag_value(int argc, char **argv, int *i, const char *flag, int *missing);
+
+/* One row of a command table. */
+typedef struct {
+    const char *name;
+    int (*run)(int argc, char **argv); /* argv[0] is `name` */
+    const char *summary;
+} cli_command;
+
+/* Runs the command argv[1] names with (argc - 1, argv + 1) and returns its exit code.
+ * `group` is the command argv[0] stands for ("costmodel"), NULL for the program itself.
+ * "--help", "-h" and "help" list the commands on stdout and return 0; no command or an
+ * unknown one lists them on stderr and returns 2. */
+int cli_dispatch(const char *group, const cli_command *commands, int count, int argc, char **argv);
 
 #endif

@@ -1,24 +1,13 @@
 /* autocompress contract check FILE...: parse and validate deployment contracts. */
 #include "cli.h"
+#include "cli_args.h"
+#include "cli_opts.h"
 
 #include "autocompress/contract.h"
 
 #include <stdio.h>
-#include <string.h>
 
-static void contract_usage(FILE *out)
-{
-    fprintf(out,
-            "usage: autocompress contract check FILE...\n"
-            "\n"
-            "Parses and validates each contract file and prints it; errors go to stderr\n"
-            "as FILE:LINE: message. Exits 1 if any file fails, 2 on a usage error.\n"
-            "A relative target (latency_ratio, throughput_ratio, memory_ratio) prints as\n"
-            "a multiple of the parent's cost; it is resolved once the parent's cost is\n"
-            "known (autocompress search predicts it).\n");
-}
-
-static int contract_check(int nfiles, char **files)
+static int check_files(int nfiles, char **files)
 {
     int failed = 0;
     for (int i = 0; i < nfiles; i++) {
@@ -40,26 +29,25 @@ static int contract_check(int nfiles, char **files)
     return failed ? 1 : 0;
 }
 
+static int contract_check(int argc, char **argv)
+{
+    const cli_spec spec = {"contract check", "FILE...",
+                           "Parses and validates each contract file and prints it on stdout; errors go to\n"
+                           "stderr as FILE:LINE: message, and the remaining files are still checked.\n"
+                           "A relative target (latency_ratio, throughput_ratio, memory_ratio) prints as\n"
+                           "a multiple of the parent's cost; it is resolved once the parent's cost is\n"
+                           "known (autocompress search predicts it).\n"
+                           "Exit status: 0 when every file is valid, 1 when any is not.",
+                           NULL, 0, 1, -1};
+    int first;
+    int rc = cli_parse(&spec, argc, argv, &first);
+    return rc == CLI_PARSED ? check_files(argc - first, argv + first) : rc;
+}
+
 int cli_contract(int argc, char **argv)
 {
-    if (argc < 2) {
-        contract_usage(stderr);
-        return 2;
-    }
-    const char *sub = argv[1];
-    if (!strcmp(sub, "-h") || !strcmp(sub, "--help") || !strcmp(sub, "help")) {
-        contract_usage(stdout);
-        return 0;
-    }
-    if (strcmp(sub, "check")) {
-        fprintf(stderr, "autocompress contract: unknown subcommand '%s'\n", sub);
-        contract_usage(stderr);
-        return 2;
-    }
-    if (argc < 3) {
-        fprintf(stderr, "autocompress contract check: no contract files given\n");
-        contract_usage(stderr);
-        return 2;
-    }
-    return contract_check(argc - 2, argv + 2);
+    static const cli_command commands[] = {
+        {"check", contract_check, "parse, validate and print contracts: contract check FILE..."},
+    };
+    return cli_dispatch("contract", commands, CLI_COUNT(commands), argc, argv);
 }

@@ -1,44 +1,58 @@
 /* autocompress convert: rewrite a checkpoint in another dtype (f32 or bf16). */
 #include "cli.h"
-#include "cli_args.h"
+#include "cli_opts.h"
 
 #include <stdio.h>
 #include <string.h>
 
 #include "autocompress/model.h"
 
+typedef struct {
+    const char *name;
+    ac_dtype dtype;
+} dtype_choice;
+
+static const dtype_choice dtype_choices[] = {{"bf16", AC_DTYPE_BF16}, {"f32", AC_DTYPE_F32}};
+
+static ac_status parse_dtype(const char *value, void *dst)
+{
+    for (int i = 0; i < CLI_COUNT(dtype_choices); i++)
+        if (!strcmp(value, dtype_choices[i].name)) {
+            *(const dtype_choice **)dst = &dtype_choices[i];
+            return AC_OK;
+        }
+    return ac_fail(AC_ERR_INVALID, "--dtype: '%s' is neither bf16 nor f32", value);
+}
+
 int cli_convert(int argc, char **argv)
 {
-    const char *model_dir = NULL, *out = NULL, *dtype_name = "bf16";
-    for (int i = 1; i < argc; i++) {
-        int missing = 0;
-        const char *v;
-        if ((v = cli_flag_value(argc, argv, &i, "--model", &missing)))
-            model_dir = v;
-        else if ((v = cli_flag_value(argc, argv, &i, "--out", &missing)))
-            out = v;
-        else if ((v = cli_flag_value(argc, argv, &i, "--dtype", &missing)))
-            dtype_name = v;
-        else {
-            fprintf(stderr, "autocompress convert: %s '%s'\n", missing ? "missing value for" : "unknown argument", argv[i]);
-            return 2;
-        }
-    }
-    ac_dtype dtype = !strcmp(dtype_name, "bf16") ? AC_DTYPE_BF16 : !strcmp(dtype_name, "f32") ? AC_DTYPE_F32 : AC_DTYPE_COUNT;
-    if (!model_dir || !out || dtype == AC_DTYPE_COUNT) {
-        fprintf(stderr, "usage: autocompress convert --model DIR --out DIR [--dtype bf16|f32]\n");
-        return 2;
-    }
+    const char *model_dir = NULL, *out = NULL;
+    const dtype_choice *dtype = &dtype_choices[0];
+    const cli_opt opts[] = {
+        CLI_REQUIRED("model", &model_dir, "DIR", "the checkpoint to read"),
+        CLI_REQUIRED("out", &out, "DIR", "where the rewritten checkpoint goes"),
+        CLI_CUSTOM("dtype", &dtype, "bf16|f32", "dtype of the written weights (default: bf16)", parse_dtype),
+    };
+    const cli_spec spec = {"convert", NULL,
+                           "Loads the checkpoint in DIR and writes it to OUT (config.json, model.safetensors)\n"
+                           "with the weights stored in the chosen dtype (norms, A_log, D, dt_bias and the\n"
+                           "router's correction bias stay f32); f32 holds bf16 values exactly.\n"
+                           "Exit status: 0 on success, 1 when the checkpoint cannot be read or written,\n"
+                           "2 on a usage error.",
+                           opts, CLI_COUNT(opts), 0, 0};
+    int rc = cli_parse(&spec, argc, argv, NULL);
+    if (rc != CLI_PARSED)
+        return rc;
     ac_model *model;
     ac_status st = ac_model_load(model_dir, &model);
     if (st == AC_OK) {
-        st = ac_model_save(model, out, dtype);
+        st = ac_model_save(model, out, dtype->dtype);
         ac_model_free(model);
     }
     if (st != AC_OK) {
         fprintf(stderr, "autocompress convert: %s\n", ac_error_message());
         return 1;
     }
-    printf("%s -> %s (%s)\n", model_dir, out, dtype_name);
+    printf("%s -> %s (%s)\n", model_dir, out, dtype->name);
     return 0;
 }

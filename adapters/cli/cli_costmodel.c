@@ -2,10 +2,10 @@
  * measurement of held-out architectures, or its prediction for one architecture. */
 #include "cli.h"
 #include "cli_args.h"
+#include "cli_opts.h"
 
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 #include <time.h>
 
 #include "autocompress/config_json.h"
@@ -13,70 +13,81 @@
 #include "autocompress/cost.h"
 #include "autocompress/profile.h"
 
-static int usage(const char *message)
-{
-    fprintf(stderr, "autocompress costmodel: %s\n", message);
-    fprintf(stderr, "usage: autocompress costmodel validate --model DIR --contract FILE --tables FILE [--n 20]\n"
-                    "                                       [--repeats R] [--requests K] [--seed S] [--plot OUT.png]\n"
-                    "                                       [--samples OUT.tsv] [--no-reference] [--progress MODE]\n"
-                    "       autocompress costmodel predict --model DIR --contract FILE --tables FILE --arch CONFIG.json\n");
-    return 2;
-}
+/* What both subcommands read: the parent, its contract and its cost tables. */
+typedef struct {
+    const char *model_dir, *contract_path, *tables_path;
+    ac_contract contract;
+    ac_cost_tables *tables;
+} costmodel_inputs;
+
+#define COSTMODEL_INPUT_OPTS(in)                                                       \
+    CLI_REQUIRED("model", &(in)->model_dir, "DIR", "the parent checkpoint"),           \
+    CLI_REQUIRED("contract", &(in)->contract_path, "FILE", "the deployment contract"), \
+    CLI_REQUIRED("tables", &(in)->tables_path, "FILE", "cost tables from autocompress profile")
 
 typedef struct {
-    const char *model_dir, *contract_path, *tables_path, *plot, *arch, *samples;
+    costmodel_inputs in;
+    const char *plot, *samples;
     ac_validate_params p;
-} args;
+} validate_args;
 
-static int parse(int argc, char **argv, args *a)
+typedef struct {
+    costmodel_inputs in;
+    const char *arch;
+} predict_args;
+
+static int parse_validate_args(int argc, char **argv, validate_args *a)
 {
-    a->p = ac_validate_default_params();
-    for (int i = 2; i < argc; i++) {
-        int missing = 0;
-        const char *v;
-        long long n;
-        ac_status st = AC_OK;
-        if ((v = cli_flag_value(argc, argv, &i, "--model", &missing)))
-            a->model_dir = v;
-        else if ((v = cli_flag_value(argc, argv, &i, "--contract", &missing)))
-            a->contract_path = v;
-        else if ((v = cli_flag_value(argc, argv, &i, "--tables", &missing)))
-            a->tables_path = v;
-        else if ((v = cli_flag_value(argc, argv, &i, "--plot", &missing)))
-            a->plot = v;
-        else if ((v = cli_flag_value(argc, argv, &i, "--samples", &missing)))
-            a->samples = v;
-        else if ((v = cli_flag_value(argc, argv, &i, "--arch", &missing)))
-            a->arch = v;
-        else if ((v = cli_flag_value(argc, argv, &i, "--n", &missing))) {
-            if ((st = cli_parse_int("--n", v, 1, 100000, &n)) == AC_OK)
-                a->p.n = (int)n;
-        } else if ((v = cli_flag_value(argc, argv, &i, "--repeats", &missing))) {
-            if ((st = cli_parse_int("--repeats", v, 1, 64, &n)) == AC_OK)
-                a->p.repeats = (int)n;
-        } else if ((v = cli_flag_value(argc, argv, &i, "--requests", &missing))) {
-            if ((st = cli_parse_int("--requests", v, 0, AC_MAX_REQUESTS, &n)) == AC_OK)
-                a->p.requests = (int)n;
-        } else if ((v = cli_flag_value(argc, argv, &i, "--seed", &missing))) {
-            if ((st = cli_parse_int("--seed", v, 0, INT64_MAX, &n)) == AC_OK)
-                a->p.seed = (uint64_t)n;
-        } else if ((v = cli_flag_value(argc, argv, &i, "--progress", &missing)))
-            st = ac_progress_mode_from_name(v, &a->p.progress);
-        else if (!strcmp(argv[i], "--no-reference"))
-            a->p.no_reference = 1;
-        else if (!missing) {
-            char message[256];
-            snprintf(message, sizeof message, "unknown argument '%s'", argv[i]);
-            return usage(message);
-        }
-        if (missing)
-            return usage("a flag is missing its value");
-        if (st != AC_OK)
-            return usage(ac_error_message());
-    }
-    if (!a->model_dir || !a->contract_path || !a->tables_path)
-        return usage("--model, --contract and --tables are required");
-    return 0;
+    ac_validate_params *p = &a->p;
+    const cli_opt opts[] = {
+        COSTMODEL_INPUT_OPTS(&a->in),
+        CLI_NUMBER("n", CLI_INT, &p->n, "N", "held-out architectures", 1, 100000),
+        CLI_NUMBER("repeats", CLI_INT, &p->repeats, "R", "sweeps: each architecture measured once per sweep", 1, 64),
+        CLI_NUMBER("requests", CLI_INT, &p->requests, "K", "timed requests per measurement (0: as many as fit in 0.3 s)",
+                   0, AC_MAX_REQUESTS),
+        CLI_NUMBER("seed", CLI_U64, &p->seed, "S", "seed of the architectures' draw", 0, INT64_MAX),
+        CLI_TEXT("plot", &a->plot, "OUT.png", "predicted against measured, plotted with gnuplot"),
+        CLI_TEXT("samples", &a->samples, "OUT.tsv", "every timed request as tab-separated values"),
+        CLI_SWITCH("no-reference", &p->no_reference, 1, "no reference requests: raw times only"),
+        CLI_CUSTOM("progress", &p->progress, "auto|bar|json|off", "progress on stderr (default: auto)",
+                   cli_parse_progress),
+    };
+    const cli_spec spec = {"costmodel validate", NULL,
+                           "Draws N architectures from the contract's search space, slices each from the\n"
+                           "parent, measures it end to end on this machine and prints its measured latency\n"
+                           "(or throughput) and memory beside the cost model's prediction from the tables,\n"
+                           "then the mean and max errors (MAPE).\n"
+                           "Exit status: 0 on success, 1 when a measurement, the plot or the samples fail,\n"
+                           "2 on a usage error or inputs that cannot be used.",
+                           opts, CLI_COUNT(opts), 0, 0};
+    return cli_parse(&spec, argc, argv, NULL);
+}
+
+static int parse_predict_args(int argc, char **argv, predict_args *a)
+{
+    const cli_opt opts[] = {
+        COSTMODEL_INPUT_OPTS(&a->in),
+        CLI_REQUIRED("arch", &a->arch, "CONFIG.json", "the architecture to predict (a config.json)"),
+    };
+    const cli_spec spec = {"costmodel predict", NULL,
+                           "Prints the cost model's prediction for one architecture under the contract's\n"
+                           "workload: latency (prefill and decode), throughput and the memory breakdown.\n"
+                           "Nothing is measured. Exit status: 0 on success, 1 on a failure to read,\n"
+                           "2 on a usage error or inputs that cannot be used.",
+                           opts, CLI_COUNT(opts), 0, 0};
+    return cli_parse(&spec, argc, argv, NULL);
+}
+
+/* Reads the contract and the tables: 0, or the exit code after a failure it reported. */
+static int load_inputs(const char *command, costmodel_inputs *in)
+{
+    ac_status st = ac_contract_load(in->contract_path, &in->contract);
+    if (st == AC_OK)
+        st = ac_cost_tables_read(in->tables_path, &in->tables);
+    if (st == AC_OK)
+        return 0;
+    fprintf(stderr, "autocompress costmodel %s: %s\n", command, ac_error_message());
+    return st == AC_ERR_INVALID ? 2 : 1;
 }
 
 static void print_prediction(const ac_cost_prediction *p)
@@ -89,12 +100,11 @@ static void print_prediction(const ac_cost_prediction *p)
            p->activation_bytes / mib, p->eps_bytes / mib, p->conventional_bytes / mib);
 }
 
-static int predict(const args *a, const ac_contract *contract, const ac_cost_tables *tables)
+static int predict(const predict_args *a)
 {
-    if (!a->arch)
-        return usage("predict needs --arch CONFIG.json");
+    const ac_contract *contract = &a->in.contract;
     char path[4096];
-    snprintf(path, sizeof path, "%s/config.json", a->model_dir);
+    snprintf(path, sizeof path, "%s/config.json", a->in.model_dir);
     ac_arch parent = {0}, arch = {0};
     ac_cost_model *m = NULL;
     ac_cost_prediction p;
@@ -102,7 +112,7 @@ static int predict(const args *a, const ac_contract *contract, const ac_cost_tab
     if (st == AC_OK)
         st = ac_config_json_read(a->arch, &arch);
     if (st == AC_OK)
-        st = ac_cost_model_create(tables, &parent, contract, &m);
+        st = ac_cost_model_create(a->in.tables, &parent, contract, &m);
     if (st == AC_OK)
         st = ac_cost_predict_arch(m, &arch, &p);
     if (st == AC_OK)
@@ -117,14 +127,15 @@ static int predict(const args *a, const ac_contract *contract, const ac_cost_tab
 
 /* Microseconds per expected-cost call with all three gradients, at uniform probabilities
  * (what the search's budget loss pays per step). */
-static double expected_call_us(const args *a, const ac_contract *contract, const ac_cost_tables *tables)
+static double expected_call_us(const costmodel_inputs *in)
 {
     char path[4096];
-    snprintf(path, sizeof path, "%s/config.json", a->model_dir);
+    snprintf(path, sizeof path, "%s/config.json", in->model_dir);
     ac_arch parent = {0};
     ac_cost_model *m = NULL;
     double us = -1;
-    if (ac_config_json_read(path, &parent) == AC_OK && ac_cost_model_create(tables, &parent, contract, &m) == AC_OK) {
+    if (ac_config_json_read(path, &parent) == AC_OK &&
+        ac_cost_model_create(in->tables, &parent, &in->contract, &m) == AC_OK) {
         int n = ac_cost_model_prob_count(m);
         double *p = malloc((size_t)n * sizeof *p), *g = malloc(3 * (size_t)n * sizeof *g);
         for (int i = 0; p && g && i < ac_cost_model_axis_count(m); i++) {
@@ -149,10 +160,12 @@ static double expected_call_us(const args *a, const ac_contract *contract, const
     return us;
 }
 
-static int validate(const args *a, const ac_contract *contract, const ac_cost_tables *tables)
+static int validate(const validate_args *a)
 {
+    const ac_contract *contract = &a->in.contract;
+    const ac_cost_tables *tables = a->in.tables;
     ac_validate_report r;
-    ac_status st = ac_cost_validate(a->model_dir, contract, tables, &a->p, &r);
+    ac_status st = ac_cost_validate(a->in.model_dir, contract, tables, &a->p, &r);
     if (st != AC_OK) {
         fprintf(stderr, "autocompress costmodel validate: %s\n", ac_error_message());
         return st == AC_ERR_INVALID ? 2 : 1;
@@ -192,7 +205,7 @@ static int validate(const args *a, const ac_contract *contract, const ac_cost_ta
                r.reference_slope, ac_cost_tables_get_info(tables)->reference_slope);
     printf("%d architectures measured in %.1f s (%d sweeps of %.1f timed requests each); the expected cost with its "
            "gradients takes %.1f us a call\n", r.n,
-           r.seconds, a->p.repeats, r.requests_per_arch / a->p.repeats, expected_call_us(a, contract, tables));
+           r.seconds, a->p.repeats, r.requests_per_arch / a->p.repeats, expected_call_us(&a->in));
     int rc = 0;
     if (a->plot) {
         st = ac_validate_plot(&r, contract, a->plot);
@@ -216,31 +229,37 @@ static int validate(const args *a, const ac_contract *contract, const ac_cost_ta
     return rc;
 }
 
+static int costmodel_validate(int argc, char **argv)
+{
+    validate_args a = {.p = ac_validate_default_params()};
+    int rc = parse_validate_args(argc, argv, &a);
+    if (rc != CLI_PARSED)
+        return rc;
+    rc = load_inputs("validate", &a.in);
+    if (!rc)
+        rc = validate(&a);
+    ac_cost_tables_free(a.in.tables);
+    return rc;
+}
+
+static int costmodel_predict(int argc, char **argv)
+{
+    predict_args a = {0};
+    int rc = parse_predict_args(argc, argv, &a);
+    if (rc != CLI_PARSED)
+        return rc;
+    rc = load_inputs("predict", &a.in);
+    if (!rc)
+        rc = predict(&a);
+    ac_cost_tables_free(a.in.tables);
+    return rc;
+}
+
 int cli_costmodel(int argc, char **argv)
 {
-    if (argc < 2)
-        return usage("a subcommand is required (validate or predict)");
-    const char *sub = argv[1];
-    if (strcmp(sub, "validate") && strcmp(sub, "predict")) {
-        char message[128];
-        snprintf(message, sizeof message, "unknown subcommand '%s'", sub);
-        return usage(message);
-    }
-    args a;
-    memset(&a, 0, sizeof a);
-    int rc = parse(argc, argv, &a);
-    if (rc)
-        return rc;
-    ac_contract contract;
-    ac_cost_tables *tables = NULL;
-    ac_status st = ac_contract_load(a.contract_path, &contract);
-    if (st == AC_OK)
-        st = ac_cost_tables_read(a.tables_path, &tables);
-    if (st != AC_OK) {
-        fprintf(stderr, "autocompress costmodel %s: %s\n", sub, ac_error_message());
-        return st == AC_ERR_INVALID ? 2 : 1;
-    }
-    rc = !strcmp(sub, "validate") ? validate(&a, &contract, tables) : predict(&a, &contract, tables);
-    ac_cost_tables_free(tables);
-    return rc;
+    static const cli_command commands[] = {
+        {"validate", costmodel_validate, "the cost model against end-to-end measurement of held-out architectures"},
+        {"predict", costmodel_predict, "the cost model's prediction for one architecture (--arch CONFIG.json)"},
+    };
+    return cli_dispatch("costmodel", commands, CLI_COUNT(commands), argc, argv);
 }

@@ -1,6 +1,6 @@
 /* autocompress info --model DIR: load a checkpoint and describe it. */
 #include "cli.h"
-#include "cli_args.h"
+#include "cli_opts.h"
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -8,15 +8,6 @@
 
 #include "autocompress/model.h"
 #include "autocompress/safetensors.h"
-
-static void info_usage(FILE *out)
-{
-    fprintf(out,
-            "usage: autocompress info --model DIR\n"
-            "\n"
-            "Loads DIR/config.json and its safetensors (checking every tensor's name and\n"
-            "shape) and prints the architecture, parameter counts and weight bytes.\n");
-}
 
 /* 1234567 -> "1,234,567" */
 static const char *grouped(int64_t v, char *buf, size_t size)
@@ -68,37 +59,8 @@ static int print_checkpoint_bytes(const char *dir)
     return 0;
 }
 
-int cli_info(int argc, char **argv)
+static void describe(const char *dir, const ac_model *model)
 {
-    const char *dir = NULL;
-    for (int i = 1; i < argc; i++) {
-        int missing = 0;
-        const char *v;
-        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
-            info_usage(stdout);
-            return 0;
-        }
-        if ((v = cli_flag_value(argc, argv, &i, "--model", &missing))) {
-            dir = v;
-            continue;
-        }
-        if (missing)
-            fprintf(stderr, "autocompress info: --model needs a directory\n");
-        else
-            fprintf(stderr, "autocompress info: unknown argument '%s'\n", argv[i]);
-        info_usage(stderr);
-        return 2;
-    }
-    if (!dir) {
-        fprintf(stderr, "autocompress info: --model DIR is required\n");
-        info_usage(stderr);
-        return 2;
-    }
-    ac_model *model;
-    if (ac_model_load(dir, &model) != AC_OK) {
-        fprintf(stderr, "autocompress info: %s\n", ac_error_message());
-        return 1;
-    }
     const ac_arch *arch = ac_model_arch(model);
     printf("model: %s\n", dir);
     ac_arch_print(arch, stdout);
@@ -106,10 +68,34 @@ int cli_info(int argc, char **argv)
     char g1[32], g2[32], g3[32];
     printf("parameters: total %s, active %s, embedding %s\n", grouped(c.total, g1, sizeof g1),
            grouped(c.active, g2, sizeof g2), grouped(c.embedding, g3, sizeof g3));
+}
+
+int cli_info(int argc, char **argv)
+{
+    const char *dir = NULL;
+    const cli_opt opts[] = {
+        CLI_REQUIRED("model", &dir, "DIR", "the checkpoint: config.json and its safetensors"),
+    };
+    const cli_spec spec = {"info", NULL,
+                           "Loads DIR/config.json and its safetensors (checking every tensor's name and\n"
+                           "shape) and prints the architecture, the parameter counts (total, active per\n"
+                           "token, embedding) and the weight bytes: per dtype as stored, and as loaded (f32).\n"
+                           "Exit status: 0 on success, 1 when the checkpoint cannot be loaded, 2 on a\n"
+                           "usage error.",
+                           opts, CLI_COUNT(opts), 0, 0};
+    int rc = cli_parse(&spec, argc, argv, NULL);
+    if (rc != CLI_PARSED)
+        return rc;
+    ac_model *model;
+    if (ac_model_load(dir, &model) != AC_OK) {
+        fprintf(stderr, "autocompress info: %s\n", ac_error_message());
+        return 1;
+    }
+    describe(dir, model);
     size_t count;
     ac_model_arena(model, &count);
     printf("weights:\n");
-    int rc = print_checkpoint_bytes(dir);
+    rc = print_checkpoint_bytes(dir);
     print_bytes("in f32 (loaded):", (uint64_t)count * sizeof(float));
     ac_model_free(model);
     fflush(stdout);

@@ -1,7 +1,7 @@
 /* autocompress profile: fill the cost tables of a contract's search space by profiling
  * runs on this machine (autocompress/profile.h). */
 #include "cli.h"
-#include "cli_args.h"
+#include "cli_opts.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -10,95 +10,86 @@
 #include "autocompress/cost.h"
 #include "autocompress/profile.h"
 
-static int usage(const char *message)
+typedef struct {
+    const char *model_dir, *contract_path, *out;
+    ac_profile_params p;
+} profile_args;
+
+static int parse_args(int argc, char **argv, profile_args *a)
 {
-    fprintf(stderr, "autocompress profile: %s\n", message);
-    fprintf(stderr, "usage: autocompress profile --model DIR --contract FILE --out tables.json [--repeats R]\n"
-                    "                            [--requests K] [--layers N] [--balanced] [--no-reference] [--seed S]\n"
-                    "                            [--trace FILE.json] [--progress MODE]\n");
-    return 2;
+    ac_profile_params *p = &a->p;
+    const cli_opt opts[] = {
+        CLI_REQUIRED("model", &a->model_dir, "DIR", "the parent: a checkpoint, or a directory with only config.json"),
+        CLI_REQUIRED("contract", &a->contract_path, "FILE", "the deployment contract whose search space is profiled"),
+        CLI_REQUIRED("out", &a->out, "FILE", "the cost tables (JSON)"),
+        CLI_NUMBER("repeats", CLI_INT, &p->repeats, "R", "sweeps: each run measured once per sweep", 1, 64),
+        CLI_NUMBER("requests", CLI_INT, &p->requests, "K", "timed requests per measurement (0: as many as fit in 0.3 s)",
+                   0, AC_MAX_REQUESTS),
+        CLI_NUMBER("layers", CLI_INT, &p->layers, "N", "layers of a profiling model (default: the parent's count)", 1,
+                   4096),
+        CLI_SWITCH("balanced", &p->balanced, 1, "share the layer slots out by configuration count (fewer runs)"),
+        CLI_SWITCH("no-reference", &p->no_reference, 1, "no reference requests: times as measured"),
+        CLI_NUMBER("seed", CLI_U64, &p->seed, "S", "seed of the token ids and random weights", 0, INT64_MAX),
+        CLI_TEXT("trace", &p->trace_path, "FILE.json", "Chrome trace of every run's first timed request"),
+        CLI_CUSTOM("progress", &p->progress, "auto|bar|json|off", "progress on stderr (default: auto)",
+                   cli_parse_progress),
+    };
+    const cli_spec spec = {"profile", NULL,
+                           "Times every configuration of the contract's search space on this machine, in\n"
+                           "profiling runs of the parent under the contract's workload and threads, and\n"
+                           "writes the per-layer latency and memory cost tables to OUT (JSON), then prints\n"
+                           "a summary. Exit status: 0 on success, 1 when a run or a write fails, 2 on a\n"
+                           "usage error or a contract or parent that cannot be used.",
+                           opts, CLI_COUNT(opts), 0, 0};
+    return cli_parse(&spec, argc, argv, NULL);
 }
 
-int cli_profile(int argc, char **argv)
+static void print_report(const profile_args *a, const ac_contract *contract, const ac_cost_tables *tables,
+                         const ac_profile_report *report)
 {
-    const char *model_dir = NULL, *contract_path = NULL, *out = NULL;
-    ac_profile_params p = ac_profile_default_params();
-    for (int i = 1; i < argc; i++) {
-        int missing = 0;
-        const char *v;
-        long long n;
-        ac_status st = AC_OK;
-        if ((v = cli_flag_value(argc, argv, &i, "--model", &missing)))
-            model_dir = v;
-        else if ((v = cli_flag_value(argc, argv, &i, "--contract", &missing)))
-            contract_path = v;
-        else if ((v = cli_flag_value(argc, argv, &i, "--out", &missing)))
-            out = v;
-        else if (!strcmp(argv[i], "--balanced"))
-            p.balanced = 1;
-        else if (!strcmp(argv[i], "--no-reference"))
-            p.no_reference = 1;
-        else if ((v = cli_flag_value(argc, argv, &i, "--trace", &missing)))
-            p.trace_path = v;
-        else if ((v = cli_flag_value(argc, argv, &i, "--repeats", &missing))) {
-            if ((st = cli_parse_int("--repeats", v, 1, 64, &n)) == AC_OK)
-                p.repeats = (int)n;
-        } else if ((v = cli_flag_value(argc, argv, &i, "--requests", &missing))) {
-            if ((st = cli_parse_int("--requests", v, 0, AC_MAX_REQUESTS, &n)) == AC_OK)
-                p.requests = (int)n;
-        } else if ((v = cli_flag_value(argc, argv, &i, "--layers", &missing))) {
-            if ((st = cli_parse_int("--layers", v, 1, 4096, &n)) == AC_OK)
-                p.layers = (int)n;
-        } else if ((v = cli_flag_value(argc, argv, &i, "--seed", &missing))) {
-            if ((st = cli_parse_int("--seed", v, 0, INT64_MAX, &n)) == AC_OK)
-                p.seed = (uint64_t)n;
-        } else if ((v = cli_flag_value(argc, argv, &i, "--progress", &missing)))
-            st = ac_progress_mode_from_name(v, &p.progress);
-        else if (!missing) {
-            char message[256];
-            snprintf(message, sizeof message, "unknown argument '%s'", argv[i]);
-            return usage(message);
-        }
-        if (missing)
-            return usage("a flag is missing its value");
-        if (st != AC_OK)
-            return usage(ac_error_message());
-    }
-    if (!model_dir || !contract_path || !out)
-        return usage("--model, --contract and --out are required");
-    ac_contract contract;
-    ac_status st = ac_contract_load(contract_path, &contract);
-    ac_cost_tables *tables = NULL;
-    ac_profile_report report;
-    if (st == AC_OK)
-        st = ac_profile_run(model_dir, &contract, &p, &tables, &report);
-    if (st == AC_OK)
-        st = ac_cost_tables_write(tables, out);
-    if (st != AC_OK) {
-        fprintf(stderr, "autocompress profile: %s\n", ac_error_message());
-        ac_cost_tables_free(tables);
-        return st == AC_ERR_INVALID ? 2 : 1;
-    }
     const ac_cost_tables_info *in = ac_cost_tables_get_info(tables);
-    if (report.threads_clamped)
+    if (report->threads_clamped)
         fprintf(stderr, "autocompress profile: warning: contract %s asks for %d threads; this machine has %d cores, "
-                        "so the runs used %d\n", contract.name, contract.hardware.threads, report.threads, report.threads);
-    printf("contract %s: batch %d, %lld cached + %lld input + %lld output tokens, %d threads\n", contract.name,
-           contract.workload.batch, (long long)contract.workload.cached_tokens, (long long)contract.workload.input_tokens,
-           (long long)contract.workload.output_tokens, report.threads);
+                        "so the runs used %d\n", contract->name, contract->hardware.threads, report->threads,
+                report->threads);
+    const ac_contract_workload *w = &contract->workload;
+    printf("contract %s: batch %d, %lld cached + %lld input + %lld output tokens, %d threads\n", contract->name,
+           w->batch, (long long)w->cached_tokens, (long long)w->input_tokens, (long long)w->output_tokens,
+           report->threads);
     printf("%d runs of %d layers, %d sweeps of %.1f timed requests: %d table rows (%.1f per run; %.1f slot "
-           "measurements per run), %.1f s\n", report.runs, in->layers_per_run, in->repeats, report.requests_per_run,
-           report.rows, report.runs ? (double)report.rows / report.runs : 0.0, report.rows_per_run, report.seconds);
-    if (report.retried)
-        printf("%d requests run again: another process had taken a core\n", report.retried);
+           "measurements per run), %.1f s\n", report->runs, in->layers_per_run, in->repeats, report->requests_per_run,
+           report->rows, report->runs ? (double)report->rows / report->runs : 0.0, report->rows_per_run,
+           report->seconds);
+    if (report->retried)
+        printf("%d requests run again: another process had taken a core\n", report->retried);
     if (in->reference_ms > 0)
         printf("rows at the machine's median speed over the profiling: parent request %.2f ms (times moved with it "
                "with slope %.2f)\n", in->reference_ms, in->reference_slope);
     printf("memory residual eps: %.2f MiB (spread %.2f MiB over %zu runs)\n", in->eps_bytes / 1048576.0,
            in->eps_spread_bytes / 1048576.0, ac_cost_tables_memory_count(tables));
-    printf("wrote %s\n", out);
-    if (p.trace_path)
-        printf("wrote %s\n", p.trace_path);
+    printf("wrote %s\n", a->out);
+    if (a->p.trace_path)
+        printf("wrote %s\n", a->p.trace_path);
+}
+
+int cli_profile(int argc, char **argv)
+{
+    profile_args a = {.p = ac_profile_default_params()};
+    int rc = parse_args(argc, argv, &a);
+    if (rc != CLI_PARSED)
+        return rc;
+    ac_contract contract;
+    ac_status st = ac_contract_load(a.contract_path, &contract);
+    ac_cost_tables *tables = NULL;
+    ac_profile_report report;
+    if (st == AC_OK)
+        st = ac_profile_run(a.model_dir, &contract, &a.p, &tables, &report);
+    if (st == AC_OK)
+        st = ac_cost_tables_write(tables, a.out);
+    if (st == AC_OK)
+        print_report(&a, &contract, tables, &report);
+    else
+        fprintf(stderr, "autocompress profile: %s\n", ac_error_message());
     ac_cost_tables_free(tables);
-    return 0;
+    return st == AC_OK ? 0 : st == AC_ERR_INVALID ? 2 : 1;
 }

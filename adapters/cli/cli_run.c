@@ -1,6 +1,7 @@
 /* autocompress logits / generate: run a checkpoint on token ids with the CPU engine. */
 #include "cli.h"
 #include "cli_args.h"
+#include "cli_opts.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,22 +19,11 @@ typedef struct {
     const char *prompt;         /* text, encoded with the tokenizer */
     const char *tokenizer_path; /* default: MODEL/tokenizer.json */
     const char *out_path;
-    long long max_tokens;
+    int max_tokens;
     double temperature;
     double top_p;
-    long long seed;
+    uint64_t seed;
 } run_args;
-
-static int usage_error(const char *command, const char *message)
-{
-    fprintf(stderr, "autocompress %s: %s\n", command, message);
-    if (!strcmp(command, "logits"))
-        fprintf(stderr, "usage: autocompress logits --model DIR (--ids 1,2,3 | --prompt TEXT) [--out FILE.npy]\n");
-    else
-        fprintf(stderr, "usage: autocompress generate --model DIR (--ids 1,2,3 | --prompt TEXT [--tokenizer FILE]) --max-tokens N\n"
-                        "                             [--temperature T] [--top-p P] [--seed S]\n");
-    return 2;
-}
 
 static int report(const char *command, ac_status st)
 {
@@ -41,50 +31,59 @@ static int report(const char *command, ac_status st)
     return st == AC_ERR_INVALID ? 2 : 1;
 }
 
-static int parse_run_args(int argc, char **argv, run_args *a)
+/* The rows logits and generate share: the checkpoint and its input. */
+#define RUN_INPUT_OPTS(a)                                                                      \
+    CLI_REQUIRED("model", &(a)->model_dir, "DIR", "the checkpoint"),                           \
+    CLI_TEXT("ids", &(a)->ids_text, "1,2,3", "the input as token ids"),                        \
+    CLI_TEXT("prompt", &(a)->prompt, "TEXT", "the input as text, encoded with the tokenizer"), \
+    CLI_TEXT("tokenizer", &(a)->tokenizer_path, "FILE", "tokenizer.json for --prompt (default: DIR/tokenizer.json)")
+
+/* Parses and checks that exactly one input was given. */
+static int parse_input(const cli_spec *spec, int argc, char **argv, const run_args *a)
 {
-    const char *command = argv[0];
-    *a = (run_args){.max_tokens = 16, .temperature = 0.0, .top_p = 1.0, .seed = 0};
-    for (int i = 1; i < argc; i++) {
-        int missing = 0;
-        const char *v;
-        ac_status st = AC_OK;
-        long long n;
-        if ((v = cli_flag_value(argc, argv, &i, "--model", &missing)))
-            a->model_dir = v;
-        else if ((v = cli_flag_value(argc, argv, &i, "--ids", &missing)))
-            a->ids_text = v;
-        else if ((v = cli_flag_value(argc, argv, &i, "--prompt", &missing)))
-            a->prompt = v;
-        else if ((v = cli_flag_value(argc, argv, &i, "--tokenizer", &missing)))
-            a->tokenizer_path = v;
-        else if ((v = cli_flag_value(argc, argv, &i, "--out", &missing)))
-            a->out_path = v;
-        else if ((v = cli_flag_value(argc, argv, &i, "--max-tokens", &missing)))
-            st = cli_parse_int("--max-tokens", v, 0, 1 << 20, &a->max_tokens);
-        else if ((v = cli_flag_value(argc, argv, &i, "--temperature", &missing)))
-            st = cli_parse_float("--temperature", v, &a->temperature);
-        else if ((v = cli_flag_value(argc, argv, &i, "--top-p", &missing)))
-            st = cli_parse_float("--top-p", v, &a->top_p);
-        else if ((v = cli_flag_value(argc, argv, &i, "--seed", &missing)))
-            st = cli_parse_int("--seed", v, 0, INT64_MAX, &n), a->seed = n;
-        else if (missing)
-            return usage_error(command, "a flag is missing its value");
-        else {
-            char message[256];
-            snprintf(message, sizeof message, "unknown argument '%s'", argv[i]);
-            return usage_error(command, message);
-        }
-        if (missing)
-            return usage_error(command, "a flag is missing its value");
-        if (st != AC_OK)
-            return usage_error(command, ac_error_message());
-    }
-    if (!a->model_dir || !a->ids_text == !a->prompt)
-        return usage_error(command, "--model and one of --ids and --prompt are required");
-    if (a->temperature < 0 || a->top_p <= 0 || a->top_p > 1)
-        return usage_error(command, "--temperature must be >= 0 and --top-p in (0, 1]");
-    return 0;
+    int rc = cli_parse(spec, argc, argv, NULL);
+    if (rc == CLI_PARSED && !a->ids_text == !a->prompt)
+        rc = cli_usage_error(spec, "give exactly one of --ids and --prompt");
+    return rc;
+}
+
+static int parse_logits_args(int argc, char **argv, run_args *a)
+{
+    const cli_opt opts[] = {
+        RUN_INPUT_OPTS(a),
+        CLI_TEXT("out", &a->out_path, "FILE.npy", "write the logits here instead of printing each position's argmax"),
+    };
+    const cli_spec spec = {"logits", NULL,
+                           "Runs the checkpoint on the input with the CPU engine and prints the logits'\n"
+                           "shape [tokens, vocab]. With --out the logits go to a float32 .npy file;\n"
+                           "without it each position's argmax token is printed instead.\n"
+                           "Exit status: 0 on success, 1 when the model cannot be loaded or run, 2 on a\n"
+                           "usage error or a bad input (an id outside the vocabulary included).",
+                           opts, CLI_COUNT(opts), 0, 0};
+    return parse_input(&spec, argc, argv, a);
+}
+
+static int parse_generate_args(int argc, char **argv, run_args *a)
+{
+    const cli_opt opts[] = {
+        RUN_INPUT_OPTS(a),
+        CLI_NUMBER("max-tokens", CLI_INT, &a->max_tokens, "N", "tokens to generate", 0, 1 << 20),
+        CLI_REAL("temperature", CLI_DOUBLE, &a->temperature, "T", "sampling temperature (0: greedy)"),
+        CLI_REAL("top-p", CLI_DOUBLE, &a->top_p, "P", "nucleus sampling: the smallest set of tokens holding P"),
+        CLI_NUMBER("seed", CLI_U64, &a->seed, "S", "seed of the sampling", 0, INT64_MAX),
+    };
+    const cli_spec spec = {"generate", NULL,
+                           "Feeds the input to the checkpoint (CPU engine) and generates --max-tokens more\n"
+                           "tokens one at a time, greedy or sampled. With --ids the new ids are printed\n"
+                           "comma-separated; with --prompt the decoded text is printed as it is made, and\n"
+                           "generation stops early at <|endoftext|>.\n"
+                           "Exit status: 0 on success, 1 when the model cannot be loaded or run, 2 on a\n"
+                           "usage error or a bad input.",
+                           opts, CLI_COUNT(opts), 0, 0};
+    int rc = parse_input(&spec, argc, argv, a);
+    if (rc == CLI_PARSED && (a->temperature < 0 || a->top_p <= 0 || a->top_p > 1))
+        rc = cli_usage_error(&spec, "--temperature must be >= 0 and --top-p in (0, 1]");
+    return rc;
 }
 
 /* The loaded pieces every run needs, freed together. */
@@ -135,9 +134,9 @@ static ac_status run_state_open(const run_args *a, run_state *r)
 
 int cli_logits(int argc, char **argv)
 {
-    run_args a;
-    int rc = parse_run_args(argc, argv, &a);
-    if (rc)
+    run_args a = {0};
+    int rc = parse_logits_args(argc, argv, &a);
+    if (rc != CLI_PARSED)
         return rc;
     run_state r;
     ac_status st = run_state_open(&a, &r);
@@ -171,9 +170,9 @@ int cli_logits(int argc, char **argv)
 
 int cli_generate(int argc, char **argv)
 {
-    run_args a;
-    int rc = parse_run_args(argc, argv, &a);
-    if (rc)
+    run_args a = {.max_tokens = 16, .temperature = 0.0, .top_p = 1.0, .seed = 0};
+    int rc = parse_generate_args(argc, argv, &a);
+    if (rc != CLI_PARSED)
         return rc;
     run_state r;
     ac_status st = run_state_open(&a, &r);
@@ -186,14 +185,14 @@ int cli_generate(int argc, char **argv)
         st = logits && work ? AC_OK : ac_fail(AC_ERR_NOMEM, "out of memory for logits");
     }
     ac_sampler sampler;
-    ac_sampler_init(&sampler, (float)a.temperature, (float)a.top_p, (uint64_t)a.seed);
+    ac_sampler_init(&sampler, (float)a.temperature, (float)a.top_p, a.seed);
     const int32_t *tokens[1] = {r.ids};
     int n_new = r.n_ids;
     ac_cache *caches[1] = {r.cache};
     int32_t next = 0;
     /* text mode ends at the end-of-document token; id mode always runs max_tokens */
     int32_t eos = r.tokenizer ? ac_tokenizer_token_to_id(r.tokenizer, "<|endoftext|>") : -1;
-    for (long long step = 0; st == AC_OK && step < a.max_tokens; step++) {
+    for (int step = 0; st == AC_OK && step < a.max_tokens; step++) {
         ac_batch batch = {.n_seqs = 1, .tokens = tokens, .n_tokens = &n_new, .caches = caches};
         st = ac_runtime_forward(r.runtime, &batch, AC_LOGITS_LAST, logits);
         if (st != AC_OK)

@@ -1,6 +1,6 @@
 /* autocompress serve: the built-in inference server (adapters/server). */
 #include "cli.h"
-#include "cli_args.h"
+#include "cli_opts.h"
 
 #include <signal.h>
 #include <stdio.h>
@@ -9,55 +9,41 @@
 #include "server/srv.h"
 #include "autocompress/probe.h"
 
-static int usage(const char *message)
-{
-    fprintf(stderr, "autocompress serve: %s\n", message);
-    fprintf(stderr, "usage: autocompress serve --model DIR [--config server.cfg] [--host ADDR] [--port N]\n"
-                    "                          [--slots N] [--threads N] [--port-file FILE]\n"
-                    "admin endpoints need admin_token in the config or AUTOCOMPRESS_ADMIN_TOKEN\n");
-    return 2;
-}
-
 typedef struct {
     const char *model, *config, *port_file;
     const char *host;
-    long long port, slots, threads;
+    int port, slots, threads; /* -1: not given */
 } serve_args;
 
-static int parse(int argc, char **argv, serve_args *a)
+static int parse_args(int argc, char **argv, serve_args *a)
 {
-    *a = (serve_args){.port = -1, .slots = -1, .threads = -1};
-    for (int i = 1; i < argc; i++) {
-        int missing = 0;
-        const char *v;
-        ac_status st = AC_OK;
-        if ((v = cli_flag_value(argc, argv, &i, "--model", &missing)))
-            a->model = v;
-        else if ((v = cli_flag_value(argc, argv, &i, "--config", &missing)))
-            a->config = v;
-        else if ((v = cli_flag_value(argc, argv, &i, "--host", &missing)))
-            a->host = v;
-        else if ((v = cli_flag_value(argc, argv, &i, "--port-file", &missing)))
-            a->port_file = v;
-        else if ((v = cli_flag_value(argc, argv, &i, "--port", &missing)))
-            st = cli_parse_int("--port", v, 0, 65535, &a->port);
-        else if ((v = cli_flag_value(argc, argv, &i, "--slots", &missing)))
-            st = cli_parse_int("--slots", v, 1, 256, &a->slots);
-        else if ((v = cli_flag_value(argc, argv, &i, "--threads", &missing)))
-            st = cli_parse_int("--threads", v, 0, 1024, &a->threads);
-        else if (!missing) {
-            char message[256];
-            snprintf(message, sizeof message, "unknown argument '%s'", argv[i]);
-            return usage(message);
-        }
-        if (missing)
-            return usage("a flag is missing its value");
-        if (st != AC_OK)
-            return usage(ac_error_message());
-    }
-    return a->model ? 0 : usage("--model is required");
+    const cli_opt opts[] = {
+        CLI_REQUIRED("model", &a->model, "DIR", "the checkpoint served first"),
+        CLI_TEXT("config", &a->config, "FILE", "server settings (libconfig); the options below override them"),
+        CLI_TEXT("host", &a->host, "ADDR", "IPv4 or IPv6 address to listen on (default: the config's, else 127.0.0.1)"),
+        CLI_NUMBER("port", CLI_INT, &a->port, "N", "TCP port, 0: any free one (default: the config's, else 8080)", 0,
+                   65535),
+        CLI_NUMBER("slots", CLI_INT, &a->slots, "N", "sequences stepped together (default: the config's, else 8)", 1,
+                   256),
+        CLI_NUMBER("threads", CLI_INT, &a->threads, "N", "engine threads, 0: all cores (default: the config's, else 0)",
+                   0, 1024),
+        CLI_TEXT("port-file", &a->port_file, "FILE", "write the bound port here once listening"),
+    };
+    const cli_spec spec = {"serve", NULL,
+                           "Serves the checkpoint over HTTP: /v1/completions and /v1/models (OpenAI API),\n"
+                           "/health, Prometheus /metrics, and /admin endpoints that swap the model while\n"
+                           "requests run; the admin endpoints need admin_token in the config or\n"
+                           "AUTOCOMPRESS_ADMIN_TOKEN. Logs to stderr; runs until SIGINT or SIGTERM.\n"
+                           "Exit status: 0 after a signal, 1 when the server cannot start or the model\n"
+                           "cannot be loaded, 2 on a usage error or a bad config file.",
+                           opts, CLI_COUNT(opts), 0, 0};
+    int rc = cli_parse(&spec, argc, argv, NULL);
+    if (rc == CLI_PARSED && a->host && strlen(a->host) >= sizeof((srv_config *)0)->host)
+        rc = cli_usage_error(&spec, "--host is too long");
+    return rc;
 }
 
+/* The defaults, the config file, then the options: CLI_PARSED, or 2 after a bad config. */
 static int configure(const serve_args *a, srv_config *c)
 {
     srv_config_defaults(c);
@@ -65,19 +51,16 @@ static int configure(const serve_args *a, srv_config *c)
         fprintf(stderr, "autocompress serve: %s\n", ac_error_message());
         return 2;
     }
-    if (a->host) {
-        if (strlen(a->host) >= sizeof c->host)
-            return usage("--host is too long");
+    if (a->host)
         snprintf(c->host, sizeof c->host, "%s", a->host);
-    }
     if (a->port >= 0)
-        c->port = (int)a->port;
+        c->port = a->port;
     if (a->slots > 0)
-        c->slots = (int)a->slots;
+        c->slots = a->slots;
     if (a->threads >= 0)
-        c->threads = (int)a->threads;
+        c->threads = a->threads;
     srv_config_apply_env(c);
-    return 0;
+    return CLI_PARSED;
 }
 
 static int write_port_file(const char *path, int port)
@@ -93,12 +76,12 @@ static int write_port_file(const char *path, int port)
 
 int cli_serve(int argc, char **argv)
 {
-    serve_args a;
+    serve_args a = {.port = -1, .slots = -1, .threads = -1};
     srv_config cfg;
-    int rc = parse(argc, argv, &a);
-    if (!rc)
+    int rc = parse_args(argc, argv, &a);
+    if (rc == CLI_PARSED)
         rc = configure(&a, &cfg);
-    if (rc)
+    if (rc != CLI_PARSED)
         return rc;
     /* every thread inherits the blocked signals; this one takes them with sigwait */
     sigset_t stop_signals;

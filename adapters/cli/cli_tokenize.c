@@ -1,6 +1,6 @@
 /* autocompress tokenize: documents -> DIR/train.bin, DIR/val.bin, DIR/manifest.json. */
 #include "cli.h"
-#include "cli_args.h"
+#include "cli_opts.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -8,25 +8,40 @@
 
 #include "autocompress/tokens.h"
 
-static void tokenize_usage(FILE *out)
+/* A growing array of malloc'd paths. */
+typedef struct {
+    char **paths;
+    size_t count, cap;
+} path_list;
+
+static ac_status path_list_add(path_list *l, const char *path)
 {
-    fprintf(out,
-            "usage: autocompress tokenize --tokenizer FILE --out DIR [--val-percent 5]\n"
-            "         [--format fortune|lines|files] [--eos TOKEN] [--inputs-from LIST]\n"
-            "         [--progress=auto|bar|json|off] INPUT...\n"
-            "\n"
-            "Tokenizes the documents of the INPUT files with a tokenizer.json (byte-level BPE)\n"
-            "and appends the end token (default <|endoftext|>) after each. Documents are:\n"
-            "  fortune  entries separated by lines holding just \"%%\" (default)\n"
-            "  lines    each non-blank line\n"
-            "  files    each input file\n"
-            "A document goes to validation when FNV-1a-64(its text) %% 100 < val-percent.\n"
-            "Writes DIR/train.bin and DIR/val.bin (ACTOKENS shards) and DIR/manifest.json.\n"
-            "--inputs-from reads more input paths from LIST, one a line.\n");
+    if (l->count == l->cap) {
+        size_t cap = l->cap ? l->cap * 2 : 64;
+        char **p = realloc(l->paths, cap * sizeof *p);
+        if (!p)
+            return ac_fail(AC_ERR_NOMEM, "out of memory");
+        l->paths = p;
+        l->cap = cap;
+    }
+    if (!(l->paths[l->count] = strdup(path)))
+        return ac_fail(AC_ERR_NOMEM, "out of memory");
+    l->count++;
+    return AC_OK;
 }
 
-/* Appends the paths in `list` (one a line, blank lines skipped) to *inputs. */
-static int read_input_list(const char *list, char ***inputs, size_t *count, size_t *cap)
+static void path_list_free(path_list *l)
+{
+    for (size_t i = 0; i < l->count; i++)
+        free(l->paths[i]);
+    free(l->paths);
+}
+
+/* --inputs-from, which may be given more than once: the lists are read after parsing. */
+static ac_status add_list(const char *value, void *dst) { return path_list_add(dst, value); }
+
+/* Appends the paths in `list` (one a line, blank lines skipped) to `inputs`. */
+static int read_input_list(const char *list, path_list *inputs)
 {
     FILE *f = fopen(list, "r");
     if (!f) {
@@ -39,18 +54,8 @@ static int read_input_list(const char *list, char ***inputs, size_t *count, size
     while ((n = getline(&line, &line_cap, f)) >= 0) {
         while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r'))
             line[--n] = '\0';
-        if (!n)
-            continue;
-        if (*count == *cap) {
-            *cap = *cap ? *cap * 2 : 64;
-            char **p = realloc(*inputs, *cap * sizeof *p);
-            if (!p)
-                break;
-            *inputs = p;
-        }
-        if (!((*inputs)[*count] = strdup(line)))
+        if (n && path_list_add(inputs, line) != AC_OK)
             break;
-        (*count)++;
     }
     int bad = ferror(f) || n >= 0;
     free(line);
@@ -62,115 +67,78 @@ static int read_input_list(const char *list, char ***inputs, size_t *count, size
     return 0;
 }
 
-int cli_tokenize(int argc, char **argv)
+static ac_status parse_format(const char *value, void *dst) { return ac_docs_format_from_name(value, dst); }
+
+/* The INPUT arguments, then the paths of every --inputs-from list; 1 after a failure it
+ * reported. */
+static int gather_inputs(int argc, char **argv, const path_list *lists, path_list *inputs)
 {
-    ac_tokenize_params params = ac_tokenize_default_params();
-    char **inputs = NULL;
-    size_t count = 0, cap = 0;
-    int rc = 2;
-    for (int i = 1; i < argc; i++) {
-        int missing = 0;
-        const char *v;
-        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
-            tokenize_usage(stdout);
-            rc = 0;
-            goto done;
+    for (int i = 0; i < argc; i++)
+        if (path_list_add(inputs, argv[i]) != AC_OK) {
+            fprintf(stderr, "autocompress tokenize: %s\n", ac_error_message());
+            return 1;
         }
-        if ((v = cli_flag_value(argc, argv, &i, "--tokenizer", &missing))) {
-            params.tokenizer_path = v;
-            continue;
-        }
-        if (!missing && (v = cli_flag_value(argc, argv, &i, "--out", &missing))) {
-            params.out_dir = v;
-            continue;
-        }
-        if (!missing && (v = cli_flag_value(argc, argv, &i, "--val-percent", &missing))) {
-            long long pct;
-            if (cli_parse_int("--val-percent", v, 0, 100, &pct) != AC_OK) {
-                fprintf(stderr, "autocompress tokenize: %s\n", ac_error_message());
-                goto done;
-            }
-            params.val_percent = (int)pct;
-            continue;
-        }
-        if (!missing && (v = cli_flag_value(argc, argv, &i, "--format", &missing))) {
-            if (ac_docs_format_from_name(v, &params.format) != AC_OK) {
-                fprintf(stderr, "autocompress tokenize: %s\n", ac_error_message());
-                goto done;
-            }
-            continue;
-        }
-        if (!missing && (v = cli_flag_value(argc, argv, &i, "--eos", &missing))) {
-            params.eos_token = v;
-            continue;
-        }
-        if (!missing && (v = cli_flag_value(argc, argv, &i, "--progress", &missing))) {
-            if (ac_progress_mode_from_name(v, &params.progress) != AC_OK) {
-                fprintf(stderr, "autocompress tokenize: %s\n", ac_error_message());
-                goto done;
-            }
-            continue;
-        }
-        if (!missing && (v = cli_flag_value(argc, argv, &i, "--inputs-from", &missing))) {
-            if (read_input_list(v, &inputs, &count, &cap)) {
-                rc = 1;
-                goto done;
-            }
-            continue;
-        }
-        if (missing) {
-            fprintf(stderr, "autocompress tokenize: %s needs a value\n", argv[i]);
-            tokenize_usage(stderr);
-            goto done;
-        }
-        if (argv[i][0] == '-' && argv[i][1] != '\0') {
-            fprintf(stderr, "autocompress tokenize: unknown argument '%s'\n", argv[i]);
-            tokenize_usage(stderr);
-            goto done;
-        }
-        if (count == cap) {
-            cap = cap ? cap * 2 : 64;
-            char **p = realloc(inputs, cap * sizeof *p);
-            if (!p) {
-                fprintf(stderr, "autocompress tokenize: out of memory\n");
-                rc = 1;
-                goto done;
-            }
-            inputs = p;
-        }
-        if (!(inputs[count] = strdup(argv[i]))) {
-            fprintf(stderr, "autocompress tokenize: out of memory\n");
-            rc = 1;
-            goto done;
-        }
-        count++;
-    }
-    if (!params.tokenizer_path || !params.out_dir || !count) {
-        fprintf(stderr, "autocompress tokenize: --tokenizer FILE, --out DIR and at least one INPUT are required\n");
-        tokenize_usage(stderr);
-        goto done;
-    }
-    params.inputs = (const char *const *)inputs;
-    params.input_count = count;
+    for (size_t i = 0; i < lists->count; i++)
+        if (read_input_list(lists->paths[i], inputs))
+            return 1;
+    return 0;
+}
+
+static int tokenize(ac_tokenize_params *params, const path_list *inputs)
+{
+    params->inputs = (const char *const *)inputs->paths;
+    params->input_count = inputs->count;
     ac_tokenize_stats s;
-    if (ac_tokenize_corpus(&params, &s) != AC_OK) {
+    if (ac_tokenize_corpus(params, &s) != AC_OK) {
         fprintf(stderr, "autocompress tokenize: %s\n", ac_error_message());
-        rc = 1;
-        goto done;
+        return 1;
     }
-    printf("tokenized %zu files, %llu bytes (%s documents) in %.2f s: %.2f MB/s\n", count,
-           (unsigned long long)s.input_bytes, ac_docs_format_name(params.format), s.seconds,
+    printf("tokenized %zu files, %llu bytes (%s documents) in %.2f s: %.2f MB/s\n", inputs->count,
+           (unsigned long long)s.input_bytes, ac_docs_format_name(params->format), s.seconds,
            s.seconds > 0 ? (double)s.input_bytes / 1e6 / s.seconds : 0.0);
     static const char *const split[2] = {"train", "val"};
     for (int k = 0; k < 2; k++)
         printf("  %-5s %8llu documents %12llu text bytes %12llu tokens -> %s/%s.bin\n", split[k],
                (unsigned long long)s.documents[k], (unsigned long long)s.bytes[k],
-               (unsigned long long)s.tokens[k], params.out_dir, split[k]);
-    printf("  manifest: %s/manifest.json\n", params.out_dir);
-    rc = 0;
-done:
-    for (size_t i = 0; i < count; i++)
-        free(inputs[i]);
-    free(inputs);
+               (unsigned long long)s.tokens[k], params->out_dir, split[k]);
+    printf("  manifest: %s/manifest.json\n", params->out_dir);
+    return 0;
+}
+
+int cli_tokenize(int argc, char **argv)
+{
+    ac_tokenize_params params = ac_tokenize_default_params();
+    path_list lists = {0}, inputs = {0};
+    const cli_opt opts[] = {
+        CLI_REQUIRED("tokenizer", &params.tokenizer_path, "FILE", "tokenizer.json (byte-level BPE)"),
+        CLI_REQUIRED("out", &params.out_dir, "DIR", "where the shards and the manifest go (created when missing)"),
+        CLI_NUMBER("val-percent", CLI_INT, &params.val_percent, "P", "share of the documents for validation", 0, 100),
+        CLI_CUSTOM("format", &params.format, "fortune|lines|files", "what a document is (default: fortune)", parse_format),
+        CLI_TEXT("eos", &params.eos_token, "TOKEN", "token appended after each document"),
+        CLI_CUSTOM("inputs-from", &lists, "LIST", "read more input paths from LIST, one a line (repeatable)", add_list),
+        CLI_CUSTOM("progress", &params.progress, "auto|bar|json|off", "progress on stderr (default: auto)",
+                   cli_parse_progress),
+    };
+    const cli_spec spec = {"tokenize", "INPUT...",
+                           "Tokenizes the documents of the INPUT files (then those of the --inputs-from\n"
+                           "lists) and appends the end token after each. Documents are:\n"
+                           "  fortune  entries separated by lines holding just \"%\"\n"
+                           "  lines    each non-blank line\n"
+                           "  files    each input file\n"
+                           "A document goes to validation when FNV-1a-64(its text) % 100 < val-percent.\n"
+                           "Writes DIR/train.bin and DIR/val.bin (ACTOKENS shards) and DIR/manifest.json.\n"
+                           "Exit status: 0 on success, 1 when an input, a list or the tokenizer cannot be\n"
+                           "read or the output written, 2 on a usage error.",
+                           opts, CLI_COUNT(opts), 0, -1};
+    int first;
+    int rc = cli_parse(&spec, argc, argv, &first);
+    if (rc == CLI_PARSED && gather_inputs(argc - first, argv + first, &lists, &inputs))
+        rc = 1;
+    if (rc == CLI_PARSED && !inputs.count)
+        rc = cli_usage_error(&spec, "no INPUT given (nor any in the --inputs-from lists)");
+    if (rc == CLI_PARSED)
+        rc = tokenize(&params, &inputs);
+    path_list_free(&lists);
+    path_list_free(&inputs);
     return rc;
 }

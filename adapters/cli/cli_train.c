@@ -1,90 +1,85 @@
 /* autocompress train / distill: the training loop on token shards, resumable. */
 #include "cli.h"
-#include "cli_args.h"
+#include "cli_opts.h"
 
 #include <stdio.h>
-#include <string.h>
 
 #include "autocompress/config_json.h"
-#include "autocompress/log.h"
 #include "autocompress/model.h"
 #include "autocompress/train.h"
 
 typedef struct {
     ac_train_params p;
     const char *config, *model_dir, *teacher_dir;
-    long long init_seed;
-    double init_std;
+    uint64_t init_seed;
+    float init_std;
 } train_args;
 
-static int usage(const char *command, const char *message)
+static train_args default_train_args(void) { return (train_args){.p = ac_train_default_params(), .init_std = 0.02f}; }
+
+/* The rows train and distill share: the data, the output and the loop's settings. */
+#define TRAINING_OPTS(a)                                                                                            \
+    CLI_REQUIRED("data", &(a)->p.data_dir, "DIR", "token shards from autocompress tokenize (train.bin, val.bin)"),  \
+    CLI_REQUIRED("out", &(a)->p.out_dir, "DIR", "checkpoint/, loss.csv and the final model; a rerun resumes here"), \
+    CLI_NUMBER("steps", CLI_INT, &(a)->p.steps, "N", "optimizer steps", 1, 100000000),                              \
+    CLI_NUMBER("batch", CLI_INT, &(a)->p.batch, "B", "sequences per step", 1, 65536),                               \
+    CLI_NUMBER("seq-len", CLI_INT, &(a)->p.seq_len, "T", "tokens per sequence", 1, 1 << 20),                        \
+    CLI_REAL("lr", CLI_FLOAT, &(a)->p.optim.lr, "X", "peak learning rate (AdamW)"),                                 \
+    CLI_NUMBER("warmup", CLI_INT, &(a)->p.optim.warmup_steps, "N", "linear warm-up steps", 0, 100000000),           \
+    CLI_REAL("min-lr-ratio", CLI_FLOAT, &(a)->p.optim.min_lr_ratio, "R", "the cosine schedule ends at lr * R"),     \
+    CLI_REAL("weight-decay", CLI_FLOAT, &(a)->p.optim.weight_decay, "W", "AdamW weight decay (matrices only)"),     \
+    CLI_REAL("clip", CLI_FLOAT, &(a)->p.optim.clip_norm, "C", "gradient norm clip (<= 0: none)"),                   \
+    CLI_NUMBER("seed", CLI_U64, &(a)->p.seed, "S", "seed of the batches", 0, INT64_MAX),                            \
+    CLI_NUMBER("checkpoint-every", CLI_INT, &(a)->p.checkpoint_every, "N",                                          \
+               "steps between resumable checkpoints (0: only at the end)", 0, 100000000),                           \
+    CLI_NUMBER("eval-every", CLI_INT, &(a)->p.eval_every, "N", "steps between validation losses (0: never)", 0,     \
+               100000000),                                                                                          \
+    CLI_NUMBER("eval-batches", CLI_INT, &(a)->p.eval_batches, "N", "validation batches per evaluation", 0,          \
+               100000000),                                                                                          \
+    CLI_CUSTOM("progress", &(a)->p.progress, "auto|bar|json|off", "progress on stderr (default: auto)",             \
+               cli_parse_progress)
+
+#define TRAINING_EXIT_STATUS                                                              \
+    "Exit status: 0 on success, 1 on a failure, 2 on a usage error or invalid settings\n" \
+    "(a checkpoint in OUT from other settings included)."
+
+static int parse_train_args(int argc, char **argv, train_args *a)
 {
-    fprintf(stderr, "autocompress %s: %s\n", command, message);
-    if (!strcmp(command, "train"))
-        fprintf(stderr, "usage: autocompress train --data DIR --out DIR (--config config.json | --model DIR) [options]\n");
-    else
-        fprintf(stderr, "usage: autocompress distill --teacher DIR --student DIR --data DIR --out DIR [--tau T] [options]\n");
-    fprintf(stderr, "options: --steps N --batch B --seq-len T --lr X --warmup N --min-lr-ratio R --weight-decay W\n"
-                    "         --clip C --seed S --checkpoint-every N --eval-every N --eval-batches N\n"
-                    "         --init-seed S --init-std X --progress auto|bar|json|off\n");
-    return 2;
+    const cli_opt opts[] = {
+        CLI_TEXT("config", &a->config, "FILE", "config.json of a model to start from random weights"),
+        CLI_TEXT("model", &a->model_dir, "DIR", "a checkpoint to start from"),
+        TRAINING_OPTS(a),
+        CLI_NUMBER("init-seed", CLI_U64, &a->init_seed, "S", "seed of the random weights with --config", 0, INT64_MAX),
+        CLI_REAL("init-std", CLI_FLOAT, &a->init_std, "X", "standard deviation of the random weights with --config"),
+    };
+    const cli_spec spec = {"train", "(--config FILE | --model DIR)",
+                           "Trains a model on the token shards with next-token cross-entropy (AdamW, linear\n"
+                           "warm-up then cosine decay), logging every step to OUT/loss.csv and writing\n"
+                           "OUT/config.json and OUT/model.safetensors at the end. Checkpoints in\n"
+                           "OUT/checkpoint let a rerun of the same command resume where it stopped.\n"
+                           TRAINING_EXIT_STATUS,
+                           opts, CLI_COUNT(opts), 0, 0};
+    int rc = cli_parse(&spec, argc, argv, NULL);
+    if (rc == CLI_PARSED && !a->config == !a->model_dir)
+        rc = cli_usage_error(&spec, "give exactly one of --config and --model");
+    return rc;
 }
 
-/* One "--flag value" into the arguments; 1 when argv[*i] was a known flag. */
-static int parse_flag(int argc, char **argv, int *i, train_args *a, ac_status *st, int *missing)
+static int parse_distill_args(int argc, char **argv, train_args *a)
 {
-    const char *v;
-    long long n;
-    double x;
-    ac_adamw_params *o = &a->p.optim;
-#define INT_FLAG(name, lo, hi, dst)                               \
-    if ((v = cli_flag_value(argc, argv, i, name, missing))) {     \
-        if ((*st = cli_parse_int(name, v, lo, hi, &n)) == AC_OK) { \
-            dst = (int)n;                                         \
-        }                                                         \
-        return 1;                                                 \
-    }
-#define FLOAT_FLAG(name, dst)                                     \
-    if ((v = cli_flag_value(argc, argv, i, name, missing))) {     \
-        if ((*st = cli_parse_float(name, v, &x)) == AC_OK) {      \
-            dst = (float)x;                                       \
-        }                                                         \
-        return 1;                                                 \
-    }
-    if ((v = cli_flag_value(argc, argv, i, "--data", missing))) { a->p.data_dir = v; return 1; }
-    if ((v = cli_flag_value(argc, argv, i, "--out", missing))) { a->p.out_dir = v; return 1; }
-    if ((v = cli_flag_value(argc, argv, i, "--config", missing))) { a->config = v; return 1; }
-    if ((v = cli_flag_value(argc, argv, i, "--model", missing))) { a->model_dir = v; return 1; }
-    if ((v = cli_flag_value(argc, argv, i, "--student", missing))) { a->model_dir = v; return 1; }
-    if ((v = cli_flag_value(argc, argv, i, "--teacher", missing))) { a->teacher_dir = v; return 1; }
-    if ((v = cli_flag_value(argc, argv, i, "--progress", missing))) { *st = ac_progress_mode_from_name(v, &a->p.progress); return 1; }
-    if ((v = cli_flag_value(argc, argv, i, "--seed", missing))) {
-        if ((*st = cli_parse_int("--seed", v, 0, INT64_MAX, &n)) == AC_OK) a->p.seed = (uint64_t)n;
-        return 1;
-    }
-    if ((v = cli_flag_value(argc, argv, i, "--init-seed", missing))) {
-        *st = cli_parse_int("--init-seed", v, 0, INT64_MAX, &a->init_seed);
-        return 1;
-    }
-    INT_FLAG("--steps", 1, 100000000, a->p.steps)
-    INT_FLAG("--batch", 1, 65536, a->p.batch)
-    INT_FLAG("--seq-len", 1, 1 << 20, a->p.seq_len)
-    INT_FLAG("--warmup", 0, 100000000, o->warmup_steps)
-    INT_FLAG("--checkpoint-every", 0, 100000000, a->p.checkpoint_every)
-    INT_FLAG("--eval-every", 0, 100000000, a->p.eval_every)
-    INT_FLAG("--eval-batches", 0, 100000000, a->p.eval_batches)
-    FLOAT_FLAG("--lr", o->lr)
-    FLOAT_FLAG("--min-lr-ratio", o->min_lr_ratio)
-    FLOAT_FLAG("--weight-decay", o->weight_decay)
-    FLOAT_FLAG("--clip", o->clip_norm)
-    FLOAT_FLAG("--tau", a->p.kd_tau)
-    if ((v = cli_flag_value(argc, argv, i, "--init-std", missing))) {
-        *st = cli_parse_float("--init-std", v, &a->init_std);
-        return 1;
-    }
-#undef INT_FLAG
-#undef FLOAT_FLAG
-    return 0;
+    const cli_opt opts[] = {
+        CLI_REQUIRED("teacher", &a->teacher_dir, "DIR", "the checkpoint whose logits are the targets"),
+        CLI_REQUIRED("student", &a->model_dir, "DIR", "the checkpoint to train"),
+        TRAINING_OPTS(a),
+        CLI_REAL("tau", CLI_FLOAT, &a->p.kd_tau, "T", "distillation temperature"),
+    };
+    const cli_spec spec = {"distill", NULL,
+                           "Trains the student on the token shards to match the teacher's output\n"
+                           "distribution (tau^2 KL at temperature tau), with the loop, outputs and resume\n"
+                           "of autocompress train.\n"
+                           TRAINING_EXIT_STATUS,
+                           opts, CLI_COUNT(opts), 0, 0};
+    return cli_parse(&spec, argc, argv, NULL);
 }
 
 /* The starting model: a checkpoint, or a config initialised at random. */
@@ -97,43 +92,25 @@ static ac_status initial_model(const train_args *a, ac_model **model)
     if (st == AC_OK)
         st = ac_model_create(&arch, model);
     if (st == AC_OK)
-        ac_model_init_random(*model, (uint64_t)a->init_seed, (float)a->init_std);
+        ac_model_init_random(*model, a->init_seed, a->init_std);
     ac_arch_free(&arch);
     return st;
 }
 
-static int run_training(int argc, char **argv, int distill)
+static int run_training(const char *command, train_args *a)
 {
-    const char *command = argv[0];
-    train_args a = {.p = ac_train_default_params(), .init_std = 0.02};
-    for (int i = 1; i < argc; i++) {
-        ac_status st = AC_OK;
-        int missing = 0;
-        if (!parse_flag(argc, argv, &i, &a, &st, &missing)) {
-            char message[256];
-            snprintf(message, sizeof message, missing ? "'%s' needs a value" : "unknown argument '%s'", argv[i]);
-            return usage(command, message);
-        }
-        if (st != AC_OK)
-            return usage(command, ac_error_message());
-    }
-    if (!a.p.data_dir || !a.p.out_dir)
-        return usage(command, "--data and --out are required");
-    if (distill ? (!a.teacher_dir || !a.model_dir || a.config) : (!a.config == !a.model_dir || a.teacher_dir))
-        return usage(command, distill ? "--teacher and --student are required" : "give exactly one of --config and --model");
-
     ac_model *model = NULL, *teacher = NULL;
-    ac_status st = initial_model(&a, &model);
-    if (st == AC_OK && distill)
-        st = ac_model_load(a.teacher_dir, &teacher);
+    ac_status st = initial_model(a, &model);
+    if (st == AC_OK && a->teacher_dir)
+        st = ac_model_load(a->teacher_dir, &teacher);
     ac_train_report report;
-    a.p.teacher = teacher;
+    a->p.teacher = teacher;
     if (st == AC_OK)
-        st = ac_train_run(&model, &a.p, &report);
+        st = ac_train_run(&model, &a->p, &report);
     if (st == AC_OK)
         printf("%s: %d steps%s, loss %.4f, validation loss %.4f, %.0f tokens/s -> %s\n", command, report.steps_done,
                report.resumed_from >= 0 ? " (resumed)" : "", report.last_loss, report.last_val_loss,
-               report.tokens_per_second, a.p.out_dir);
+               report.tokens_per_second, a->p.out_dir);
     else
         fprintf(stderr, "autocompress %s: %s\n", command, ac_error_message());
     ac_model_free(model);
@@ -141,5 +118,16 @@ static int run_training(int argc, char **argv, int distill)
     return st == AC_OK ? 0 : (st == AC_ERR_INVALID ? 2 : 1);
 }
 
-int cli_train(int argc, char **argv) { return run_training(argc, argv, 0); }
-int cli_distill(int argc, char **argv) { return run_training(argc, argv, 1); }
+int cli_train(int argc, char **argv)
+{
+    train_args a = default_train_args();
+    int rc = parse_train_args(argc, argv, &a);
+    return rc == CLI_PARSED ? run_training("train", &a) : rc;
+}
+
+int cli_distill(int argc, char **argv)
+{
+    train_args a = default_train_args();
+    int rc = parse_distill_args(argc, argv, &a);
+    return rc == CLI_PARSED ? run_training("distill", &a) : rc;
+}

@@ -1,13 +1,9 @@
 #include "cli.h"
+#include "cli_args.h"
+#include "cli_opts.h"
 
 #include <stdio.h>
 #include <string.h>
-
-typedef struct {
-    const char *name;
-    int (*run)(int argc, char **argv);
-    const char *summary;
-} cli_command;
 
 static const cli_command commands[] = {
     {"contract", cli_contract, "check a deployment contract: contract check FILE..."},
@@ -24,27 +20,11 @@ static const cli_command commands[] = {
     {"serve", cli_serve, "OpenAI-compatible server with hot swap: serve --model DIR [--config F] [--port N]"},
 };
 
-static void print_usage(FILE *out)
-{
-    fprintf(out, "usage: autocompress COMMAND [ARGS]\n\ncommands:\n");
-    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
-        fprintf(out, "  %-10s %s\n", commands[i].name, commands[i].summary);
-}
-
 int main(int argc, char **argv)
 {
-    if (argc < 2) {
-        print_usage(stderr);
-        return 2;
-    }
-    if (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help") || !strcmp(argv[1], "help")) {
-        print_usage(stdout);
+    if (argc > 1 && (!strcmp(argv[1], "--version") || !strcmp(argv[1], "-V"))) {
+        printf("autocompress %s\n", AC_VERSION);
         return 0;
     }
-    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
-        if (!strcmp(argv[1], commands[i].name))
-            return commands[i].run(argc - 1, argv + 1);
-    fprintf(stderr, "autocompress: unknown command '%s'\n", argv[1]);
-    print_usage(stderr);
-    return 2;
+    return cli_dispatch(NULL, commands, CLI_COUNT(commands), argc, argv);
 }

@@ -20,9 +20,9 @@ printf 'slots = 4;\nport = 70000;\n' >"$tmp/range.cfg"
 printf 'slots = 4;\nspeed = 1;\n' >"$tmp/unknown.cfg"
 printf 'host = 5;\n' >"$tmp/type.cfg"
 expect 2 "--model is required" --port 0
-expect 2 "unknown argument '--bogus'" --model "$model" --bogus
+expect 2 "unknown option '--bogus'" --model "$model" --bogus
 expect 2 "--port" --model "$model" --port 99999
-expect 2 "missing its value" --model "$model" --config
+expect 2 "'--config' needs a value" --model "$model" --config
 expect 2 "range.cfg:2: port must be in" --model "$model" --config "$tmp/range.cfg"
 expect 2 "unknown.cfg:2: speed is not a server setting" --model "$model" --config "$tmp/unknown.cfg"
 expect 2 "type.cfg:1: host must be a string" --model "$model" --config "$tmp/type.cfg"
