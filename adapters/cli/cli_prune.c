@@ -1,0 +1,116 @@
+/* autocompress prune: the importance-ordered parent sliced to an architecture, written as
+ * a Hugging Face checkpoint with the parent's tokenizer. */
+#include "cli.h"
+#include "cli_opts.h"
+
+#include <libgen.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "autocompress/config_json.h"
+#include "autocompress/model.h"
+#include "autocompress/prune.h"
+
+typedef struct {
+    const char *model_dir, *arch_path, *out_dir, *importance_path, *search_path;
+    int ordered;
+    ac_dtype dtype;
+} prune_args;
+
+static ac_status parse_dtype(const char *value, void *dst)
+{
+    if (strcmp(value, "f32") && strcmp(value, "bf16"))
+        return ac_fail(AC_ERR_INVALID, "--dtype: '%s' is neither 'f32' nor 'bf16'", value);
+    *(ac_dtype *)dst = !strcmp(value, "bf16") ? AC_DTYPE_BF16 : AC_DTYPE_F32;
+    return AC_OK;
+}
+
+static int parse_args(int argc, char **argv, prune_args *a)
+{
+    const cli_opt opts[] = {
+        CLI_REQUIRED("model", &a->model_dir, "DIR", "the parent checkpoint"),
+        CLI_REQUIRED("arch", &a->arch_path, "FILE", "the architecture (arch.json of a search)"),
+        CLI_REQUIRED("out", &a->out_dir, "DIR", "the pruned checkpoint"),
+        CLI_TEXT("importance", &a->importance_path, "FILE", "importance scores (default: importance.safetensors beside --arch)"),
+        CLI_TEXT("search", &a->search_path, "FILE", "search.json naming the kept layers (default: the one beside --arch)"),
+        CLI_SWITCH("ordered", &a->ordered, 1, "the model is already in importance order (search --train-weights)"),
+        CLI_CUSTOM("dtype", &a->dtype, "f32|bf16", "weights' dtype in the checkpoint (default: f32)", parse_dtype),
+    };
+    const cli_spec spec = {"prune", NULL,
+                           "Reorders the parent by importance (channels, heads and experts in descending score),\n"
+                           "keeps the prefixes and layers the architecture names, and writes a nemotron_h(_puzzle)\n"
+                           "checkpoint with the parent's tokenizer files. An architecture that does not fit\n"
+                           "inside the parent is refused, naming the layer and field.",
+                           opts, CLI_COUNT(opts), 0, 0};
+    return cli_parse(&spec, argc, argv, NULL);
+}
+
+/* PATH of NAME in the directory of `beside`, when that file exists. */
+static const char *sibling(const char *beside, const char *name, char *path, size_t size)
+{
+    char copy[4096];
+    snprintf(copy, sizeof copy, "%s", beside);
+    snprintf(path, size, "%s/%s", dirname(copy), name);
+    struct stat sb;
+    return stat(path, &sb) == 0 ? path : NULL;
+}
+
+typedef struct {
+    ac_model *parent, *child;
+    ac_arch arch;
+    ac_importance importance;
+    int *parent_layers;
+} prune_run;
+
+static ac_status load_inputs(prune_args *a, prune_run *r)
+{
+    char imp_path[4096], search_path[4096];
+    if (!a->importance_path && !a->ordered)
+        a->importance_path = sibling(a->arch_path, "importance.safetensors", imp_path, sizeof imp_path);
+    if (!a->search_path)
+        a->search_path = sibling(a->arch_path, "search.json", search_path, sizeof search_path);
+    if (!a->importance_path && !a->ordered)
+        return ac_fail(AC_ERR_INVALID, "no importance.safetensors beside %s: give --importance FILE, or --ordered when "
+                       "the model is already in importance order", a->arch_path);
+    ac_status st = ac_model_load(a->model_dir, &r->parent);
+    if (st == AC_OK)
+        st = ac_config_json_read(a->arch_path, &r->arch);
+    if (st == AC_OK && a->search_path)
+        st = ac_prune_read_parent_layers(a->search_path, r->arch.n_layers, &r->parent_layers);
+    if (st == AC_OK && !a->ordered)
+        st = ac_importance_load(a->importance_path, ac_model_arch(r->parent), &r->importance);
+    return st;
+}
+
+int cli_prune(int argc, char **argv)
+{
+    prune_args a = {.dtype = AC_DTYPE_F32};
+    int rc = parse_args(argc, argv, &a);
+    if (rc != CLI_PARSED)
+        return rc;
+    prune_run r;
+    memset(&r, 0, sizeof r);
+    ac_status st = load_inputs(&a, &r);
+    ac_prune_params p = {.importance = a.ordered ? NULL : &r.importance, .parent_layers = r.parent_layers};
+    if (st == AC_OK)
+        st = ac_prune(r.parent, &r.arch, &p, &r.child);
+    if (st == AC_OK)
+        st = ac_prune_save(r.child, a.model_dir, a.out_dir, a.dtype);
+    if (st == AC_OK) {
+        ac_param_counts parent = ac_arch_param_counts(ac_model_arch(r.parent)), child = ac_arch_param_counts(&r.arch);
+        printf("prune: %s -> %s: %lld of %lld parameters (%.1f%%), %d of %d layers\n", a.model_dir, a.out_dir,
+               (long long)child.total, (long long)parent.total, 100.0 * (double)child.total / (double)parent.total,
+               r.arch.n_layers, ac_model_arch(r.parent)->n_layers);
+        ac_arch_print(&r.arch, stdout);
+    } else {
+        fprintf(stderr, "autocompress prune: %s\n", ac_error_message());
+    }
+    ac_model_free(r.child);
+    ac_model_free(r.parent);
+    ac_importance_free(&r.importance);
+    ac_arch_free(&r.arch);
+    free(r.parent_layers);
+    return st == AC_OK ? 0 : 1;
+}
