@@ -660,35 +660,9 @@ ac_status ac_tokenizer_load_buffer(const char *json, size_t len, const char *nam
 ac_status ac_tokenizer_load(const char *path, ac_tokenizer **out)
 {
     *out = NULL;
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return ac_fail(AC_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-    char *buf = NULL;
-    size_t len = 0, cap = 0;
-    ac_status st = AC_OK;
-    for (;;) {
-        if (len == cap) {
-            if (cap >= TOKENIZER_MAX_BYTES) {
-                st = ac_fail(AC_ERR_INVALID, "%s: larger than %d bytes", path, (int)TOKENIZER_MAX_BYTES);
-                break;
-            }
-            cap = cap ? cap * 2 : 1 << 20;
-            char *p = realloc(buf, cap);
-            if (!p) {
-                st = ac_fail(AC_ERR_NOMEM, "%s: out of memory reading it", path);
-                break;
-            }
-            buf = p;
-        }
-        size_t got = fread(buf + len, 1, cap - len, f);
-        len += got;
-        if (got == 0) {
-            if (ferror(f))
-                st = ac_fail(AC_ERR_IO, "%s: read error: %s", path, strerror(errno));
-            break;
-        }
-    }
-    fclose(f);
+    char *buf;
+    size_t len;
+    ac_status st = ac_read_text_file(path, TOKENIZER_MAX_BYTES, &buf, &len);
     if (st == AC_OK)
         st = ac_tokenizer_load_buffer(buf, len, path, out);
     free(buf);
