@@ -16,6 +16,7 @@ int cli_profile(int argc, char **argv);
 int cli_costmodel(int argc, char **argv);
 int cli_search(int argc, char **argv);
 int cli_prune(int argc, char **argv);
+int cli_measure(int argc, char **argv);
 int cli_serve(int argc, char **argv);
 
 #endif

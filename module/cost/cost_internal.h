@@ -112,6 +112,9 @@ typedef struct {
     int warmup_steps;        /* decode steps of the untimed warm-up request */
     size_t probe_capacity;   /* spans to keep; 0: no probe */
     int reference;           /* also time a request of the parent itself right after each */
+    const char *reference_dir; /* with reference: the checkpoint to time instead of the parent
+                                  (NULL: model_dir's; `measure` times a pruned checkpoint
+                                  against the parent its tables were profiled with) */
 } ac_measure_job;
 
 typedef struct {

@@ -14,7 +14,8 @@
  * drift is largely common to whatever runs at that moment. With job->reference the child
  * also serves the workload's input and output on the parent itself (no cached context,
  * at most 4 sequences; built after the memory peak is read, so it adds nothing to it) and
- * times one parent request right after each measured one: the caller can express each
+ * times one parent request right after each measured one (or one of job->reference_dir's
+ * model, when the parent of the measured checkpoint is another one): the caller can express each
  * time relative to the speed of its own moment (measured here: the log ratio of the two
  * varies half as much as either time). */
 #include "cost/cost_internal.h"
@@ -92,9 +93,15 @@ static ac_status keep_spans(ac_probe *probe, span_buffer *b, uint32_t *dropped)
 
 /* The speed gauge, not a measurement: the workload's input and output on the parent,
  * without the cached context and at most 4 sequences, to keep it cheap; warmed up. */
-static ac_status reference_server(const ac_measure_job *job, const ac_model *parent, ac_server **ref,
-                                  float **snapshot)
+static ac_status reference_server(const ac_measure_job *job, const ac_model *parent, ac_model **loaded,
+                                  ac_server **ref, float **snapshot)
 {
+    if (job->reference_dir) {
+        ac_status st = ac_load_parent(job->reference_dir, 1, loaded);
+        if (st != AC_OK)
+            return ac_fail_context(st, "measure: the reference %s", job->reference_dir);
+        parent = *loaded;
+    }
     const ac_arch *pa = ac_model_arch(parent);
     ac_contract_workload rw = job->workload;
     rw.cached_tokens = 0;
@@ -114,7 +121,7 @@ static ac_status measure_child(void *arg, int fd)
     const ac_measure_job *job = ((child_arg *)arg)->job;
     ac_measure_result res;
     memset(&res, 0, sizeof res);
-    ac_model *parent = NULL, *model = NULL;
+    ac_model *parent = NULL, *model = NULL, *reference = NULL;
     ac_probe *probe = NULL;
     ac_server *server = NULL, *ref = NULL;
     float *snapshot = NULL, *ref_snapshot = NULL;
@@ -183,7 +190,7 @@ static ac_status measure_child(void *arg, int fd)
             res.measured_bytes = peak > base ? (double)(peak - base) : 0.0;
             res.accounted = ac_server_memory(server);
             if (job->reference)
-                st = reference_server(job, parent, &ref, &ref_snapshot);
+                st = reference_server(job, parent, &reference, &ref, &ref_snapshot);
         }
         if (st == AC_OK && ref)
             st = clean_request(ref, NULL, res.threads, &res.reference_seconds[r], &res.retried);
@@ -205,6 +212,7 @@ static ac_status measure_child(void *arg, int fd)
     free(ref_snapshot);
     ac_model_free(model);
     ac_model_free(parent);
+    ac_model_free(reference);
     ac_probe_free(probe);
     free(snapshot);
     return st;

@@ -172,6 +172,60 @@ ac_status ac_validate_write_samples(const ac_validate_report *report, const char
 /* A PNG of predicted against measured latency (or throughput) and memory, via gnuplot. */
 ac_status ac_validate_plot(const ac_validate_report *report, const ac_contract *contract, const char *png_path);
 
+/* ---- measuring a checkpoint against its contract (measure_model.c) ---- */
+
+typedef struct {
+    const char *parent_dir;        /* the parent the tables were profiled with: its request is
+                                      the speed reference, and ratio targets are relative to
+                                      its predicted cost; NULL: raw times, absolute targets only */
+    const ac_cost_tables *tables;  /* the parent's tables: prediction and speed correction (NULL: none) */
+    int sweeps;                    /* fresh processes, each timing `requests` requests (default 5) */
+    int requests;                  /* 0: auto, as profiling and validation do */
+    uint64_t seed;                 /* prompt tokens; sweep s uses seed + s */
+    ac_progress_mode progress;
+    FILE *progress_stream;
+} ac_measure_params;
+
+ac_measure_params ac_measure_default_params(void);
+
+/* One quantity against its target. `value` is what is compared: the speed-corrected
+ * measurement when the report is normalised, the raw one otherwise. */
+typedef struct {
+    int has_target;
+    double target;         /* latency ms (at most), throughput tok/s (at least), memory bytes (at most) */
+    double raw, value;     /* measured; value = raw, or at the profiling's machine speed */
+    double predicted;      /* the cost model's (0 without tables, or outside the search space) */
+    int pass;              /* met, or no target */
+} ac_measure_quantity;
+
+typedef struct {
+    char contract[AC_CONTRACT_NAME_MAX];
+    ac_contract_workload workload;
+    int threads;
+    int samples, retried;   /* timed requests over all sweeps; requests run again */
+    int normalised;         /* value = speed-corrected (tables with a reference, a parent) */
+    double latency_spread_ms;
+    double reference_slope; /* the tables' correction exponent */
+    int predicted;          /* the cost model predicted this architecture */
+    ac_measure_quantity latency_ms, throughput_tok_s, memory_bytes;
+    double weights_bytes;   /* W of the formula, for the report */
+    double parameters;
+    int pass;               /* every target met */
+    double seconds;
+} ac_measure_report;
+
+/* Serves `contract`'s workload on the checkpoint in `model_dir` in params->sweeps fresh
+ * processes (the measurement of profiling and validation: context, warm-up, clean timed
+ * requests, the memory peak over the pre-model baseline), each request followed by one
+ * of the parent's when params->parent_dir and tables with a reference are given; the
+ * median request, corrected by (the tables' reference / its own reference)^slope,
+ * against the contract's targets (ratios resolved against the parent's predicted cost,
+ * as the search resolves them). */
+ac_status ac_measure_checkpoint(const char *model_dir, const ac_contract *contract, const ac_measure_params *params,
+                                ac_measure_report *report);
+/* The report as JSON text (malloc'd). */
+ac_status ac_measure_report_json(const ac_measure_report *report, char **text);
+
 #ifdef __cplusplus
 }
 #endif

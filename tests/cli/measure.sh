@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# `autocompress measure`: the committed cpu-latency choice pruned from the prose parent and
+# measured under its contract. Timing on a shared machine is not asserted; what is: the
+# ratio targets resolve to the ones the search resolved (search.json), the measured memory
+# is within 10% of the cost model's (its validation error is ~1%), an unreachable absolute
+# target fails with exit status 3, and inputs that cannot give a target are refused.
+set -euo pipefail
+ac=$1
+src=$2
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+parent="$src/examples/parent/prose"
+search="$src/examples/search/cpu-latency"
+contract="$src/examples/contracts/cpu-latency.cfg"
+
+"$ac" prune --model "$parent" --arch "$search/arch.json" --ordered --out "$tmp/child" >/dev/null
+set +e
+"$ac" measure --model "$tmp/child" --contract "$contract" --parent "$parent" --tables "$search/tables.json" \
+  --sweeps 1 --requests 2 --progress off --json >"$tmp/m.json"
+rc=$?
+set -e
+[ "$rc" = 0 ] || [ "$rc" = 3 ] || { echo "FAIL: measure exited $rc"; exit 1; }
+python3 - "$tmp/m.json" "$search/search.json" "$rc" <<'EOF'
+import json, sys
+m = json.load(open(sys.argv[1]))
+s = json.load(open(sys.argv[2]))
+rc = int(sys.argv[3])
+def close(a, b, tol):
+    return abs(a - b) <= tol * abs(b)
+assert m["contract"] == "cpu-latency", m["contract"]
+assert m["speed_corrected"] is True
+assert m["samples"] == 2, m["samples"]
+assert close(m["latency_ms"]["target"], s["targets"]["latency_ms"], 1e-9), (m["latency_ms"], s["targets"])
+assert close(m["memory_bytes"]["target"], s["targets"]["memory_mib"] * 2**20, 1e-9), (m["memory_bytes"], s["targets"])
+assert "target" not in m["throughput_tok_s"], "the contract sets no throughput target"
+assert close(m["latency_ms"]["predicted"], s["chosen_predicted"]["latency_ms"], 1e-9)
+mem = m["memory_bytes"]
+assert close(mem["measured"], mem["predicted"], 0.10), mem
+assert m["latency_ms"]["measured"] > 0 and m["latency_ms"]["measured_raw"] > 0
+tput = m["throughput_tok_s"]["measured_raw"]
+assert close(tput, 32 / (m["latency_ms"]["measured_raw"] / 1000), 1e-9), tput
+passed = all(m[q]["pass"] for q in ("latency_ms", "throughput_tok_s", "memory_bytes"))
+assert m["pass"] == passed and (rc == 0) == passed, (m["pass"], passed, rc)
+EOF
+
+# an absolute target no model can meet: measured, reported, exit 3
+sed -e 's/latency_ratio = 0.65;/latency_ms = 0.001;/' -e 's/memory_ratio = 0.46;//' "$contract" >"$tmp/tight.cfg"
+set +e
+"$ac" measure --model "$tmp/child" --contract "$tmp/tight.cfg" --sweeps 1 --requests 1 --progress off >"$tmp/out"
+rc=$?
+set -e
+[ "$rc" = 3 ] || { echo "FAIL: an unreachable target exited $rc, not 3"; cat "$tmp/out"; exit 1; }
+grep -q "FAIL" "$tmp/out" || { echo "FAIL: the report does not say the target is missed"; cat "$tmp/out"; exit 1; }
+
+# ratio targets without the parent's prediction cannot be resolved
+if "$ac" measure --model "$tmp/child" --contract "$contract" --sweeps 1 --progress off 2>"$tmp/err" >/dev/null; then
+  echo "FAIL: ratio targets measured without --parent/--tables"; exit 1
+fi
+grep -q "ratio" "$tmp/err" || { echo "FAIL: the error does not name the ratios"; cat "$tmp/err"; exit 1; }
+set +e
+"$ac" measure --model "$tmp/child" --contract "$contract" --parent "$parent" 2>"$tmp/err" >/dev/null
+rc=$?
+set -e
+[ "$rc" = 2 ] || { echo "FAIL: --parent without --tables exited $rc, not 2"; exit 1; }
+if "$ac" measure --model "$tmp/nothing" --contract "$tmp/tight.cfg" --sweeps 1 --progress off 2>"$tmp/err" >/dev/null; then
+  echo "FAIL: a missing checkpoint measured"; exit 1
+fi
+grep -q "nothing" "$tmp/err" || { echo "FAIL: the error does not name the checkpoint"; cat "$tmp/err"; exit 1; }
+echo "measure: ok"
