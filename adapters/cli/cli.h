@@ -16,7 +16,9 @@ int cli_profile(int argc, char **argv);
 int cli_costmodel(int argc, char **argv);
 int cli_search(int argc, char **argv);
 int cli_prune(int argc, char **argv);
+int cli_eval(int argc, char **argv);
 int cli_measure(int argc, char **argv);
+int cli_compress(int argc, char **argv);
 int cli_serve(int argc, char **argv);
 
 #endif

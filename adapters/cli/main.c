@@ -18,7 +18,9 @@ static const cli_command commands[] = {
     {"costmodel", cli_costmodel, "check the cost model: costmodel validate --model DIR --contract F --tables F"},
     {"search", cli_search, "architecture search: search --model DIR --contract F --tables F --data DIR --out DIR"},
     {"prune", cli_prune, "slice the importance-ordered parent to an architecture: prune --model DIR --arch F --out DIR"},
+    {"eval", cli_eval, "a compressed model against its teacher: eval --model DIR --teacher PARENT --data DIR"},
     {"measure", cli_measure, "a checkpoint's cost against its contract: measure --model DIR --contract FILE"},
+    {"compress", cli_compress, "the whole pipeline: compress --model DIR --contract FILE --data DIR --out DIR"},
     {"serve", cli_serve, "OpenAI-compatible server with hot swap: serve --model DIR [--config F] [--port N]"},
 };
 

@@ -4,6 +4,7 @@
 
 #include "autocompress/config_json.h"
 #include "autocompress/safetensors.h"
+#include "io/fs_util.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -306,37 +307,12 @@ static int keep_f32(const char *name)
            ends_with(name, ".gate.weight") || !strcmp(name, "norm_f.weight");
 }
 
-/* mkdir -p */
-static ac_status make_dirs(const char *dir)
-{
-    size_t n = strlen(dir);
-    char *p = malloc(n + 1);
-    if (!p)
-        return ac_fail(AC_ERR_NOMEM, "%s: out of memory", dir);
-    memcpy(p, dir, n + 1);
-    ac_status st = AC_OK;
-    for (size_t i = 1; i <= n && st == AC_OK; i++) {
-        if (p[i] != '/' && p[i] != '\0')
-            continue;
-        char c = p[i];
-        p[i] = '\0';
-        struct stat sb;
-        if (mkdir(p, 0755) != 0 && errno != EEXIST)
-            st = ac_fail(AC_ERR_IO, "%s: cannot create directory: %s", p, strerror(errno));
-        else if (stat(p, &sb) != 0 || !S_ISDIR(sb.st_mode))
-            st = ac_fail(AC_ERR_IO, "%s: exists and is not a directory", p);
-        p[i] = c;
-    }
-    free(p);
-    return st;
-}
-
 ac_status ac_model_save(const ac_model *model, const char *dir, ac_dtype dtype)
 {
     if (dtype != AC_DTYPE_F32 && dtype != AC_DTYPE_BF16)
         return ac_fail(AC_ERR_UNSUPPORTED, "%s: checkpoints are saved as F32 or BF16, not %s", dir,
                        ac_dtype_name(dtype));
-    ac_status st = make_dirs(dir);
+    ac_status st = ac_make_dirs(dir);
     if (st != AC_OK)
         return st;
     size_t narrow = 0;

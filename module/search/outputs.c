@@ -84,12 +84,12 @@ static cJSON *parent_layers_json(const ac_cost_model *cost, const int *choice, i
     return list;
 }
 
-static ac_status write_summary(const char *path, const ac_contract *contract, const ac_cost_model *cost,
-                               const int *choice, const ac_repair_step *steps, const ac_search_report *r)
+cJSON *ac_search_summary_json(const ac_contract *contract, const ac_cost_model *cost, const int *choice,
+                              const ac_repair_step *steps, const ac_search_report *r)
 {
     cJSON *root = cJSON_CreateObject();
     if (!root)
-        return ac_fail(AC_ERR_NOMEM, "search: out of memory");
+        return NULL;
     cJSON_AddStringToObject(root, "contract", contract->name);
     cJSON_AddItemToObject(root, "targets", targets_json(&r->targets));
     cJSON_AddItemToObject(root, "parent_predicted", costs_json(&r->parent));
@@ -105,6 +105,16 @@ static ac_status write_summary(const char *path, const ac_contract *contract, co
     ac_param_counts pc = ac_arch_param_counts(&r->arch);
     cJSON_AddNumberToObject(root, "parameters", (double)pc.total);
     cJSON_AddNumberToObject(root, "active_parameters", (double)pc.active);
+    return root;
+}
+
+static ac_status write_summary(const char *path, const ac_contract *contract, const ac_cost_model *cost,
+                               const int *choice, const ac_repair_step *steps, const ac_search_report *r)
+{
+    cJSON *root = ac_search_summary_json(contract, cost, choice, steps, r);
+    if (!root)
+        return ac_fail(AC_ERR_NOMEM, "search: out of memory");
+    cJSON_AddStringToObject(root, "method", "autocompress");
     ac_status st = ac_write_json_file(path, root);
     cJSON_Delete(root);
     return st;

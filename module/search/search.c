@@ -81,7 +81,7 @@ static ac_contract_costs costs_of(const ac_cost_prediction *p)
     return c;
 }
 
-static ac_status resolve_targets(const ac_contract *c, const ac_cost_prediction *parent, ac_budget_targets *t)
+ac_status ac_search_resolve_targets(const ac_contract *c, const ac_cost_prediction *parent, ac_budget_targets *t)
 {
     ac_contract_costs pc = costs_of(parent), abs;
     ac_status st = ac_contract_resolve_targets(c, &pc, &abs);
@@ -208,7 +208,7 @@ static ac_status prepare_model(search_run *r, const ac_model *parent)
         if (!calib)
             return ac_fail(AC_ERR_NOMEM, "search: out of memory for %d calibration sequences", p->calib_seqs);
         /* calibration windows come from their own stream of the seed */
-        st = sample_inputs(r->tokens, p->seed ^ 0x63616c6962ULL, 0, p->calib_seqs, p->seq_len, calib);
+        st = sample_inputs(r->tokens, p->seed ^ AC_CALIBRATION_STREAM, 0, p->calib_seqs, p->seq_len, calib);
         if (st == AC_OK)
             st = ac_importance_compute(parent, calib, p->calib_seqs, p->seq_len, &r->imp);
         free(calib);
@@ -280,7 +280,7 @@ static ac_status setup(search_run *r, const ac_model *parent, const ac_cost_tabl
     if (st == AC_OK)
         st = ac_cost_predict_arch(r->cost, ac_model_arch(r->model), &r->parent_cost);
     if (st == AC_OK)
-        st = resolve_targets(r->contract, &r->parent_cost, &r->targets);
+        st = ac_search_resolve_targets(r->contract, &r->parent_cost, &r->targets);
     if (st == AC_OK)
         st = ac_routers_create(r->cost, ac_model_arch(r->model), &r->routers);
     if (st != AC_OK)

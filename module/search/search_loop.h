@@ -29,6 +29,12 @@ ac_status ac_search_state_save(const char *dir, const ac_search_state *state, co
 ac_status ac_search_state_load(const char *dir, int want_step, ac_search_state *state, float *logits, float *m,
                                float *v, int n, int *found);
 
+/* The seed stream of the calibration windows (seed ^ this): Minitron++ and the search
+ * compute the same importance from the same seed. */
+#define AC_CALIBRATION_STREAM 0x63616c6962ULL
+
+/* The contract's targets in the cost model's units, ratios of the parent's predicted cost. */
+ac_status ac_search_resolve_targets(const ac_contract *c, const ac_cost_prediction *parent, ac_budget_targets *t);
 /* Sum of the relative excesses of p over the targets (0: every target met). */
 double ac_search_excess(const ac_budget_targets *t, const ac_cost_prediction *p);
 /* The temperature of step `step` of `steps` (geometric from temp_start to temp_end). */
@@ -50,6 +56,12 @@ ac_status ac_search_discretize(const ac_cost_model *cost, const ac_arch *parent,
                                const ac_importance *imp,
                                const ac_budget_targets *targets, int *choice, ac_repair_step *steps, int max_steps,
                                ac_search_report *report);
+
+/* search.json's fields: targets, predictions, choices, kept layers, repairs, tokens,
+ * parameters (a cJSON object, NULL when out of memory). */
+struct cJSON;
+struct cJSON *ac_search_summary_json(const ac_contract *contract, const ac_cost_model *cost, const int *choice,
+                                     const ac_repair_step *steps, const ac_search_report *r);
 
 /* arch.json (the chosen architecture as a config.json: nemotron_h_puzzle when layers
  * differ) and search.json (targets, predictions, choices, repairs, tokens), and

@@ -69,6 +69,12 @@ typedef struct {
  * settings is an error. Writes out_dir/config.json + model.safetensors at the end. */
 ac_status ac_train_run(ac_model **model, const ac_train_params *params, ac_train_report *report);
 
+/* The mean loss of the last `last` steps in a run's loss.csv (fewer when the run is
+ * shorter), with the number of steps averaged: the paper's "KD loss over the final 25
+ * iterations", on batches that are a function of (seed, step) and so matched across
+ * runs with the same seed. */
+ac_status ac_train_tail_loss(const char *loss_csv, int last, double *mean, int *steps);
+
 #ifdef __cplusplus
 }
 #endif

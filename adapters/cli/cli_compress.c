@@ -1,0 +1,73 @@
+/* autocompress compress: the whole pipeline, resumable, ending in a measured checkpoint
+ * and its report. */
+#include "cli.h"
+#include "cli_opts.h"
+
+#include <stdio.h>
+
+#include "autocompress/compress.h"
+
+static ac_status parse_method(const char *value, void *dst)
+{
+    return ac_compress_method_from_name(value, dst);
+}
+
+static int parse_args(int argc, char **argv, ac_compress_params *p)
+{
+    const cli_opt opts[] = {
+        CLI_REQUIRED("model", &p->model_dir, "DIR", "the parent checkpoint"),
+        CLI_REQUIRED("contract", &p->contract_path, "FILE", "the deployment contract"),
+        CLI_REQUIRED("data", &p->data_dir, "DIR", "token shards: train.bin (search, KD), val.bin (eval)"),
+        CLI_REQUIRED("out", &p->out_dir, "DIR", "every stage's artifacts; a rerun resumes here"),
+        CLI_TEXT("tables", &p->tables_path, "FILE", "cost tables of this parent and contract (default: profile them)"),
+        CLI_CUSTOM("method", &p->method, "autocompress|minitron++", "how the architecture is chosen (default: autocompress)",
+                   parse_method),
+        CLI_NUMBER("search-tokens", CLI_I64, &p->search_tokens, "N", "search tokens (default: the contract's budget)", 1,
+                   INT64_MAX),
+        CLI_NUMBER("kd-tokens", CLI_I64, &p->kd_tokens, "N", "KD tokens (default: the contract's budget)", 1, INT64_MAX),
+        CLI_NUMBER("batch", CLI_INT, &p->batch, "B", "KD sequences per step", 1, 65536),
+        CLI_NUMBER("seq-len", CLI_INT, &p->seq_len, "T", "tokens per sequence (search, KD, eval)", 2, 1 << 20),
+        CLI_REAL("lr", CLI_FLOAT, &p->kd_lr, "X", "peak learning rate of the KD (AdamW, cosine)"),
+        CLI_NUMBER("candidates", CLI_INT, &p->candidates, "K", "minitron++: candidates given a short KD", 1, 1000),
+        CLI_NUMBER("candidate-tokens", CLI_I64, &p->candidate_tokens, "N",
+                   "minitron++: tokens of each short KD (default: 2 x search tokens / K)", 1, INT64_MAX),
+        CLI_NUMBER("profile-repeats", CLI_INT, &p->profile_repeats, "R", "profiling sweeps (without --tables)", 1, 64),
+        CLI_NUMBER("measure-sweeps", CLI_INT, &p->measure_sweeps, "N", "measurement processes of the result", 1, 100),
+        CLI_NUMBER("eval-batches", CLI_INT, &p->eval_batches, "N", "held-out batches for eval", 1, 1 << 20),
+        CLI_NUMBER("seed", CLI_U64, &p->seed, "S", "seed of batches, calibration and prompts", 0, INT64_MAX),
+        CLI_CUSTOM("progress", &p->progress, "auto|bar|json|off", "progress on stderr (default: auto)",
+                   cli_parse_progress),
+    };
+    const cli_spec spec = {"compress", NULL,
+                           "Profiles the contract's search space (or reads --tables), searches the architecture\n"
+                           "(AutoCompress's routers, or the Minitron++ baseline), prunes the importance-ordered\n"
+                           "parent to it, distills it from the parent for the KD-token budget, measures it under\n"
+                           "the contract's workload and evaluates it on held-out tokens. OUT/model is the result;\n"
+                           "OUT/report.md and report.json say what was chosen, what it costs against the targets\n"
+                           "and how much quality it kept. A rerun with the same options resumes at the first\n"
+                           "unfinished stage.\n"
+                           "Exit status: 0 when the result meets its contract when measured, 3 when it does not,\n"
+                           "1 when a stage fails, 2 on a usage error.",
+                           opts, CLI_COUNT(opts), 0, 0};
+    return cli_parse(&spec, argc, argv, NULL);
+}
+
+int cli_compress(int argc, char **argv)
+{
+    ac_compress_params p = ac_compress_default_params();
+    int rc = parse_args(argc, argv, &p);
+    if (rc != CLI_PARSED)
+        return rc;
+    ac_compress_report r;
+    ac_status st = ac_compress_run(&p, &r);
+    if (st != AC_OK) {
+        fprintf(stderr, "autocompress compress: %s\n", ac_error_message());
+        return st == AC_ERR_INVALID ? 2 : 1;
+    }
+    printf("compress (%s): %d stages run, %d already done; %lld search + %lld KD tokens, final KD loss %.4f; "
+           "%s when measured -> %s/model, %s/report.md\n",
+           ac_compress_method_name(p.method), r.stages_run, r.stages_skipped, (long long)r.search_tokens,
+           (long long)r.kd_tokens, r.kd_loss, r.pass ? "meets its contract" : "MISSES its contract", p.out_dir,
+           p.out_dir);
+    return r.pass ? 0 : 3;
+}

@@ -1,0 +1,83 @@
+/* autocompress eval: a compressed model against its teacher on held-out tokens. */
+#include "cli.h"
+#include "cli_opts.h"
+
+#include <stdio.h>
+
+#include "autocompress/eval.h"
+#include "autocompress/model.h"
+
+typedef struct {
+    ac_eval_params p;
+    const char *model_dir, *teacher_dir, *json_path;
+} eval_args;
+
+static int parse_args(int argc, char **argv, eval_args *a)
+{
+    const cli_opt opts[] = {
+        CLI_REQUIRED("model", &a->model_dir, "DIR", "the checkpoint to evaluate (the student)"),
+        CLI_REQUIRED("teacher", &a->teacher_dir, "DIR", "the parent it is compared with"),
+        CLI_REQUIRED("data", &a->p.data_dir, "DIR", "token shards from autocompress tokenize (val.bin)"),
+        CLI_NUMBER("batches", CLI_INT, &a->p.batches, "N", "batches scored, the first of val.bin", 1, 100000000),
+        CLI_NUMBER("batch", CLI_INT, &a->p.batch, "B", "sequences per batch", 1, 65536),
+        CLI_NUMBER("seq-len", CLI_INT, &a->p.seq_len, "T", "tokens per sequence", 1, 1 << 20),
+        CLI_REAL("tau", CLI_FLOAT, &a->p.kd_tau, "T", "distillation temperature of the KD loss"),
+        CLI_NUMBER("lines", CLI_INT, &a->p.code_lines, "N",
+                   "lines for next-line exact match (default: 200 if DATA was made from whole files, else 0)", 0,
+                   100000000),
+        CLI_NUMBER("line-context", CLI_INT, &a->p.line_context, "N", "tokens of context before each line", 1, 1 << 20),
+        CLI_NUMBER("max-line-tokens", CLI_INT, &a->p.max_line_tokens, "N", "tokens of a line and of its completion",
+                   1, 1 << 20),
+        CLI_TEXT("tokenizer", &a->p.tokenizer_path, "FILE", "tokenizer.json for line matching (default: "
+                 "MODEL/tokenizer.json)"),
+        CLI_TEXT("json", &a->json_path, "FILE", "also write the report as JSON"),
+        CLI_CUSTOM("progress", &a->p.progress, "auto|bar|json|off", "progress on stderr (default: auto)",
+                   cli_parse_progress),
+    };
+    const cli_spec spec = {"eval", NULL,
+                           "Scores the model against its teacher on the first batches of DATA/val.bin: the\n"
+                           "distillation loss (tau^2 KL, as distill optimizes it), both models' cross-entropy\n"
+                           "and perplexity, and how often their top-1 tokens agree; with --lines, the share\n"
+                           "of held-out lines the model completes exactly (greedy, from the line's context).\n"
+                           "Exit status: 0 on success, 1 on a failure, 2 on a usage error.",
+                           opts, CLI_COUNT(opts), 0, 0};
+    int rc = cli_parse(&spec, argc, argv, NULL);
+    if (rc == CLI_PARSED && !(a->p.kd_tau > 0))
+        rc = cli_usage_error(&spec, "--tau must be positive");
+    return rc;
+}
+
+static void print_report(const eval_args *a, const ac_eval_report *r)
+{
+    printf("eval: %s against %s on %s: %lld positions (%d x %d x %d), tau %g, %.1f s\n", a->model_dir, a->teacher_dir,
+           a->p.data_dir, (long long)r->tokens, a->p.batches, a->p.batch, a->p.seq_len, a->p.kd_tau, r->seconds);
+    printf("  %-8s %10s %12s %10s %8s\n", "model", "ce", "ppl", "kd_loss", "top1");
+    printf("  %-8s %10.4f %12.3f %10.6f %8.4f\n", "student", r->ce, r->ppl, r->kd_loss, r->top1_agreement);
+    printf("  %-8s %10.4f %12.3f %10s %8s\n", "teacher", r->teacher_ce, r->teacher_ppl, "-", "-");
+    if (r->lines > 0)
+        printf("  next-line exact match: %.4f (%d lines)\n", r->line_exact_match, r->lines);
+}
+
+int cli_eval(int argc, char **argv)
+{
+    eval_args a = {.p = ac_eval_default_params()};
+    int rc = parse_args(argc, argv, &a);
+    if (rc != CLI_PARSED)
+        return rc;
+    ac_model *student = NULL, *teacher = NULL;
+    ac_eval_report r;
+    ac_status st = ac_model_load(a.model_dir, &student);
+    if (st == AC_OK)
+        st = ac_model_load(a.teacher_dir, &teacher);
+    if (st == AC_OK)
+        st = ac_eval_run(student, teacher, a.model_dir, &a.p, &r);
+    if (st == AC_OK && a.json_path)
+        st = ac_eval_write_json(&r, &a.p, a.json_path);
+    if (st == AC_OK)
+        print_report(&a, &r);
+    else
+        fprintf(stderr, "autocompress eval: %s\n", ac_error_message());
+    ac_model_free(student);
+    ac_model_free(teacher);
+    return st == AC_OK ? 0 : 1;
+}

@@ -1,0 +1,236 @@
+/* The compress pipeline: the stages in order, each in a child process, with the record
+ * of the stages done (compress.json) that a rerun resumes from. */
+#include "compress/compress_internal.h"
+
+#include "cost/cost_internal.h"
+#include "io/fs_util.h"
+#include "io/json_util.h"
+
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+const char *ac_compress_method_name(ac_compress_method m)
+{
+    return m == AC_METHOD_MINITRON ? "minitron++" : "autocompress";
+}
+
+ac_status ac_compress_method_from_name(const char *name, ac_compress_method *m)
+{
+    if (!strcmp(name, "autocompress"))
+        *m = AC_METHOD_AUTOCOMPRESS;
+    else if (!strcmp(name, "minitron++") || !strcmp(name, "minitron"))
+        *m = AC_METHOD_MINITRON;
+    else
+        return ac_fail(AC_ERR_INVALID, "method '%s' is neither 'autocompress' nor 'minitron++'", name);
+    return AC_OK;
+}
+
+ac_compress_params ac_compress_default_params(void)
+{
+    ac_compress_params p;
+    memset(&p, 0, sizeof p);
+    p.batch = 8;
+    p.seq_len = 128;
+    p.kd_lr = 1e-3f;
+    p.candidates = 4;
+    p.profile_repeats = 5;
+    p.measure_sweeps = 5;
+    p.eval_batches = 16;
+    p.seed = 1;
+    p.progress = AC_PROGRESS_AUTO;
+    return p;
+}
+
+void ac_compress_path(const ac_compress_ctx *c, const char *name, char *buf, size_t size)
+{
+    snprintf(buf, size, "%s/%s", c->p->out_dir, name);
+}
+
+/* FNV-1a-64 of the contract's text: a changed contract is another run. */
+static uint64_t text_hash(const char *text, size_t len)
+{
+    uint64_t h = 1469598103934665603ULL;
+    for (size_t i = 0; i < len; i++)
+        h = (h ^ (unsigned char)text[i]) * 1099511628211ULL;
+    return h;
+}
+
+static ac_status resolve_budgets(ac_compress_ctx *c)
+{
+    const ac_compress_params *p = c->p;
+    const ac_contract_budgets *b = &c->contract.budgets;
+    c->search_tokens = p->search_tokens > 0 ? p->search_tokens : b->has_search_tokens ? b->search_tokens : 0;
+    c->kd_tokens = p->kd_tokens > 0 ? p->kd_tokens : b->has_kd_tokens ? b->kd_tokens : 0;
+    if (c->search_tokens <= 0)
+        return ac_fail(AC_ERR_INVALID, "compress: no search-token budget (the contract's budgets.search_tokens, or --search-tokens)");
+    if (c->kd_tokens <= 0)
+        return ac_fail(AC_ERR_INVALID, "compress: no KD-token budget (the contract's budgets.kd_tokens, or --kd-tokens)");
+    int64_t per_step = (int64_t)p->batch * p->seq_len;
+    c->kd_steps = (int)(c->kd_tokens / per_step);
+    if (c->kd_steps < 1)
+        return ac_fail(AC_ERR_INVALID, "compress: %lld KD tokens make no step of %d x %d", (long long)c->kd_tokens,
+                       p->batch, p->seq_len);
+    c->candidate_tokens = p->candidate_tokens > 0 ? p->candidate_tokens : 2 * c->search_tokens / p->candidates;
+    return AC_OK;
+}
+
+static ac_status check_params(const ac_compress_params *p)
+{
+    if (!p->model_dir || !p->contract_path || !p->data_dir || !p->out_dir)
+        return ac_fail(AC_ERR_INVALID, "compress: the parent, contract, data and output directory are required");
+    if (p->batch < 1 || p->seq_len < 2 || !(p->kd_lr > 0) || p->candidates < 1 || p->profile_repeats < 1 ||
+        p->measure_sweeps < 1 || p->eval_batches < 1)
+        return ac_fail(AC_ERR_INVALID, "compress: batch, seq_len, KD learning rate, candidates, profile repeats, "
+                                       "measure sweeps and eval batches must be positive");
+    return AC_OK;
+}
+
+static void describe_settings(ac_compress_ctx *c, uint64_t contract_hash)
+{
+    const ac_compress_params *p = c->p;
+    snprintf(c->settings, sizeof c->settings,
+             "model=%s contract=%s#%016llx data=%s tables=%s method=%s search_tokens=%lld kd_tokens=%lld batch=%d "
+             "seq_len=%d kd_lr=%g candidates=%d candidate_tokens=%lld profile_repeats=%d seed=%llu",
+             p->model_dir, c->contract.name, (unsigned long long)contract_hash, p->data_dir,
+             p->tables_path ? p->tables_path : "(profiled)", ac_compress_method_name(p->method),
+             (long long)c->search_tokens, (long long)c->kd_tokens, p->batch, p->seq_len, (double)p->kd_lr,
+             p->candidates, (long long)c->candidate_tokens, p->profile_repeats, (unsigned long long)p->seed);
+}
+
+/* ---- compress.json ---- */
+
+static ac_status load_state(ac_compress_ctx *c)
+{
+    char path[4096];
+    ac_compress_path(c, "compress.json", path, sizeof path);
+    if (!ac_path_exists(path))
+        return AC_OK;
+    cJSON *root = NULL;
+    ac_status st = ac_read_json_file(path, 1 << 20, &root);
+    if (st != AC_OK)
+        return st;
+    const cJSON *settings = cJSON_GetObjectItemCaseSensitive(root, "settings");
+    const cJSON *done = cJSON_GetObjectItemCaseSensitive(root, "done");
+    if (!cJSON_IsString(settings) || !cJSON_IsArray(done))
+        st = ac_fail(AC_ERR_INVALID, "%s: needs a string 'settings' and an array 'done'", path);
+    else if (strcmp(settings->valuestring, c->settings))
+        st = ac_fail(AC_ERR_INVALID, "%s: this output directory was made with other settings; use another --out, or "
+                                     "the same settings to resume.\n  there: %s\n  now:   %s",
+                     path, settings->valuestring, c->settings);
+    const cJSON *item;
+    cJSON_ArrayForEach(item, done) {
+        for (int s = 0; st == AC_OK && cJSON_IsString(item) && s < AC_STAGE_COUNT; s++)
+            if (!strcmp(item->valuestring, ac_compress_stages[s].name))
+                c->done[s] = 1;
+    }
+    cJSON_Delete(root);
+    return st;
+}
+
+static ac_status save_state(const ac_compress_ctx *c)
+{
+    cJSON *root = cJSON_CreateObject(), *done = cJSON_CreateArray(), *secs = cJSON_CreateObject();
+    if (!root || !done || !secs) {
+        cJSON_Delete(root);
+        cJSON_Delete(done);
+        cJSON_Delete(secs);
+        return ac_fail(AC_ERR_NOMEM, "compress: out of memory");
+    }
+    cJSON_AddStringToObject(root, "settings", c->settings);
+    for (int s = 0; s < AC_STAGE_COUNT; s++)
+        if (c->done[s]) {
+            cJSON_AddItemToArray(done, cJSON_CreateString(ac_compress_stages[s].name));
+            cJSON_AddNumberToObject(secs, ac_compress_stages[s].name, c->seconds[s]);
+        }
+    cJSON_AddItemToObject(root, "done", done);
+    cJSON_AddItemToObject(root, "seconds", secs);
+    char path[4096];
+    ac_compress_path(c, "compress.json", path, sizeof path);
+    ac_status st = ac_write_json_file(path, root);
+    cJSON_Delete(root);
+    return st;
+}
+
+/* ---- running a stage ---- */
+
+typedef struct {
+    ac_compress_ctx *ctx;
+    int stage;
+} stage_arg;
+
+/* The child: says it is alive (it has run no OpenMP yet, so measurements it forks work),
+ * then runs the stage. */
+static ac_status stage_child(void *arg, int fd)
+{
+    stage_arg *a = arg;
+    ac_status st = ac_child_heartbeat(fd);
+    return st == AC_OK ? ac_compress_stages[a->stage].run(a->ctx) : st;
+}
+
+static ac_status run_stage(ac_compress_ctx *c, int s)
+{
+    const ac_compress_stage *stage = &ac_compress_stages[s];
+    fprintf(stderr, "compress: stage %d/%d %s: %s\n", s + 1, AC_STAGE_COUNT, stage->name, stage->what);
+    int64_t t0 = ac_monotonic_ns();
+    ac_status st;
+    if (stage->in_process) {
+        st = stage->run(c);
+    } else {
+        stage_arg arg = {c, s};
+        void *out = NULL;
+        size_t bytes = 0;
+        st = ac_run_in_child(stage_child, &arg, &out, &bytes);
+        free(out);
+    }
+    if (st != AC_OK)
+        return ac_fail_context(st, "compress: stage %s (rerun the same command to resume it)", stage->name);
+    c->seconds[s] = 1e-9 * (double)(ac_monotonic_ns() - t0);
+    c->done[s] = 1;
+    return save_state(c);
+}
+
+ac_status ac_compress_run(const ac_compress_params *p, ac_compress_report *report)
+{
+    memset(report, 0, sizeof *report);
+    int64_t t0 = ac_monotonic_ns();
+    ac_status st = check_params(p);
+    if (st != AC_OK)
+        return st;
+    ac_compress_ctx c;
+    memset(&c, 0, sizeof c);
+    c.p = p;
+    char *text = NULL;
+    size_t len = 0;
+    st = ac_read_text_file(p->contract_path, 1 << 20, &text, &len);
+    if (st == AC_OK)
+        st = ac_contract_parse_string(text, p->contract_path, &c.contract);
+    uint64_t hash = text ? text_hash(text, len) : 0;
+    free(text);
+    if (st == AC_OK)
+        st = resolve_budgets(&c);
+    if (st == AC_OK) {
+        describe_settings(&c, hash);
+        st = ac_make_dirs(p->out_dir);
+    }
+    if (st == AC_OK)
+        st = load_state(&c);
+    /* the tables the later stages read: given, or profiled into out_dir */
+    if (p->tables_path)
+        snprintf(c.tables, sizeof c.tables, "%s", p->tables_path);
+    else
+        ac_compress_path(&c, "tables.json", c.tables, sizeof c.tables);
+    for (int s = 0; st == AC_OK && s < AC_STAGE_COUNT; s++) {
+        if (c.done[s]) {
+            report->stages_skipped++;
+            continue;
+        }
+        st = run_stage(&c, s);
+        report->stages_run++;
+    }
+    if (st == AC_OK)
+        st = ac_compress_summary(&c, report);
+    report->seconds = 1e-9 * (double)(ac_monotonic_ns() - t0);
+    return st;
+}

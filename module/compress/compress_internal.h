@@ -1,0 +1,42 @@
+/* What the pipeline's files share: the run's context, the stage table (stages.c) and
+ * the report (report.c). */
+#ifndef AC_COMPRESS_INTERNAL_H
+#define AC_COMPRESS_INTERNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "autocompress/compress.h"
+#include "autocompress/contract.h"
+
+enum { AC_STAGE_TABLES, AC_STAGE_SEARCH, AC_STAGE_PRUNE, AC_STAGE_DISTILL, AC_STAGE_MEASURE, AC_STAGE_EVAL,
+       AC_STAGE_REPORT, AC_STAGE_COUNT };
+
+typedef struct {
+    const ac_compress_params *p;
+    ac_contract contract;
+    char tables[4096];          /* the tables every stage after profiling reads */
+    int64_t search_tokens, kd_tokens, candidate_tokens;
+    int kd_steps;
+    char settings[2048];        /* what decides the artifacts: a resume must match */
+    int done[AC_STAGE_COUNT];
+    double seconds[AC_STAGE_COUNT];
+} ac_compress_ctx;
+
+typedef struct {
+    const char *name, *what;
+    int in_process;             /* runs in the pipeline's own process (no OpenMP, no fork) */
+    ac_status (*run)(ac_compress_ctx *c);
+} ac_compress_stage;
+
+extern const ac_compress_stage ac_compress_stages[AC_STAGE_COUNT];
+
+/* out_dir/name */
+void ac_compress_path(const ac_compress_ctx *c, const char *name, char *buf, size_t size);
+
+/* report.json, report.md and the pictures from the stages' artifacts. */
+ac_status ac_compress_write_report(ac_compress_ctx *c);
+/* The report's headline numbers, read back from the artifacts. */
+ac_status ac_compress_summary(const ac_compress_ctx *c, ac_compress_report *report);
+
+#endif

@@ -1,0 +1,249 @@
+/* The pipeline's stages. Each reads what the stages before it wrote under out_dir and
+ * writes its own artifacts there; search and distillation resume from their checkpoints. */
+#include "compress/compress_internal.h"
+
+#include "autocompress/config_json.h"
+#include "autocompress/cost.h"
+#include "autocompress/eval.h"
+#include "autocompress/model.h"
+#include "autocompress/profile.h"
+#include "autocompress/prune.h"
+#include "autocompress/search.h"
+#include "autocompress/train.h"
+#include "io/json_util.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* The given tables must fit the parent and the contract; profiling writes new ones. */
+static ac_status stage_tables(ac_compress_ctx *c)
+{
+    const ac_compress_params *p = c->p;
+    ac_cost_tables *tables = NULL;
+    ac_status st;
+    if (p->tables_path) {
+        st = ac_cost_tables_read(c->tables, &tables);
+        ac_arch parent = {0};
+        char path[4096];
+        snprintf(path, sizeof path, "%s/config.json", p->model_dir);
+        if (st == AC_OK)
+            st = ac_config_json_read(path, &parent);
+        ac_cost_model *model = NULL;
+        if (st == AC_OK)
+            st = ac_cost_model_create(tables, &parent, &c->contract, &model);
+        ac_cost_model_free(model);
+        ac_arch_free(&parent);
+    } else {
+        ac_profile_params pp = ac_profile_default_params();
+        pp.repeats = p->profile_repeats;
+        pp.seed = p->seed;
+        pp.progress = p->progress;
+        ac_profile_report rep;
+        st = ac_profile_run(p->model_dir, &c->contract, &pp, &tables, &rep);
+        if (st == AC_OK)
+            st = ac_cost_tables_write(tables, c->tables);
+    }
+    ac_cost_tables_free(tables);
+    return st;
+}
+
+static ac_adamw_params kd_optim(const ac_compress_params *p)
+{
+    ac_adamw_params o = ac_adamw_default_params();
+    o.lr = p->kd_lr;
+    o.weight_decay = 0.0f;
+    return o;
+}
+
+static ac_status search_autocompress(ac_compress_ctx *c, const ac_model *parent, const ac_cost_tables *tables,
+                                     const char *dir)
+{
+    const ac_compress_params *p = c->p;
+    ac_search_params sp = ac_search_default_params();
+    sp.data_dir = p->data_dir;
+    sp.out_dir = dir;
+    sp.max_tokens = c->search_tokens;
+    sp.seq_len = p->seq_len;
+    sp.seed = p->seed;
+    sp.progress = p->progress;
+    ac_search_report rep;
+    memset(&rep, 0, sizeof rep);
+    ac_status st = ac_search_run(parent, &c->contract, tables, &sp, &rep);
+    if (st == AC_OK && !rep.meets)
+        st = ac_fail(AC_ERR_INVALID, "the search found no architecture the cost model predicts to meet %s's targets "
+                                     "(see %s/search.json)", c->contract.name, dir);
+    ac_arch_free(&rep.arch);
+    return st;
+}
+
+static ac_status search_minitron(ac_compress_ctx *c, const ac_model *parent, const ac_cost_tables *tables,
+                                 const char *dir)
+{
+    const ac_compress_params *p = c->p;
+    ac_minitron_params mp = ac_minitron_default_params();
+    mp.data_dir = p->data_dir;
+    mp.out_dir = dir;
+    mp.seq_len = p->seq_len;
+    mp.batch = p->batch;
+    mp.candidates = p->candidates;
+    mp.candidate_tokens = c->candidate_tokens;
+    mp.optim = kd_optim(p);
+    mp.seed = p->seed;
+    mp.progress = p->progress;
+    ac_minitron_report rep;
+    ac_status st = ac_minitron_run(parent, &c->contract, tables, &mp, &rep);
+    ac_arch_free(&rep.arch);
+    return st;
+}
+
+static ac_status stage_search(ac_compress_ctx *c)
+{
+    char dir[4096];
+    ac_compress_path(c, "search", dir, sizeof dir);
+    ac_cost_tables *tables = NULL;
+    ac_model *parent = NULL;
+    ac_status st = ac_cost_tables_read(c->tables, &tables);
+    if (st == AC_OK)
+        st = ac_model_load(c->p->model_dir, &parent);
+    if (st == AC_OK)
+        st = c->p->method == AC_METHOD_MINITRON ? search_minitron(c, parent, tables, dir)
+                                                : search_autocompress(c, parent, tables, dir);
+    ac_model_free(parent);
+    ac_cost_tables_free(tables);
+    return st;
+}
+
+/* The parent reordered by the search's importance and sliced to its architecture. */
+static ac_status stage_prune(ac_compress_ctx *c)
+{
+    char arch_path[4096], imp_path[4096], search_path[4096], out[4096];
+    ac_compress_path(c, "search/arch.json", arch_path, sizeof arch_path);
+    ac_compress_path(c, "search/importance.safetensors", imp_path, sizeof imp_path);
+    ac_compress_path(c, "search/search.json", search_path, sizeof search_path);
+    ac_compress_path(c, "pruned", out, sizeof out);
+    ac_model *parent = NULL, *child = NULL;
+    ac_arch arch = {0};
+    ac_importance imp;
+    memset(&imp, 0, sizeof imp);
+    int *layers = NULL;
+    ac_status st = ac_model_load(c->p->model_dir, &parent);
+    if (st == AC_OK)
+        st = ac_config_json_read(arch_path, &arch);
+    if (st == AC_OK)
+        st = ac_importance_load(imp_path, ac_model_arch(parent), &imp);
+    if (st == AC_OK)
+        st = ac_prune_read_parent_layers(search_path, arch.n_layers, &layers);
+    ac_prune_params pp = {&imp, layers};
+    if (st == AC_OK)
+        st = ac_prune(parent, &arch, &pp, &child);
+    if (st == AC_OK)
+        st = ac_prune_save(child, c->p->model_dir, out, AC_DTYPE_F32);
+    free(layers);
+    ac_importance_free(&imp);
+    ac_arch_free(&arch);
+    ac_model_free(child);
+    ac_model_free(parent);
+    return st;
+}
+
+/* KD from the parent for the KD-token budget; the result with the tokenizer in model/. */
+static ac_status stage_distill(ac_compress_ctx *c)
+{
+    const ac_compress_params *p = c->p;
+    char pruned[4096], dir[4096], final_dir[4096];
+    ac_compress_path(c, "pruned", pruned, sizeof pruned);
+    ac_compress_path(c, "distill", dir, sizeof dir);
+    ac_compress_path(c, "model", final_dir, sizeof final_dir);
+    ac_model *student = NULL, *teacher = NULL;
+    ac_status st = ac_model_load(pruned, &student);
+    if (st == AC_OK)
+        st = ac_model_load(p->model_dir, &teacher);
+    ac_train_params tp = ac_train_default_params();
+    tp.data_dir = p->data_dir;
+    tp.out_dir = dir;
+    tp.teacher = teacher;
+    tp.batch = p->batch;
+    tp.seq_len = p->seq_len;
+    tp.steps = c->kd_steps;
+    tp.optim = kd_optim(p);
+    tp.optim.warmup_steps = c->kd_steps / 20;
+    tp.seed = p->seed;
+    tp.checkpoint_every = c->kd_steps / 10 > 0 ? c->kd_steps / 10 : 1;
+    tp.eval_every = c->kd_steps / 5 > 0 ? c->kd_steps / 5 : 1;
+    tp.eval_batches = 4;
+    tp.progress = p->progress;
+    ac_train_report rep;
+    if (st == AC_OK)
+        st = ac_train_run(&student, &tp, &rep);
+    if (st == AC_OK)
+        st = ac_prune_save(student, p->model_dir, final_dir, AC_DTYPE_F32);
+    ac_model_free(student);
+    ac_model_free(teacher);
+    return st;
+}
+
+/* The final checkpoint under the contract's workload (measurement forks: this stage's
+ * process runs no OpenMP). */
+static ac_status stage_measure(ac_compress_ctx *c)
+{
+    const ac_compress_params *p = c->p;
+    char model[4096], path[4096];
+    ac_compress_path(c, "model", model, sizeof model);
+    ac_compress_path(c, "measure.json", path, sizeof path);
+    ac_cost_tables *tables = NULL;
+    ac_status st = ac_cost_tables_read(c->tables, &tables);
+    ac_measure_params mp = ac_measure_default_params();
+    mp.parent_dir = p->model_dir;
+    mp.tables = tables;
+    mp.sweeps = p->measure_sweeps;
+    mp.seed = p->seed;
+    mp.progress = p->progress;
+    ac_measure_report r;
+    char *json = NULL;
+    if (st == AC_OK)
+        st = ac_measure_checkpoint(model, &c->contract, &mp, &r);
+    if (st == AC_OK)
+        st = ac_measure_report_json(&r, &json);
+    if (st == AC_OK)
+        st = ac_write_text_file(path, json);
+    free(json);
+    ac_cost_tables_free(tables);
+    return st;
+}
+
+static ac_status stage_eval(ac_compress_ctx *c)
+{
+    const ac_compress_params *p = c->p;
+    char model[4096], path[4096];
+    ac_compress_path(c, "model", model, sizeof model);
+    ac_compress_path(c, "eval.json", path, sizeof path);
+    ac_model *student = NULL, *teacher = NULL;
+    ac_status st = ac_model_load(model, &student);
+    if (st == AC_OK)
+        st = ac_model_load(p->model_dir, &teacher);
+    ac_eval_params ep = ac_eval_default_params();
+    ep.data_dir = p->data_dir;
+    ep.batches = p->eval_batches;
+    ep.batch = p->batch;
+    ep.seq_len = p->seq_len;
+    ep.progress = p->progress;
+    ac_eval_report r;
+    if (st == AC_OK)
+        st = ac_eval_run(student, teacher, model, &ep, &r);
+    if (st == AC_OK)
+        st = ac_eval_write_json(&r, &ep, path);
+    ac_model_free(student);
+    ac_model_free(teacher);
+    return st;
+}
+
+const ac_compress_stage ac_compress_stages[AC_STAGE_COUNT] = {
+    {"tables", "the search space's per-layer costs on this machine", 0, stage_tables},
+    {"search", "importance and the architecture", 0, stage_search},
+    {"prune", "the importance-ordered parent sliced to the architecture", 0, stage_prune},
+    {"distill", "knowledge distillation from the parent", 0, stage_distill},
+    {"measure", "the result measured under the contract's workload", 0, stage_measure},
+    {"eval", "held-out quality against the parent", 0, stage_eval},
+    {"report", "report.json, report.md and the pictures", 1, ac_compress_write_report},
+};

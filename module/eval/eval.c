@@ -1,0 +1,347 @@
+/* Evaluation of a student against its teacher on val.bin: distillation loss, cross-
+ * entropy and top-1 agreement over the first batches of windows, then next-line exact
+ * match when asked for (eval/lines.c). */
+#include "autocompress/eval.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "autocompress/log.h"
+#include "autocompress/sample.h"
+#include "autocompress/tokenizer.h"
+#include "autocompress/tokens.h"
+#include "autocompress/train.h"
+#include "eval/eval_internal.h"
+#include "io/json_util.h"
+#include "kernels/kernels.h"
+
+enum { AUTO_CODE_LINES = 200 };
+
+ac_eval_params ac_eval_default_params(void)
+{
+    return (ac_eval_params){.batches = 16, .batch = 8, .seq_len = 256, .kd_tau = 1.0f, .code_lines = -1,
+                            .line_context = 128, .max_line_tokens = 48, .progress = AC_PROGRESS_AUTO};
+}
+
+static double now_seconds(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static ac_status join(char *out, size_t size, const char *dir, const char *name)
+{
+    int n = snprintf(out, size, "%s/%s", dir, name);
+    return n < 0 || (size_t)n >= size ? ac_fail(AC_ERR_INVALID, "%s/%s: path too long", dir, name) : AC_OK;
+}
+
+static ac_status check_params(const ac_eval_params *p)
+{
+    if (!p->data_dir)
+        return ac_fail(AC_ERR_INVALID, "eval: no data directory (val.bin from autocompress tokenize)");
+    if (p->batches < 1 || p->batch < 1 || p->seq_len < 1)
+        return ac_fail(AC_ERR_INVALID, "eval: batches (%d), batch (%d) and seq_len (%d) must be positive", p->batches,
+                       p->batch, p->seq_len);
+    if (!(p->kd_tau > 0))
+        return ac_fail(AC_ERR_INVALID, "eval: the distillation temperature must be positive, got %g", p->kd_tau);
+    if (p->code_lines < -1)
+        return ac_fail(AC_ERR_INVALID, "eval: code_lines must be >= 0 (or -1: auto), got %d", p->code_lines);
+    if (p->code_lines != 0 && (p->line_context < 1 || p->max_line_tokens < 1))
+        return ac_fail(AC_ERR_INVALID, "eval: line_context (%d) and max_line_tokens (%d) must be positive",
+                       p->line_context, p->max_line_tokens);
+    return AC_OK;
+}
+
+/* -1 resolves from data_dir/manifest.json: shards made from whole files are code. */
+static ac_status resolve_code_lines(const ac_eval_params *p, int *lines)
+{
+    *lines = p->code_lines;
+    if (p->code_lines >= 0)
+        return AC_OK;
+    *lines = 0;
+    char path[4096];
+    struct stat sb;
+    ac_status st = join(path, sizeof path, p->data_dir, "manifest.json");
+    if (st != AC_OK || stat(path, &sb) != 0)
+        return st;
+    cJSON *root;
+    st = ac_read_json_file(path, (size_t)64 << 20, &root);
+    if (st != AC_OK)
+        return st;
+    const cJSON *format = cJSON_GetObjectItemCaseSensitive(root, "document_format");
+    if (cJSON_IsString(format) && !strcmp(format->valuestring, "files"))
+        *lines = AUTO_CODE_LINES;
+    cJSON_Delete(root);
+    return AC_OK;
+}
+
+static ac_status check_inputs(const ac_model *student, const ac_model *teacher, const ac_tokens *val,
+                              const ac_eval_params *p)
+{
+    int V = ac_model_arch(student)->vocab, TV = ac_model_arch(teacher)->vocab;
+    if (V != TV)
+        return ac_fail(AC_ERR_INVALID, "eval: the student's vocabulary (%d) differs from the teacher's (%d)", V, TV);
+    if (ac_tokens_vocab_size(val) > (uint32_t)V)
+        return ac_fail(AC_ERR_INVALID, "%s: token vocabulary %u is larger than the models' %d", ac_tokens_path(val),
+                       ac_tokens_vocab_size(val), V);
+    if (ac_tokens_window_count(val, p->seq_len) == 0)
+        return ac_fail(AC_ERR_INVALID, "%s: %llu tokens, too few for one window of seq_len %d (+1)",
+                       ac_tokens_path(val), (unsigned long long)ac_tokens_count(val), p->seq_len);
+    return AC_OK;
+}
+
+/* ---- scoring batches of windows ---- */
+
+typedef struct {
+    const ac_eval_params *p;
+    int vocab;
+    ac_train_step *student, *teacher;
+    int32_t *window, *inputs, *targets; /* [batch, seq_len + 1], [batch, seq_len] x 2 */
+    double *row_kd;                     /* [batch * seq_len] */
+    double kd, ce, teacher_ce;          /* sums over positions */
+    int64_t agree, tokens;
+} scorer;
+
+static void scorer_free(scorer *s)
+{
+    ac_train_step_free(s->student);
+    ac_train_step_free(s->teacher);
+    free(s->window);
+    free(s->inputs);
+    free(s->targets);
+    free(s->row_kd);
+}
+
+static ac_status scorer_init(scorer *s, const ac_model *student, const ac_model *teacher)
+{
+    const ac_eval_params *p = s->p;
+    size_t rows = (size_t)p->batch * p->seq_len;
+    s->vocab = ac_model_arch(student)->vocab;
+    s->window = malloc((size_t)p->batch * (p->seq_len + 1) * sizeof *s->window);
+    s->inputs = malloc(rows * sizeof *s->inputs);
+    s->targets = malloc(rows * sizeof *s->targets);
+    s->row_kd = malloc(rows * sizeof *s->row_kd);
+    if (!s->window || !s->inputs || !s->targets || !s->row_kd)
+        return ac_fail(AC_ERR_NOMEM, "eval: out of memory for %d x %d tokens", p->batch, p->seq_len);
+    ac_status st = ac_train_step_create(student, p->batch, p->seq_len, &s->student);
+    if (st == AC_OK)
+        st = ac_train_step_create(teacher, p->batch, p->seq_len, &s->teacher);
+    return st;
+}
+
+/* Windows [0, n) of the batch become inputs and targets; the rest is padding whose
+ * targets (-1) no loss counts. */
+static void split_windows(scorer *s, int n)
+{
+    int T = s->p->seq_len;
+    for (int b = 0; b < s->p->batch; b++)
+        for (int t = 0; t < T; t++) {
+            s->inputs[b * T + t] = b < n ? s->window[b * (T + 1) + t] : 0;
+            s->targets[b * T + t] = b < n ? s->window[b * (T + 1) + t + 1] : -1;
+        }
+}
+
+/* Both forwards (loss only: no backward, no gradients), then the sums over the n*T
+ * positions that count, which come first. */
+static ac_status score_batch(scorer *s, int n)
+{
+    split_windows(s, n);
+    ac_step_inputs in = {.tokens = s->inputs, .targets = s->targets};
+    double teacher_ce, student_ce;
+    ac_status st = ac_train_step_loss(s->teacher, &in, &teacher_ce);
+    if (st == AC_OK)
+        st = ac_train_step_loss(s->student, &in, &student_ce);
+    if (st != AC_OK)
+        return st;
+    int rows = n * s->p->seq_len, V = s->vocab;
+    const float *tl = ac_train_step_logits(s->teacher), *sl = ac_train_step_logits(s->student);
+    /* the host logits of the steps: the CPU kernel distill's loss uses */
+    ac_kctx cpu = {0};
+    ac_k_kd_loss(&cpu, rows, V, sl, tl, s->p->kd_tau, 0.0f, NULL, s->row_kd);
+    for (int r = 0; r < rows; r++) {
+        s->kd += s->row_kd[r];
+        s->agree += ac_argmax(sl + (size_t)r * V, V) == ac_argmax(tl + (size_t)r * V, V);
+    }
+    /* the steps' losses are means over the counted positions */
+    s->ce += student_ce * rows;
+    s->teacher_ce += teacher_ce * rows;
+    s->tokens += rows;
+    return AC_OK;
+}
+
+static ac_status score_batches(scorer *s, const ac_tokens *val, ac_eval_report *r)
+{
+    const ac_eval_params *p = s->p;
+    uint64_t windows = ac_tokens_window_count(val, p->seq_len), want = (uint64_t)p->batches * (uint64_t)p->batch;
+    double total = (double)(windows < want ? windows : want) * p->seq_len;
+    ac_progress *progress;
+    ac_status st = ac_progress_init(&progress, "eval", total, "tok", p->progress, stderr);
+    if (st != AC_OK)
+        return st;
+    ac_tokens_iter it;
+    ac_tokens_iter_init(&it, val, p->seq_len);
+    int n;
+    for (int b = 0; st == AC_OK && b < p->batches && (n = ac_tokens_iter_next(&it, p->batch, s->window)) > 0; b++) {
+        st = score_batch(s, n);
+        ac_progress_metric(progress, "kd", s->tokens ? s->kd / (double)s->tokens : 0.0);
+        ac_progress_update(progress, (double)s->tokens);
+    }
+    ac_progress_finish(progress);
+    ac_progress_free(progress);
+    if (st != AC_OK)
+        return st;
+    double N = (double)s->tokens;
+    r->tokens = s->tokens;
+    r->kd_loss = s->kd / N;
+    r->ce = s->ce / N;
+    r->ppl = exp(r->ce);
+    r->teacher_ce = s->teacher_ce / N;
+    r->teacher_ppl = exp(r->teacher_ce);
+    r->top1_agreement = (double)s->agree / N;
+    return AC_OK;
+}
+
+/* ---- next-line exact match ---- */
+
+static ac_status load_tokenizer(const ac_eval_params *p, const char *student_dir, ac_tokenizer **tok)
+{
+    char path[4096];
+    if (p->tokenizer_path)
+        return ac_tokenizer_load(p->tokenizer_path, tok);
+    if (!student_dir)
+        return ac_fail(AC_ERR_INVALID, "eval: next-line matching needs a tokenizer: give tokenizer_path or the "
+                       "student's directory");
+    ac_status st = join(path, sizeof path, student_dir, "tokenizer.json");
+    return st == AC_OK ? ac_tokenizer_load(path, tok) : st;
+}
+
+typedef struct {
+    ac_tokenizer *tok;
+    ac_eval_pieces pieces;
+    uint64_t *starts;
+    int32_t *ids;
+    int *lens;
+    unsigned char *matched;
+    ac_progress *progress;
+} line_run;
+
+static void line_run_free(line_run *l)
+{
+    ac_tokenizer_free(l->tok);
+    ac_eval_pieces_free(&l->pieces);
+    free(l->starts);
+    free(l->ids);
+    free(l->lens);
+    free(l->matched);
+    ac_progress_free(l->progress);
+}
+
+static ac_status complete(line_run *l, const ac_model *student, const ac_tokens *val, const ac_eval_params *p,
+                          const ac_line_rules *rules, int n)
+{
+    l->ids = malloc((size_t)n * rules->max_tokens * sizeof *l->ids);
+    l->lens = malloc((size_t)n * sizeof *l->lens);
+    l->matched = malloc((size_t)n);
+    if (!l->ids || !l->lens || !l->matched)
+        return ac_fail(AC_ERR_NOMEM, "eval: out of memory for %d lines", n);
+    ac_status st = ac_progress_init(&l->progress, "eval lines", n, "lines", p->progress, stderr);
+    if (st == AC_OK)
+        st = ac_eval_complete_lines(student, val, &l->pieces, rules, l->starts, n, p->batch, l->progress, l->ids,
+                                    l->lens, l->matched);
+    if (st == AC_OK)
+        ac_progress_finish(l->progress);
+    return st;
+}
+
+static ac_status match_lines(const ac_model *student, const char *student_dir, const ac_tokens *val,
+                             const ac_eval_params *p, int want, ac_eval_report *r)
+{
+    line_run l = {0};
+    ac_line_rules rules = {.context = p->line_context, .max_tokens = p->max_line_tokens};
+    int n = 0;
+    ac_status st = load_tokenizer(p, student_dir, &l.tok);
+    if (st == AC_OK)
+        st = ac_eval_pieces_init(&l.pieces, l.tok, ac_model_arch(student)->vocab);
+    if (st == AC_OK)
+        st = ac_eval_select_lines(val, &l.pieces, &rules, want, &l.starts, &n);
+    if (st == AC_OK && n == 0)
+        ac_warn("eval: %s has no line start with %d tokens of context: no next-line match", ac_tokens_path(val),
+                p->line_context);
+    if (st == AC_OK && n > 0)
+        st = complete(&l, student, val, p, &rules, n);
+    int hits = 0;
+    for (int j = 0; st == AC_OK && j < n; j++)
+        hits += l.matched[j];
+    r->lines = st == AC_OK ? n : 0;
+    r->line_exact_match = n > 0 ? (double)hits / n : 0.0;
+    line_run_free(&l);
+    return st;
+}
+
+ac_status ac_eval_run(const ac_model *student, const ac_model *teacher, const char *student_dir,
+                      const ac_eval_params *p, ac_eval_report *r)
+{
+    *r = (ac_eval_report){0};
+    if (!student || !teacher)
+        return ac_fail(AC_ERR_INVALID, "eval: a student and a teacher model are needed");
+    ac_status st = check_params(p);
+    if (st != AC_OK)
+        return st;
+    double t0 = now_seconds();
+    char path[4096];
+    int lines = 0;
+    ac_tokens *val = NULL;
+    st = resolve_code_lines(p, &lines);
+    if (st == AC_OK)
+        st = join(path, sizeof path, p->data_dir, "val.bin");
+    if (st == AC_OK)
+        st = ac_tokens_open(path, &val);
+    if (st == AC_OK)
+        st = check_inputs(student, teacher, val, p);
+    scorer s = {.p = p};
+    if (st == AC_OK)
+        st = scorer_init(&s, student, teacher);
+    if (st == AC_OK)
+        st = score_batches(&s, val, r);
+    scorer_free(&s);
+    if (st == AC_OK && lines > 0)
+        st = match_lines(student, student_dir, val, p, lines, r);
+    ac_tokens_close(val);
+    r->seconds = now_seconds() - t0;
+    return st;
+}
+
+ac_status ac_eval_write_json(const ac_eval_report *r, const ac_eval_params *p, const char *path)
+{
+    cJSON *root = cJSON_CreateObject();
+    if (!root)
+        return ac_fail(AC_ERR_NOMEM, "%s: out of memory for the report", path);
+    cJSON_AddNumberToObject(root, "tokens", (double)r->tokens);
+    cJSON_AddNumberToObject(root, "kd_loss", r->kd_loss);
+    cJSON_AddNumberToObject(root, "kd_tau", p->kd_tau);
+    cJSON_AddNumberToObject(root, "ce", r->ce);
+    cJSON_AddNumberToObject(root, "ppl", r->ppl);
+    cJSON_AddNumberToObject(root, "teacher_ce", r->teacher_ce);
+    cJSON_AddNumberToObject(root, "teacher_ppl", r->teacher_ppl);
+    cJSON_AddNumberToObject(root, "top1_agreement", r->top1_agreement);
+    cJSON_AddNumberToObject(root, "lines", r->lines);
+    if (r->lines > 0)
+        cJSON_AddNumberToObject(root, "line_exact_match", r->line_exact_match);
+    else
+        cJSON_AddNullToObject(root, "line_exact_match");
+    cJSON_AddNumberToObject(root, "seconds", r->seconds);
+    cJSON_AddStringToObject(root, "data_dir", p->data_dir ? p->data_dir : "");
+    cJSON_AddNumberToObject(root, "batches", p->batches);
+    cJSON_AddNumberToObject(root, "batch", p->batch);
+    cJSON_AddNumberToObject(root, "seq_len", p->seq_len);
+    cJSON_AddNumberToObject(root, "line_context", p->line_context);
+    cJSON_AddNumberToObject(root, "max_line_tokens", p->max_line_tokens);
+    ac_status st = ac_write_json_file(path, root);
+    cJSON_Delete(root);
+    return st;
+}

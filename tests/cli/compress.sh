@@ -1,0 +1,142 @@
+#!/usr/bin/env bash
+# `autocompress compress` end to end on a tiny trained parent, tables profiled by the
+# pipeline itself: every stage's artifacts and a report that agrees with them; a rerun
+# does nothing; a run whose later stages are lost resumes at the first of them and ends
+# with the same model bit for bit; other settings on the same directory are refused;
+# the Minitron++ baseline keeps the candidate with the lowest short-KD loss, and its
+# choice is homogeneous (one value per axis, at most 20% of the layers removed).
+set -euo pipefail
+ac=$1
+src=$2
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+export OMP_NUM_THREADS=2
+fail() { echo "FAIL: $*"; exit 1; }
+
+"$ac" tokenize --tokenizer "$src/examples/data/tokenizer.json" --out "$tmp/data" --format lines --val-percent 10 \
+  --progress off "$src/tests/fixtures/tokenizer/lines.txt" >/dev/null
+cat > "$tmp/config.json" <<'JSON'
+{"model_type": "nemotron_h", "vocab_size": 4096, "hidden_size": 32, "hybrid_override_pattern": "M*-EME",
+ "layer_norm_epsilon": 1e-5, "mamba_num_heads": 4, "mamba_head_dim": 8, "n_groups": 2, "ssm_state_size": 8,
+ "conv_kernel": 4, "chunk_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 8,
+ "intermediate_size": 64, "n_routed_experts": 8, "num_experts_per_tok": 2, "moe_intermediate_size": 16,
+ "moe_shared_expert_intermediate_size": 32, "routed_scaling_factor": 2.5}
+JSON
+"$ac" train --config "$tmp/config.json" --data "$tmp/data" --steps 20 --batch 4 --seq-len 32 --lr 3e-3 --warmup 2 \
+  --seed 5 --progress off --out "$tmp/parent" >/dev/null 2>&1
+cp "$src/examples/data/tokenizer.json" "$tmp/parent/"
+cat >"$tmp/tiny.cfg" <<'CFG'
+name = "tiny";
+hardware = { device = "cpu"; threads = 1; };
+workload = { batch = 1; input_tokens = 16; output_tokens = 4; };
+targets = { latency_ratio = 0.7; };
+search_space = {
+  hidden_sizes = [32, 24, 16];
+  mamba_heads = { values = [4]; scope = "per_layer"; remove = true; };
+  routed_experts = [8, 4];
+  routed_ffn = [16, 8, 0];
+  shared_ffn = [32, 16, 0];
+  removable = ["mamba", "moe"];
+};
+budgets = { search_tokens = 8192; kd_tokens = 4096; };
+CFG
+args=(compress --model "$tmp/parent" --contract "$tmp/tiny.cfg" --data "$tmp/data" --batch 4 --seq-len 32
+      --profile-repeats 1 --measure-sweeps 1 --eval-batches 2 --progress off)
+
+run() { # run OUT [extra args]: compress's exit status is 0 or 3 (timing decides the verdict)
+  local out=$1; shift
+  set +e
+  "$ac" "${args[@]}" --out "$out" "$@" >"$out.log" 2>"$out.err"
+  local rc=$?
+  set -e
+  [ "$rc" = 0 ] || [ "$rc" = 3 ] || fail "compress exited $rc: $(cat "$out.err")"
+}
+
+run "$tmp/a"
+for f in tables.json search/arch.json search/search.json search/importance.safetensors pruned/config.json \
+         distill/loss.csv model/config.json model/model.safetensors model/tokenizer.json measure.json eval.json \
+         report.json report.md compress.json; do
+  [ -s "$tmp/a/$f" ] || fail "no $f"
+done
+grep -q "7 stages run, 0 already done" "$tmp/a.log" || fail "first run: $(cat "$tmp/a.log")"
+python3 - "$tmp/a" <<'EOF'
+import json, sys
+d = sys.argv[1]
+r = json.load(open(d + "/report.json"))
+m = json.load(open(d + "/measure.json"))
+s = json.load(open(d + "/search/search.json"))
+e = json.load(open(d + "/eval.json"))
+rows = open(d + "/distill/loss.csv").read().split("\n")[1:]
+losses = [float(x.split(",")[3]) for x in rows if x]
+assert r["method"] == "autocompress" and s["method"] == "autocompress"
+assert len(losses) == 4096 // (4 * 32), len(losses)          # the KD budget in steps of 4 x 32
+assert r["kd_tokens"] == 4096, r["kd_tokens"]
+assert 0 < r["search_tokens"] <= 8192 and r["search_tokens"] == s["search_tokens"]
+assert abs(r["kd_loss_final"] - sum(losses[-25:]) / len(losses[-25:])) < 1e-9, (r["kd_loss_final"], losses)
+assert r["pass"] == m["pass"], (r["pass"], m["pass"])
+assert len(r["architecture"]) == 6 and [a["kind"] for a in r["architecture"]] == \
+    ["mamba", "attention", "mlp", "moe", "mamba", "moe"]
+kept = [a["parent_layer"] for a in r["architecture"] if a["kept"] is not None]
+assert kept == s["parent_layers"], (kept, s["parent_layers"])
+assert r["parameters"] == s["parameters"] < r["parent_parameters"]
+assert m["latency_ms"]["target"] == s["targets"]["latency_ms"]
+assert e["tokens"] > 0 and e["kd_loss"] >= 0 and 0 <= e["top1_agreement"] <= 1
+EOF
+grep -q "## Costs" "$tmp/a/report.md" || fail "report.md has no costs"
+"$ac" info --model "$tmp/a/model" >/dev/null || fail "the result does not load"
+
+# a finished run is not run again
+run "$tmp/a"
+grep -q "0 stages run, 7 already done" "$tmp/a.log" || fail "rerun: $(cat "$tmp/a.log")"
+
+# the stages after prune lost: the rerun resumes at distill and ends with the same model
+cp -r "$tmp/a" "$tmp/b"
+rm -rf "$tmp/b/distill" "$tmp/b/model" "$tmp/b/measure.json" "$tmp/b/eval.json" "$tmp/b/report.json"
+python3 - "$tmp/b/compress.json" <<'EOF'
+import json, sys
+p = sys.argv[1]
+s = json.load(open(p))
+s["done"] = ["tables", "search", "prune"]
+json.dump(s, open(p, "w"))
+EOF
+run "$tmp/b"
+grep -q "4 stages run, 3 already done" "$tmp/b.log" || fail "resume: $(cat "$tmp/b.log")"
+"$ac" logits --model "$tmp/a/model" --ids 3,1,4,1,5,9,2,6 --out "$tmp/a.npy" >/dev/null
+"$ac" logits --model "$tmp/b/model" --ids 3,1,4,1,5,9,2,6 --out "$tmp/b.npy" >/dev/null
+cmp "$tmp/a.npy" "$tmp/b.npy" || fail "the resumed run's model differs"
+
+# other settings on the same directory
+set +e
+"$ac" "${args[@]}" --out "$tmp/a" --kd-tokens 8192 >/dev/null 2>"$tmp/err"
+rc=$?
+set -e
+[ "$rc" = 2 ] || fail "other settings exited $rc, not 2"
+grep -q "other settings" "$tmp/err" || fail "the refusal does not say why: $(cat "$tmp/err")"
+
+# Minitron++: two candidates, the lower short-KD loss kept, a homogeneous choice
+run "$tmp/m" --method minitron++ --tables "$tmp/a/tables.json" --candidates 2 --candidate-tokens 1024
+python3 - "$tmp/m" <<'EOF'
+import json, sys
+d = sys.argv[1]
+s = json.load(open(d + "/search/search.json"))
+r = json.load(open(d + "/report.json"))
+cfg = json.load(open(d + "/model/config.json"))
+assert s["method"] == "minitron++" and r["method"] == "minitron++"
+c = s["candidates"]
+assert len(c) == 2 and s["feasible"] >= 2 and s["grid"] >= s["feasible"], s
+assert c[0]["parameters"] >= c[1]["parameters"], c
+best = min(c, key=lambda x: x["kd_loss"])
+assert best["parameters"] == s["parameters"], (best, s["parameters"])
+assert s["search_tokens"] == 64 * 32 + 2 * 1024, s["search_tokens"]   # calibration + two short KDs
+# homogeneous: one value per axis kind over the layers kept (a MoE without routed width
+# is an MLP of its shared width, so the checkpoint itself may still list per-layer dims)
+kept = {k: v for k, v in s["choice"].items() if k != "hidden"}
+removed = {k.split(".")[0] for k, v in kept.items() if (k.endswith(".keep") or k.endswith(".mamba_heads")) and v == 0}
+for kind in ("mamba_heads", "experts", "routed_ffn", "shared_ffn"):
+    values = {v for k, v in kept.items() if k.endswith("." + kind) and k.split(".")[0] not in removed}
+    assert len(values) <= 1, (kind, values, s["choice"])
+assert len(removed) <= 1, removed   # 20% of 6 layers
+assert cfg["hidden_size"] == s["choice"]["hidden"]
+assert r["kd_tokens"] == 4096
+EOF
+echo "compress: ok"
