@@ -173,7 +173,8 @@ static int text_to_newline(const ac_eval_pieces *p, const int32_t *ids, int n, c
             *buf = grown;
             *cap = c;
         }
-        memcpy(*buf + *len, b, take);
+        if (take > 0) /* an empty piece before the newline: *buf may still be NULL */
+            memcpy(*buf + *len, b, take);
         *len += take;
         if (nl)
             return 1;

@@ -20,11 +20,15 @@ set +e
 rc=$?
 set -e
 [ "$rc" = 0 ] || [ "$rc" = 3 ] || { echo "FAIL: measure exited $rc"; exit 1; }
-python3 - "$tmp/m.json" "$search/search.json" "$rc" <<'EOF'
+# under AddressSanitizer the process's memory holds shadow memory and redzones
+sanitized=0
+grep -qa __asan_init "$ac" && sanitized=1
+python3 - "$tmp/m.json" "$search/search.json" "$rc" "$sanitized" <<'EOF'
 import json, sys
 m = json.load(open(sys.argv[1]))
 s = json.load(open(sys.argv[2]))
 rc = int(sys.argv[3])
+sanitized = sys.argv[4] == "1"
 def close(a, b, tol):
     return abs(a - b) <= tol * abs(b)
 assert m["contract"] == "cpu-latency", m["contract"]
@@ -35,7 +39,7 @@ assert close(m["memory_bytes"]["target"], s["targets"]["memory_mib"] * 2**20, 1e
 assert "target" not in m["throughput_tok_s"], "the contract sets no throughput target"
 assert close(m["latency_ms"]["predicted"], s["chosen_predicted"]["latency_ms"], 1e-9)
 mem = m["memory_bytes"]
-assert close(mem["measured"], mem["predicted"], 0.10), mem
+assert sanitized or close(mem["measured"], mem["predicted"], 0.10), mem
 assert m["latency_ms"]["measured"] > 0 and m["latency_ms"]["measured_raw"] > 0
 tput = m["throughput_tok_s"]["measured_raw"]
 assert close(tput, 32 / (m["latency_ms"]["measured_raw"] / 1000), 1e-9), tput
