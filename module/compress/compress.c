@@ -153,6 +153,19 @@ static ac_status save_state(const ac_compress_ctx *c)
     return st;
 }
 
+/* Forgets that `name` and the stages after it were done. */
+static ac_status redo_from(ac_compress_ctx *c, const char *name)
+{
+    for (int s = 0; s < AC_STAGE_COUNT; s++)
+        if (!strcmp(ac_compress_stages[s].name, name)) {
+            for (int t = s; t < AC_STAGE_COUNT; t++)
+                c->done[t] = 0;
+            return AC_OK;
+        }
+    return ac_fail(AC_ERR_INVALID, "compress: --from '%s' is not a stage (tables, search, prune, distill, measure, "
+                                   "eval, report)", name);
+}
+
 /* ---- running a stage ---- */
 
 typedef struct {
@@ -216,6 +229,8 @@ ac_status ac_compress_run(const ac_compress_params *p, ac_compress_report *repor
     }
     if (st == AC_OK)
         st = load_state(&c);
+    if (st == AC_OK && p->from_stage)
+        st = redo_from(&c, p->from_stage);
     /* the tables the later stages read: given, or profiled into out_dir */
     if (p->tables_path)
         snprintf(c.tables, sizeof c.tables, "%s", p->tables_path);

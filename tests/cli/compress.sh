@@ -105,6 +105,15 @@ grep -q "4 stages run, 3 already done" "$tmp/b.log" || fail "resume: $(cat "$tmp
 "$ac" logits --model "$tmp/b/model" --ids 3,1,4,1,5,9,2,6 --out "$tmp/b.npy" >/dev/null
 cmp "$tmp/a.npy" "$tmp/b.npy" || fail "the resumed run's model differs"
 
+# --from measure: the measurement and what follows it again, nothing before
+run "$tmp/a" --from measure
+grep -q "3 stages run, 4 already done" "$tmp/a.log" || fail "--from measure: $(cat "$tmp/a.log")"
+set +e
+"$ac" "${args[@]}" --out "$tmp/a" --from nothing >/dev/null 2>"$tmp/err"
+rc=$?
+set -e
+[ "$rc" = 2 ] && grep -q "not a stage" "$tmp/err" || fail "--from nothing: exit $rc, $(cat "$tmp/err")"
+
 # other settings on the same directory
 set +e
 "$ac" "${args[@]}" --out "$tmp/a" --kd-tokens 8192 >/dev/null 2>"$tmp/err"

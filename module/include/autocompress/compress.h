@@ -53,6 +53,8 @@ typedef struct {
     int measure_sweeps;         /* measurement processes of the final model (default 5) */
     int eval_batches;           /* held-out batches of batch x seq_len (default 16) */
     uint64_t seed;
+    const char *from_stage;     /* NULL, or a stage name: that stage and those after it run
+                                   again (e.g. "measure" on a quieter machine) */
     ac_progress_mode progress;
 } ac_compress_params;
 
