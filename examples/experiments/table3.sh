@@ -17,6 +17,9 @@
 # cost tables are the committed prose-parent profiles (examples/search/*/tables.json); the
 # code parent has the same architecture, so it reuses the latency tables (its reference
 # request, timed against its own weights, corrects for the machine's speed).
+#
+# AC_REMEASURE=1 measures (and evaluates and reports) every finished run again
+# (compress --from measure), for when other jobs shared the machine during a measurement.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 runs=${1:-$root/build/experiments}
@@ -44,8 +47,10 @@ for pc in "${contracts[@]}"; do
   for method in autocompress minitron++; do
     out="$runs/$parent-$contract-$method"
     echo "== $parent $contract $method -> $out"
+    from=()
+    [ "${AC_REMEASURE:-0}" = 1 ] && [ -f "$out/report.json" ] && from=(--from measure)
     set +e
-    "$ac" compress --model "$root/examples/parent/$parent" --contract "$root/examples/contracts/$contract.cfg" \
+    "$ac" compress "${from[@]}" --model "$root/examples/parent/$parent" --contract "$root/examples/contracts/$contract.cfg" \
       --data "$runs/data-$parent" --tables "$root/examples/search/$contract/tables.json" --method "$method" \
       --search-tokens "$search_tokens" --kd-tokens "$kd_tokens" --progress off --out "$out" 2>"$out.log"
     rc=$?
