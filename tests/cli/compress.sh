@@ -40,13 +40,14 @@ search_space = {
 };
 budgets = { search_tokens = 8192; kd_tokens = 4096; };
 CFG
-args=(compress --model "$tmp/parent" --contract "$tmp/tiny.cfg" --data "$tmp/data" --batch 4 --seq-len 32
+contract=$tmp/tiny.cfg
+args=(compress --model "$tmp/parent" --data "$tmp/data" --batch 4 --seq-len 32
       --profile-repeats 1 --measure-sweeps 1 --eval-batches 2 --progress off)
 
 run() { # run OUT [extra args]: compress's exit status is 0 or 3 (timing decides the verdict)
   local out=$1; shift
   set +e
-  "$ac" "${args[@]}" --out "$out" "$@" >"$out.log" 2>"$out.err"
+  "$ac" "${args[@]}" --contract "$contract" --out "$out" "$@" >"$out.log" 2>"$out.err"
   local rc=$?
   set -e
   [ "$rc" = 0 ] || [ "$rc" = 3 ] || fail "compress exited $rc: $(cat "$out.err")"
@@ -109,20 +110,24 @@ cmp "$tmp/a.npy" "$tmp/b.npy" || fail "the resumed run's model differs"
 run "$tmp/a" --from measure
 grep -q "3 stages run, 4 already done" "$tmp/a.log" || fail "--from measure: $(cat "$tmp/a.log")"
 set +e
-"$ac" "${args[@]}" --out "$tmp/a" --from nothing >/dev/null 2>"$tmp/err"
+"$ac" "${args[@]}" --contract "$contract" --out "$tmp/a" --from nothing >/dev/null 2>"$tmp/err"
 rc=$?
 set -e
 [ "$rc" = 2 ] && grep -q "not a stage" "$tmp/err" || fail "--from nothing: exit $rc, $(cat "$tmp/err")"
 
 # other settings on the same directory
 set +e
-"$ac" "${args[@]}" --out "$tmp/a" --kd-tokens 8192 >/dev/null 2>"$tmp/err"
+"$ac" "${args[@]}" --contract "$contract" --out "$tmp/a" --kd-tokens 8192 >/dev/null 2>"$tmp/err"
 rc=$?
 set -e
 [ "$rc" = 2 ] || fail "other settings exited $rc, not 2"
 grep -q "other settings" "$tmp/err" || fail "the refusal does not say why: $(cat "$tmp/err")"
 
-# Minitron++: two candidates, the lower short-KD loss kept, a homogeneous choice
+# Minitron++: two candidates, the lower short-KD loss kept, a homogeneous choice. A looser
+# target than the first run's, so that at least two grid points are feasible whatever the
+# profiled tables say on a busy machine (at 0.7 one may be all there is).
+sed 's/latency_ratio = 0.7/latency_ratio = 0.9/' "$tmp/tiny.cfg" >"$tmp/loose.cfg"
+contract=$tmp/loose.cfg
 run "$tmp/m" --method minitron++ --tables "$tmp/a/tables.json" --candidates 2 --candidate-tokens 1024
 python3 - "$tmp/m" <<'EOF'
 import json, sys
