@@ -20,5 +20,6 @@ int cli_eval(int argc, char **argv);
 int cli_measure(int argc, char **argv);
 int cli_compress(int argc, char **argv);
 int cli_serve(int argc, char **argv);
+int cli_admin(int argc, char **argv);
 
 #endif

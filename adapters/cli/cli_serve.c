@@ -2,11 +2,14 @@
 #include "cli.h"
 #include "cli_opts.h"
 
+#include <errno.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "server/srv.h"
+#include "server/srv_control.h"
 #include "autocompress/probe.h"
 
 typedef struct {
@@ -74,6 +77,18 @@ static int write_port_file(const char *path, int port)
     return ok && rename(tmp, path) == 0 ? 0 : 1;
 }
 
+/* The controller runs this binary for its jobs. */
+static ac_status start_control(srv_server *server, srv_metrics *metrics, const char *model, srv_control **control)
+{
+    char exe[4096];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n <= 0)
+        return ac_fail(AC_ERR_IO, "cannot find this program's path (/proc/self/exe): %s", strerror(errno));
+    exe[n] = '\0';
+    ac_status st = srv_control_create(server, metrics, exe, model, control);
+    return st == AC_OK ? st : ac_fail_context(st, "the controller (the control and sla groups of the config)");
+}
+
 int cli_serve(int argc, char **argv)
 {
     serve_args a = {.port = -1, .slots = -1, .threads = -1};
@@ -94,12 +109,15 @@ int cli_serve(int argc, char **argv)
     srv_metrics *metrics = NULL;
     srv_server *server = NULL;
     srv_http *http = NULL;
+    srv_control *control = NULL;
     int port = 0;
     ac_status st = srv_metrics_create(cfg.slots, &metrics);
     if (st == AC_OK)
         st = srv_server_create(&cfg, metrics, &server);
     if (st == AC_OK)
-        st = srv_http_start(server, metrics, &http, &port);
+        st = start_control(server, metrics, a.model, &control);
+    if (st == AC_OK)
+        st = srv_http_start(server, metrics, control, &http, &port);
     if (st == AC_OK) {
         fprintf(stderr, "autocompress serve: listening on http://%s:%d (admin %s)\n", cfg.host, port,
                 cfg.admin_token[0] ? "enabled" : "disabled: no token");
@@ -122,6 +140,7 @@ int cli_serve(int argc, char **argv)
     }
     srv_server_stop(server);
     srv_http_stop(http);
+    srv_control_free(control); /* a running job stops and reads interrupted */
     srv_server_free(server);
     srv_metrics_free(metrics);
     return st == AC_OK ? 0 : 1;

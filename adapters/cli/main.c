@@ -22,6 +22,7 @@ static const cli_command commands[] = {
     {"measure", cli_measure, "a checkpoint's cost against its contract: measure --model DIR --contract FILE"},
     {"compress", cli_compress, "the whole pipeline: compress --model DIR --contract FILE --data DIR --out DIR"},
     {"serve", cli_serve, "OpenAI-compatible server with hot swap: serve --model DIR [--config F] [--port N]"},
+    {"admin", cli_admin, "a running server's jobs and model: admin status|recompress|jobs|cancel|resume|swap|policy"},
 };
 
 int main(int argc, char **argv)

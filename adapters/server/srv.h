@@ -19,6 +19,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "autocompress/control.h"
 #include "autocompress/model.h"
 #include "autocompress/runtime.h"
 #include "autocompress/sample.h"
@@ -28,6 +29,29 @@
 enum { SRV_MAX_STOP = 4, SRV_MAX_TOP_LOGPROBS = 20, SRV_NAME_MAX = 128, SRV_PATH_MAX = 1024 };
 
 /* ---- configuration (srv_config.c) ---- */
+
+/* The controller (the `control` group): where jobs live and what they compress with. */
+typedef struct {
+    char jobs_dir[SRV_PATH_MAX];  /* default "autocompress-jobs" */
+    char data[SRV_PATH_MAX];      /* token shards for search and KD; a job may name its own */
+    char tables[SRV_PATH_MAX];    /* cost tables; empty: each job profiles */
+    char parent[SRV_PATH_MAX];    /* the checkpoint jobs compress; default the first one served */
+    char contract[SRV_PATH_MAX];  /* the served model's contract: the base of live contracts and
+                                     the workload the SLA policy's drift is measured against */
+    int threads;                  /* the job's training threads (default 1) */
+    int nice;                     /* the job's nice value (default 10) */
+    int measure_sweeps, eval_batches; /* 0: compress's defaults */
+    long long search_tokens, kd_tokens; /* 0: the contract's */
+} srv_control_config;
+
+/* The SLA policy (the `sla` group; absent: no policy). Targets <= 0 are not checked. */
+typedef struct {
+    int enabled;
+    double p95_latency_ms, time_per_output_token_ms, min_throughput_tok_s, memory_mib;
+    double workload_drift;        /* e.g. 0.5: a median 50% off the contract's */
+    double window_s, hysteresis, cooldown_s;
+    double interval_s;            /* one sample per interval (default 5 s) */
+} srv_sla_config;
 
 typedef struct {
     char host[64];
@@ -44,6 +68,10 @@ typedef struct {
     char model_name[SRV_NAME_MAX]; /* the id in /v1/models; default the directory's name */
     char admin_token[256];   /* empty: admin endpoints disabled */
     int prefix_reuse;        /* reuse a slot's cache when a prompt extends it */
+    int profile_every;       /* in-situ profiling: one step in this many timed per layer (0: paused) */
+    char profile_tables[SRV_PATH_MAX]; /* the tables GET /admin/profile compares with; default control.tables */
+    srv_control_config control;
+    srv_sla_config sla;
 } srv_config;
 
 void srv_config_defaults(srv_config *c);
@@ -68,6 +96,7 @@ typedef struct srv_model {
     double loaded_at;      /* unix seconds */
     int refs;              /* under the server lock */
     int generation;        /* 1 for the first model, +1 per swap */
+    ac_live_profile *live; /* in-situ profile of its steps, or NULL (profiling off) */
 } srv_model;
 
 /* Loads a checkpoint directory (config.json, weights, tokenizer.json) and validates it:
@@ -165,6 +194,11 @@ char *srv_metrics_prometheus(srv_metrics *m, int active_slots, int queue_depth, 
 /* The live workload's histograms and the contract workload they imply (JSON, malloc'd;
  * NULL when out of memory). */
 char *srv_metrics_workload_json(srv_metrics *m);
+/* The requests completed since `since` (monotonic seconds, as the requests' times) as
+ * the SLA policy reads them: p95 latency, median time per output token, generated
+ * tokens per second, resident memory, median prompt and output tokens, mean batch over
+ * the recent steps. 0 when out of memory. */
+int srv_metrics_sla_sample(srv_metrics *m, double since, double now, ac_sla_sample *sample);
 
 /* ---- scheduler and swaps (srv_sched.c) ---- */
 
@@ -212,14 +246,22 @@ typedef struct {
 srv_gauges srv_server_gauges(srv_server *server);
 /* GET /admin/status JSON (malloc'd). */
 char *srv_server_status_json(srv_server *server);
+/* GET /admin/profile: the served model's in-situ profile beside the cost tables (200), or
+ * 503 and why there is none; *json gets the body (NULL: no memory). */
+int srv_server_profile(srv_server *server, char **json);
+/* Sets the sampling rate of the served model's profile and of models loaded later (0: pause). */
+void srv_server_set_profile_every(srv_server *server, int every);
 /* The current model's name for /v1/models and responses, copied. */
 void srv_server_model_name(srv_server *server, char *name, size_t size);
 
 /* ---- HTTP (srv_http.c) ---- */
 
 typedef struct srv_http srv_http;
+typedef struct srv_control srv_control;
 
-ac_status srv_http_start(srv_server *server, srv_metrics *metrics, srv_http **http, int *bound_port);
+/* control may be NULL: its endpoints then answer 503. */
+ac_status srv_http_start(srv_server *server, srv_metrics *metrics, srv_control *control, srv_http **http,
+                         int *bound_port);
 void srv_http_stop(srv_http *http);
 
 /* ---- completions API (srv_api.c) ---- */

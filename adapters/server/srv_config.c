@@ -7,7 +7,13 @@
  *   context_tokens = 4096;     default_max_tokens = 16;
  *   max_body_bytes = 1048576;  max_connections = 64;
  *   threads = 0;               model_name = "prose";
- *   admin_token = "...";       prefix_reuse = true; */
+ *   admin_token = "...";       prefix_reuse = true;
+ *   control = { jobs_dir = "autocompress-jobs"; data = "DIR"; tables = "FILE";
+ *               parent = "DIR"; contract = "FILE"; threads = 1; nice = 10;
+ *               measure_sweeps = 0; eval_batches = 0; search_tokens = 0; kd_tokens = 0; };
+ *   sla = { p95_latency_ms = 800.0; time_per_output_token_ms = 40.0;
+ *           min_throughput_tok_s = 0.0; memory_mib = 0.0; workload_drift = 0.5;
+ *           window_s = 60.0; hysteresis = 0.1; cooldown_s = 900.0; interval_s = 5.0; }; */
 #include "server/srv.h"
 
 #include <libconfig.h>
@@ -30,6 +36,14 @@ void srv_config_defaults(srv_config *c)
     c->max_connections = 64;
     c->threads = 0;
     c->prefix_reuse = 1;
+    c->profile_every = 16;
+    snprintf(c->control.jobs_dir, sizeof c->control.jobs_dir, "autocompress-jobs");
+    c->control.threads = 1;
+    c->control.nice = 10;
+    c->sla.window_s = 60;
+    c->sla.hysteresis = 0.1;
+    c->sla.cooldown_s = 900;
+    c->sla.interval_s = 5;
 }
 
 typedef struct {
@@ -67,6 +81,91 @@ static ac_status read_string(const char *path, const config_setting_t *s, char *
     return AC_OK;
 }
 
+static ac_status read_double(const char *path, const config_setting_t *s, double min, double max, double *out)
+{
+    int type = config_setting_type(s);
+    if (type != CONFIG_TYPE_INT && type != CONFIG_TYPE_INT64 && type != CONFIG_TYPE_FLOAT)
+        return bad(path, s, "must be a number");
+    double v = type == CONFIG_TYPE_FLOAT ? config_setting_get_float(s) : (double)config_setting_get_int64(s);
+    if (!(v >= min && v <= max))
+        return ac_fail(AC_ERR_INVALID, "%s:%u: %s must be in [%g, %g], got %g", path, config_setting_source_line(s),
+                       config_setting_name(s), min, max, v);
+    *out = v;
+    return AC_OK;
+}
+
+static ac_status read_long(const char *path, const config_setting_t *s, long long *out)
+{
+    int type = config_setting_type(s);
+    if (type != CONFIG_TYPE_INT && type != CONFIG_TYPE_INT64)
+        return bad(path, s, "must be an integer");
+    long long v = config_setting_get_int64(s);
+    if (v < 0)
+        return bad(path, s, "must not be negative");
+    *out = v;
+    return AC_OK;
+}
+
+static ac_status read_control(const char *path, const config_setting_t *s, void *group)
+{
+    srv_control_config *c = group;
+    const char *name = config_setting_name(s);
+    struct {
+        const char *name;
+        char *out;
+    } strings[] = {{"jobs_dir", c->jobs_dir}, {"data", c->data},         {"tables", c->tables},
+                   {"parent", c->parent},     {"contract", c->contract}};
+    for (size_t i = 0; i < sizeof strings / sizeof strings[0]; i++)
+        if (!strcmp(name, strings[i].name))
+            return read_string(path, s, strings[i].out, SRV_PATH_MAX);
+    const int_setting ints[] = {{"threads", &c->threads, 0, 1024},
+                                {"nice", &c->nice, 0, 19},
+                                {"measure_sweeps", &c->measure_sweeps, 0, 64},
+                                {"eval_batches", &c->eval_batches, 0, 1 << 20}};
+    for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++)
+        if (!strcmp(name, ints[i].name))
+            return read_int(path, s, &ints[i]);
+    if (!strcmp(name, "search_tokens"))
+        return read_long(path, s, &c->search_tokens);
+    if (!strcmp(name, "kd_tokens"))
+        return read_long(path, s, &c->kd_tokens);
+    return bad(path, s, "is not a control setting");
+}
+
+static ac_status read_sla(const char *path, const config_setting_t *s, void *group)
+{
+    srv_sla_config *c = group;
+    const struct {
+        const char *name;
+        double *out, min, max;
+    } numbers[] = {{"p95_latency_ms", &c->p95_latency_ms, 0, 1e9},
+                   {"time_per_output_token_ms", &c->time_per_output_token_ms, 0, 1e9},
+                   {"min_throughput_tok_s", &c->min_throughput_tok_s, 0, 1e12},
+                   {"memory_mib", &c->memory_mib, 0, 1e9},
+                   {"workload_drift", &c->workload_drift, 0, 1e6},
+                   {"window_s", &c->window_s, 0, 1e7},
+                   {"hysteresis", &c->hysteresis, 0, 0.99},
+                   {"cooldown_s", &c->cooldown_s, 0, 1e8},
+                   {"interval_s", &c->interval_s, 0.05, 3600}};
+    const char *name = config_setting_name(s);
+    for (size_t i = 0; i < sizeof numbers / sizeof numbers[0]; i++)
+        if (!strcmp(name, numbers[i].name))
+            return read_double(path, s, numbers[i].min, numbers[i].max, numbers[i].out);
+    return bad(path, s, "is not an sla setting");
+}
+
+/* A group's settings, one by one, through read_one. */
+static ac_status read_group(const char *path, const config_setting_t *g, void *out,
+                            ac_status (*read_one)(const char *, const config_setting_t *, void *))
+{
+    if (!config_setting_is_group(g))
+        return bad(path, g, "must be a group { ... }");
+    ac_status st = AC_OK;
+    for (int i = 0; st == AC_OK && i < config_setting_length(g); i++)
+        st = read_one(path, config_setting_get_elem(g, (unsigned)i), out);
+    return st;
+}
+
 static ac_status read_setting(const char *path, const config_setting_t *s, srv_config *c)
 {
     int body_bytes = (int)c->max_body_bytes;
@@ -81,6 +180,7 @@ static ac_status read_setting(const char *path, const config_setting_t *s, srv_c
         {"max_body_bytes", &body_bytes, 1024, 1 << 30},
         {"max_connections", &c->max_connections, 1, 1 << 16},
         {"threads", &c->threads, 0, 1024},
+        {"profile_every", &c->profile_every, 0, 1 << 20},
     };
     const char *name = config_setting_name(s);
     for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++) {
@@ -92,6 +192,14 @@ static ac_status read_setting(const char *path, const config_setting_t *s, srv_c
     }
     if (!strcmp(name, "host"))
         return read_string(path, s, c->host, sizeof c->host);
+    if (!strcmp(name, "control"))
+        return read_group(path, s, &c->control, read_control);
+    if (!strcmp(name, "sla")) {
+        c->sla.enabled = 1;
+        return read_group(path, s, &c->sla, read_sla);
+    }
+    if (!strcmp(name, "profile_tables"))
+        return read_string(path, s, c->profile_tables, sizeof c->profile_tables);
     if (!strcmp(name, "model_name"))
         return read_string(path, s, c->model_name, sizeof c->model_name);
     if (!strcmp(name, "admin_token"))

@@ -2,6 +2,7 @@
  * limit, bearer tokens for /admin, JSON and SSE responses. Handlers block (waiting for a
  * completion, or inside a stream's reader) only on their own connection's thread. */
 #include "server/srv.h"
+#include "server/srv_control.h"
 
 #include <arpa/inet.h>
 #include <cjson/cJSON.h>
@@ -16,6 +17,7 @@ struct srv_http {
     struct MHD_Daemon *daemon;
     srv_server *server;
     srv_metrics *metrics;
+    srv_control *control;
 };
 
 typedef struct {
@@ -319,9 +321,36 @@ static enum MHD_Result swap(srv_http *h, struct MHD_Connection *c, const connect
     return send_cjson(h, c, ep, 200, r);
 }
 
-typedef enum { ROUTE_NONE, ROUTE_HEALTH, ROUTE_MODELS, ROUTE_COMPLETIONS, ROUTE_METRICS, ROUTE_SWAP,
-               ROUTE_STATUS, ROUTE_WORKLOAD } route;
+/* POST /admin/profile {"sample_every": N}: the in-situ profile's rate (0: pause). */
+static enum MHD_Result profile_rate(srv_http *h, struct MHD_Connection *c, const connection_ctx *cc)
+{
+    const char *ep = "/admin/profile";
+    cJSON *o = srv_json_parse_whole(cc->body ? cc->body : "", cc->len, NULL);
+    const cJSON *every = o ? cJSON_GetObjectItemCaseSensitive(o, "sample_every") : NULL;
+    const char *problem = !o || !cJSON_IsObject(o) ? "the body must be a JSON object"
+                          : cJSON_GetArraySize(o) != 1 || !every
+                              ? "the body takes one field, 'sample_every'"
+                          : !cJSON_IsNumber(every) || every->valuedouble != (int)every->valuedouble ||
+                                  every->valuedouble < 0 || every->valuedouble > (1 << 20)
+                              ? "'sample_every' must be an integer from 0 (pause) to 1048576"
+                              : NULL;
+    if (problem) {
+        cJSON_Delete(o);
+        return send_error(h, c, ep, 400, "invalid_request_error", "invalid_value", problem);
+    }
+    int rate = every->valueint;
+    cJSON_Delete(o);
+    srv_server_set_profile_every(h->server, rate);
+    cJSON *r = cJSON_CreateObject();
+    cJSON_AddNumberToObject(r, "sample_every", rate);
+    return send_cjson(h, c, ep, 200, r);
+}
 
+typedef enum { ROUTE_NONE, ROUTE_HEALTH, ROUTE_MODELS, ROUTE_COMPLETIONS, ROUTE_METRICS, ROUTE_SWAP,
+               ROUTE_STATUS, ROUTE_WORKLOAD, ROUTE_RECOMPRESS, ROUTE_JOBS, ROUTE_JOB, ROUTE_JOB_CANCEL,
+               ROUTE_JOB_RESUME, ROUTE_POLICY, ROUTE_PROFILE, ROUTE_PROFILE_RATE } route;
+
+/* A star in a path stands for one job id (a path segment). */
 static const struct {
     const char *path, *method;
     route r;
@@ -329,24 +358,77 @@ static const struct {
     {"/health", "GET", ROUTE_HEALTH},          {"/v1/models", "GET", ROUTE_MODELS},
     {"/v1/completions", "POST", ROUTE_COMPLETIONS}, {"/metrics", "GET", ROUTE_METRICS},
     {"/admin/swap", "POST", ROUTE_SWAP},       {"/admin/status", "GET", ROUTE_STATUS},
-    {"/admin/workload", "GET", ROUTE_WORKLOAD},
+    {"/admin/workload", "GET", ROUTE_WORKLOAD}, {"/admin/recompress", "POST", ROUTE_RECOMPRESS},
+    {"/admin/jobs", "GET", ROUTE_JOBS},        {"/admin/jobs/*", "GET", ROUTE_JOB},
+    {"/admin/jobs/*", "DELETE", ROUTE_JOB_CANCEL}, {"/admin/jobs/*/resume", "POST", ROUTE_JOB_RESUME},
+    {"/admin/policy", "GET", ROUTE_POLICY},    {"/admin/profile", "GET", ROUTE_PROFILE},
+    {"/admin/profile", "POST", ROUTE_PROFILE_RATE},
 };
+
+enum { ID_MAX = 64 };
+
+/* 1 when url matches the route's path, the id (if the path has a star) copied out. */
+static int match_path(const char *pattern, const char *url, char id[ID_MAX])
+{
+    const char *star = strchr(pattern, '*');
+    if (!star)
+        return !strcmp(pattern, url);
+    size_t head = (size_t)(star - pattern);
+    if (strncmp(url, pattern, head))
+        return 0;
+    const char *rest = url + head, *end = strchr(rest, '/');
+    size_t n = end ? (size_t)(end - rest) : strlen(rest);
+    if (n == 0 || n >= ID_MAX || strcmp(end ? end : "", star + 1))
+        return 0;
+    memcpy(id, rest, n);
+    id[n] = '\0';
+    return 1;
+}
+
+/* The controller's endpoints: status and body from srv_control. */
+static enum MHD_Result control_route(srv_http *h, struct MHD_Connection *c, route r, const char *ep,
+                                     const char *id, const connection_ctx *cc)
+{
+    if (!h->control)
+        return send_error(h, c, ep, 503, "server_error", "control_unavailable",
+                          "the controller did not start (see the server's log)");
+    char *json = NULL;
+    int status = 500;
+    switch (r) {
+    case ROUTE_RECOMPRESS: status = srv_control_recompress(h->control, cc->body, cc->len, &json); break;
+    case ROUTE_JOBS: status = srv_control_jobs(h->control, &json); break;
+    case ROUTE_JOB: status = srv_control_job(h->control, id, &json); break;
+    case ROUTE_JOB_CANCEL: status = srv_control_cancel(h->control, id, &json); break;
+    case ROUTE_JOB_RESUME: status = srv_control_resume(h->control, id, &json); break;
+    case ROUTE_POLICY: status = srv_control_policy(h->control, &json); break;
+    default: break;
+    }
+    return send_json(h, c, ep, status, json);
+}
 
 static enum MHD_Result dispatch(srv_http *h, struct MHD_Connection *c, const char *url, const char *method,
                                 const connection_ctx *cc)
 {
-    int known = -1;
-    for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++)
-        if (!strcmp(url, routes[i].path))
-            known = (int)i;
-    if (known < 0)
+    int known = -1, path_known = -1;
+    char id[ID_MAX] = "";
+    for (size_t i = 0; i < sizeof routes / sizeof routes[0] && known < 0; i++)
+        if (match_path(routes[i].path, url, id)) {
+            path_known = (int)i;
+            if (!strcmp(method, routes[i].method))
+                known = (int)i;
+        }
+    if (path_known < 0)
         return send_error(h, c, "other", 404, "not_found_error", "unknown_path", "no such endpoint");
-    const char *ep = routes[known].path;
-    if (strcmp(method, routes[known].method)) {
+    if (known < 0) {
+        const char *ep = routes[path_known].path;
         char message[96];
-        snprintf(message, sizeof message, "%s takes %s", ep, routes[known].method);
+        snprintf(message, sizeof message, "%s takes %s", ep, routes[path_known].method);
+        for (size_t i = (size_t)path_known + 1; i < sizeof routes / sizeof routes[0]; i++)
+            if (!strcmp(routes[i].path, ep))
+                snprintf(message + strlen(message), sizeof message - strlen(message), " or %s", routes[i].method);
         return send_error(h, c, ep, 405, "invalid_request_error", "method_not_allowed", message);
     }
+    const char *ep = routes[known].path;
     if (cc->too_large) {
         char message[96];
         snprintf(message, sizeof message, "the body is larger than %zu bytes",
@@ -355,7 +437,7 @@ static enum MHD_Result dispatch(srv_http *h, struct MHD_Connection *c, const cha
     }
     enum MHD_Result res = MHD_NO;
     route r = routes[known].r;
-    if ((r == ROUTE_SWAP || r == ROUTE_STATUS || r == ROUTE_WORKLOAD) && refuse_admin(h, c, ep, &res))
+    if (!strncmp(ep, "/admin/", 7) && refuse_admin(h, c, ep, &res))
         return res;
     switch (r) {
     case ROUTE_HEALTH: return health(h, c);
@@ -365,7 +447,14 @@ static enum MHD_Result dispatch(srv_http *h, struct MHD_Connection *c, const cha
     case ROUTE_SWAP: return swap(h, c, cc);
     case ROUTE_STATUS: return send_json(h, c, ep, 200, srv_server_status_json(h->server));
     case ROUTE_WORKLOAD: return send_json(h, c, ep, 200, srv_metrics_workload_json(h->metrics));
+    case ROUTE_PROFILE_RATE: return profile_rate(h, c, cc);
+    case ROUTE_PROFILE: {
+        char *json = NULL;
+        int status = srv_server_profile(h->server, &json);
+        return send_json(h, c, ep, status, json);
+    }
     case ROUTE_NONE: break;
+    default: return control_route(h, c, r, ep, id, cc);
     }
     return MHD_NO;
 }
@@ -447,7 +536,8 @@ static ac_status bind_address(const char *host, int port, struct sockaddr_storag
     return ac_fail(AC_ERR_INVALID, "host '%s' is not an IPv4 or IPv6 address", host);
 }
 
-ac_status srv_http_start(srv_server *server, srv_metrics *metrics, srv_http **out, int *bound_port)
+ac_status srv_http_start(srv_server *server, srv_metrics *metrics, srv_control *control, srv_http **out,
+                         int *bound_port)
 {
     *out = NULL;
     const srv_config *cfg = srv_server_config(server);
@@ -461,6 +551,7 @@ ac_status srv_http_start(srv_server *server, srv_metrics *metrics, srv_http **ou
         return ac_fail(AC_ERR_NOMEM, "out of memory for the HTTP server");
     h->server = server;
     h->metrics = metrics;
+    h->control = control;
     unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_POLL |
                      MHD_USE_ERROR_LOG | (ipv6 ? MHD_USE_IPv6 : 0);
     h->daemon = MHD_start_daemon(flags, (uint16_t)cfg->port, NULL, NULL, on_request, h, MHD_OPTION_SOCK_ADDR,

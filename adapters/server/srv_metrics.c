@@ -7,6 +7,8 @@
  * is not counted, since the callers have no way to report it. */
 #include "server/srv.h"
 
+#include "autocompress/probe.h"
+
 #include <cjson/cJSON.h>
 #include <inttypes.h>
 #include <stdarg.h>
@@ -14,7 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { ENDPOINT_MAX = 64, WINDOW = 8192, HIST_MAX = 16 };
+enum { ENDPOINT_MAX = 64, WINDOW = 8192, HIST_MAX = 16, RECENT = 4096, RECENT_STEPS = 512 };
 
 #define COUNT_OF(a) ((int)(sizeof(a) / sizeof((a)[0])))
 
@@ -51,6 +53,12 @@ typedef struct {
 enum { SERIES_BATCH, SERIES_CACHED, SERIES_INPUT, SERIES_OUTPUT, SERIES_COUNT };
 static const char *const series_names[SERIES_COUNT] = {"batch", "cached_tokens", "input_tokens", "output_tokens"};
 
+/* A finished request as the SLA policy reads it (monotonic seconds). */
+typedef struct {
+    double t_done, latency_s, tpot_s; /* tpot_s < 0: fewer than two tokens */
+    int input, output;
+} recent_completion;
+
 struct srv_metrics {
     pthread_mutex_t mu;
     int slots;
@@ -60,6 +68,8 @@ struct srv_metrics {
     histogram latency, ttft, tpot;
     uint64_t swaps_ok, swaps_failed, steps;
     series series[SERIES_COUNT];
+    recent_completion recent[RECENT]; /* a ring: the newest RECENT completions */
+    int recent_next, recent_n;
 };
 
 /* ---- updates ---- */
@@ -197,6 +207,16 @@ void srv_metrics_completion(srv_metrics *m, const srv_request *req)
         series_push(&m->series[SERIES_INPUT], prompt - cached);
         series_push(&m->series[SERIES_CACHED], cached);
         series_push(&m->series[SERIES_OUTPUT], generated);
+        recent_completion *r = &m->recent[m->recent_next];
+        r->t_done = req->t_done;
+        r->latency_s = nonnegative(req->t_done - req->t_arrival);
+        r->tpot_s = has_token && generated >= 2 ? nonnegative(req->t_done - req->t_first_token) / (double)(generated - 1)
+                                                : -1;
+        r->input = (int)(prompt - cached);
+        r->output = (int)generated;
+        m->recent_next = (m->recent_next + 1) % RECENT;
+        if (m->recent_n < RECENT)
+            m->recent_n++;
     }
     pthread_mutex_unlock(&m->mu);
 }
@@ -516,4 +536,62 @@ char *srv_metrics_workload_json(srv_metrics *m)
     char *text = workload_from_windows(sorted, n, total);
     free(buffer);
     return text;
+}
+
+/* ---- the SLA policy's view ---- */
+
+static int compare_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* The p-th percentile of v[0..n) (sorted in place), nearest rank; -1 when n is 0. */
+static double quantile(double *v, int n, int p)
+{
+    if (n == 0)
+        return -1;
+    qsort(v, (size_t)n, sizeof *v, compare_double);
+    int rank = (p * n + 99) / 100;
+    return v[rank > 0 ? rank - 1 : 0];
+}
+
+int srv_metrics_sla_sample(srv_metrics *m, double since, double now, ac_sla_sample *out)
+{
+    double *buf = malloc(4 * RECENT * sizeof *buf);
+    if (!buf)
+        return 0;
+    double *lat = buf, *tpot = buf + RECENT, *input = buf + 2 * RECENT, *output = buf + 3 * RECENT;
+    int n = 0, n_tpot = 0;
+    double generated = 0, batch_sum = 0;
+    int batch_n = 0;
+    pthread_mutex_lock(&m->mu);
+    for (int k = 0; k < m->recent_n; k++) {
+        const recent_completion *r = &m->recent[(m->recent_next - 1 - k + RECENT) % RECENT];
+        if (r->t_done < since)
+            break;
+        lat[n] = 1e3 * r->latency_s;
+        input[n] = r->input;
+        output[n] = r->output;
+        generated += r->output;
+        n++;
+        if (r->tpot_s >= 0)
+            tpot[n_tpot++] = 1e3 * r->tpot_s;
+    }
+    const series *b = &m->series[SERIES_BATCH];
+    for (int k = 0; k < b->n && k < RECENT_STEPS; k++, batch_n++)
+        batch_sum += (double)b->values[(b->next - 1 - k + WINDOW) % WINDOW];
+    pthread_mutex_unlock(&m->mu);
+    memset(out, 0, sizeof *out);
+    out->now = now;
+    out->requests = n;
+    out->p95_latency_ms = quantile(lat, n, 95);
+    out->time_per_output_token_ms = quantile(tpot, n_tpot, 50);
+    out->throughput_tok_s = now > since ? generated / (now - since) : -1;
+    out->memory_bytes = (double)ac_cpu_resident_bytes();
+    out->prompt_p50 = quantile(input, n, 50);
+    out->output_p50 = quantile(output, n, 50);
+    out->batch_p50 = batch_n ? batch_sum / batch_n : -1;
+    free(buf);
+    return 1;
 }

@@ -110,6 +110,7 @@ void srv_model_free(srv_model *m)
 {
     if (!m)
         return;
+    ac_live_profile_free(m->live);
     ac_runtime_free(m->runtime);
     ac_tokenizer_free(m->tokenizer);
     ac_model_free(m->model);

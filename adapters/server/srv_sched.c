@@ -68,6 +68,9 @@ struct srv_server {
     ac_cache **caches;
     slot **batch;
     srv_model **step_models;
+    ac_cost_tables *profile_tables; /* what GET /admin/profile compares with, or NULL */
+    size_t baseline_resident;       /* the process before it loaded a model */
+    int64_t memory_sampled_ns;      /* the scheduler's last memory sample for the profile */
 };
 
 static double now_s(void) { return 1e-9 * (double)ac_monotonic_ns(); }
@@ -486,6 +489,62 @@ static int plan_batch(srv_server *s, srv_model *m, int *total_tokens, int *all_l
     return n;
 }
 
+/* Memory of model m as the runtime accounts for it (W, C, P, R) and the process's
+ * resident bytes; only meaningful while m is the one model loaded. */
+static ac_memory_sample model_memory(const srv_server *s, const srv_model *m)
+{
+    ac_memory_sample mem;
+    memset(&mem, 0, sizeof mem);
+    mem.weights = (size_t)ac_arch_param_counts(ac_model_arch(m->model)).total * sizeof(float);
+    for (int i = 0; i < s->cfg.slots; i++) {
+        const slot *sl = &s->slots[i];
+        if (sl->model != m || !sl->cache)
+            continue;
+        size_t state = ac_cache_state_bytes(sl->cache);
+        mem.kv_cache += ac_cache_bytes(sl->cache) - state;
+        mem.state += state;
+    }
+    mem.activations = ac_runtime_bytes(m->runtime) + (s->logits_cap + s->work_cap) * sizeof(float);
+    mem.resident = ac_cpu_resident_bytes();
+    return mem;
+}
+
+/* The in-situ profile's probe for this step of model m, attached to its runtime, or NULL
+ * when the step is not sampled. */
+static ac_probe *sample_step_begin(srv_server *s, srv_model *m, int n, int total)
+{
+    if (!m->live)
+        return NULL;
+    int n_decode = 0;
+    double context = 0;
+    for (int i = 0; i < n; i++) {
+        n_decode += s->batch[i]->decoding;
+        context += s->batch[i]->n_history;
+    }
+    ac_probe *probe = ac_live_profile_step_begin(m->live, n, n_decode, total, context / n);
+    if (probe)
+        ac_runtime_set_probe(m->runtime, probe);
+    return probe;
+}
+
+static void sample_step_end(srv_server *s, srv_model *m, int ok)
+{
+    ac_runtime_set_probe(m->runtime, NULL);
+    ac_live_profile_step_end(m->live, ok);
+    /* reading /proc costs tens of microseconds: four memory samples a second are plenty */
+    int64_t now = ac_monotonic_ns();
+    if (now - s->memory_sampled_ns < 250000000)
+        return;
+    s->memory_sampled_ns = now;
+    pthread_mutex_lock(&s->mu);
+    int alone = s->live_models == 1;
+    pthread_mutex_unlock(&s->mu);
+    if (alone) {
+        ac_memory_sample mem = model_memory(s, m);
+        ac_live_profile_memory(m->live, &mem, s->baseline_resident);
+    }
+}
+
 static void step_model(srv_server *s, srv_model *m)
 {
     int total = 0, all = 0;
@@ -498,7 +557,10 @@ static void step_model(srv_server *s, srv_model *m)
                        : ac_fail(AC_ERR_NOMEM, "out of memory for logits");
     if (st == AC_OK) {
         ac_batch batch = {.n_seqs = n, .tokens = s->tok_ptr, .n_tokens = s->n_tok, .caches = s->caches};
+        ac_probe *probe = sample_step_begin(s, m, n, total);
         st = ac_runtime_forward(m->runtime, &batch, all ? AC_LOGITS_ALL : AC_LOGITS_LAST, s->logits);
+        if (probe)
+            sample_step_end(s, m, st == AC_OK);
     }
     srv_metrics_step(s->metrics, n);
     for (int i = 0; i < n; i++) {
@@ -583,6 +645,7 @@ ac_status srv_server_create(const srv_config *config, srv_metrics *metrics, srv_
         return ac_fail(AC_ERR_NOMEM, "out of memory for the server");
     s->cfg = *config;
     s->metrics = metrics;
+    s->baseline_resident = ac_cpu_resident_bytes();
     int n = config->slots, q = config->max_queue > 0 ? config->max_queue : 1;
     s->cfg.max_queue = q;
     s->queue = calloc((size_t)q, sizeof *s->queue);
@@ -600,6 +663,14 @@ ac_status srv_server_create(const srv_config *config, srv_metrics *metrics, srv_
     pthread_mutex_init(&s->swap_mu, NULL);
     pthread_cond_init(&s->work_cv, NULL);
     pthread_cond_init(&s->state_cv, NULL);
+    const char *tables = config->profile_tables[0] ? config->profile_tables : config->control.tables;
+    if (tables[0]) {
+        ac_status st = ac_cost_tables_read(tables, &s->profile_tables); /* its message names the file */
+        if (st != AC_OK) {
+            srv_server_free(s);
+            return st;
+        }
+    }
     if (pthread_create(&s->thread, NULL, scheduler_main, s) != 0) {
         srv_server_free(s);
         return ac_fail(AC_ERR_INTERNAL, "cannot start the scheduler thread");
@@ -661,6 +732,7 @@ void srv_server_free(srv_server *s)
     free(s->step_models);
     free(s->logits);
     free(s->work);
+    ac_cost_tables_free(s->profile_tables);
     pthread_mutex_destroy(&s->mu);
     pthread_mutex_destroy(&s->swap_mu);
     pthread_cond_destroy(&s->work_cv);
@@ -672,6 +744,10 @@ const srv_config *srv_server_config(const srv_server *s) { return &s->cfg; }
 
 static void publish_model(srv_server *s, srv_model *m)
 {
+    /* without a profile (out of memory) the model serves all the same */
+    if (!m->live &&
+        ac_live_profile_create(ac_model_arch(m->model), s->cfg.profile_every, &m->live) != AC_OK)
+        m->live = NULL;
     m->refs = 1;
     m->generation = ++s->generation;
     s->live_models++;
@@ -869,4 +945,35 @@ char *srv_server_status_json(srv_server *s)
     char *text = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
     return text;
+}
+
+int srv_server_profile(srv_server *s, char **json)
+{
+    *json = NULL;
+    pthread_mutex_lock(&s->mu);
+    srv_model *m = s->current;
+    if (m)
+        model_ref(m);
+    pthread_mutex_unlock(&s->mu);
+    if (!m || !m->live) {
+        srv_error e = {503, "server_error", "no_profile", ""};
+        snprintf(e.message, sizeof e.message, "%s", m ? "the served model has no profile (out of memory when it was loaded)"
+                                                       : "no model is being served");
+        *json = srv_api_error_json(&e);
+        if (m)
+            srv_server_release_model(s, m);
+        return 503;
+    }
+    *json = ac_live_profile_json(m->live, s->profile_tables);
+    srv_server_release_model(s, m);
+    return 200;
+}
+
+void srv_server_set_profile_every(srv_server *s, int every)
+{
+    pthread_mutex_lock(&s->mu);
+    s->cfg.profile_every = every;
+    if (s->current && s->current->live)
+        ac_live_profile_set_every(s->current->live, every);
+    pthread_mutex_unlock(&s->mu);
 }

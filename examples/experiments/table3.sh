@@ -11,9 +11,10 @@
 # runs are complete, to RUNS_DIR/table3.md; examples/experiments/table3.md is the copy
 # committed with the numbers this machine gave.
 #
-# Budgets (scaled from the paper's billions to a 2-core machine, about 80 minutes for the
-# whole table): search tokens S for AutoCompress, 2 S for Minitron++'s four short KDs (the
-# paper's baseline spent 2-3x AutoCompress's search tokens), KD tokens D for both. The
+# Budgets (scaled from the paper's billions to a 2-core machine: 10-14 minutes a run
+# alone, about 100 minutes for the whole table): search tokens S for AutoCompress, 2 S
+# for Minitron++'s four short KDs (the paper's baseline spent 2-3x AutoCompress's search
+# tokens), KD tokens D for both. The
 # cost tables are the committed prose-parent profiles (examples/search/*/tables.json); the
 # code parent has the same architecture, so it reuses the latency tables (its reference
 # request, timed against its own weights, corrects for the machine's speed).

@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -81,6 +82,7 @@ ac_status ac_run_in_child(ac_child_fn fn, void *arg, void **out, size_t *bytes)
     if (pipe(fds) != 0)
         return ac_fail(AC_ERR_IO, "child: cannot create a pipe: %s", strerror(errno));
     fflush(NULL);
+    pid_t parent = getpid();
     pid_t pid = fork();
     if (pid < 0) {
         close(fds[0]);
@@ -88,6 +90,11 @@ ac_status ac_run_in_child(ac_child_fn fn, void *arg, void **out, size_t *bytes)
         return ac_fail(AC_ERR_IO, "child: cannot fork: %s", strerror(errno));
     }
     if (pid == 0) {
+        /* a child outlives no parent: one killed (a job cancelled, kill -9) takes its
+         * stage with it instead of leaving it writing into a run that is resumed */
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (getppid() != parent)
+            _exit(1);
         close(fds[0]);
         signal(SIGPIPE, SIG_IGN);
         ac_status st = fn(arg, fds[1]);

@@ -29,5 +29,7 @@ expect 2 "type.cfg:1: host must be a string" --model "$model" --config "$tmp/typ
 expect 2 "none.cfg" --model "$model" --config "$tmp/none.cfg"
 expect 1 "is not an IPv4 or IPv6 address" --model "$model" --host example.org --port 0
 expect 1 "$tmp/missing/config.json" --model "$tmp/missing" --port 0
+printf 'profile_tables = "%s/none.json";\n' "$tmp" >"$tmp/tables.cfg"
+expect 1 "$tmp/none.json" --model "$model" --port 0 --config "$tmp/tables.cfg"
 expect 1 "cannot write the port file" --model "$model" --port 0 --port-file "$tmp/no/such/dir/port"
 echo "serve_args: ok"

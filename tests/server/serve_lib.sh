@@ -26,6 +26,8 @@ fi
 serve_start() {
   local ac=$1 status=""
   shift
+  port=""
+  rm -f "$serve_tmp/port" # a restart must not read the previous server's port
   "$ac" serve --port 0 --port-file "$serve_tmp/port" "$@" 2>"$serve_log" &
   server_pid=$!
   # the port file appears once it listens; /health turns 200 once the model is loaded

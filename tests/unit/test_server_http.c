@@ -500,7 +500,7 @@ static int setup(void **state)
     cfg.context_tokens = CONTEXT;
     snprintf(cfg.admin_token, sizeof cfg.admin_token, TOKEN);
     if (srv_metrics_create(cfg.slots, &metrics) != AC_OK || srv_server_create(&cfg, metrics, &server) != AC_OK ||
-        srv_http_start(server, metrics, &daemon_http, &port) != AC_OK || port <= 0 ||
+        srv_http_start(server, metrics, NULL, &daemon_http, &port) != AC_OK || port <= 0 ||
         srv_server_load_initial(server, PROSE) != AC_OK) {
         fprintf(stderr, "cannot start the server: %s\n", ac_error_message());
         return -1;
@@ -1190,7 +1190,7 @@ static void test_admin_disabled(void **state)
     int p2 = 0;
     assert_int_equal(srv_metrics_create(c.slots, &m2), AC_OK);
     assert_int_equal(srv_server_create(&c, m2, &s2), AC_OK);
-    assert_int_equal(srv_http_start(s2, m2, &h2, &p2), AC_OK);
+    assert_int_equal(srv_http_start(s2, m2, NULL, &h2, &p2), AC_OK);
     assert_true(p2 > 0 && p2 != port);
     const char *paths[] = {"/admin/status", "/admin/workload"};
     for (int i = 0; i < 2; i++) {
