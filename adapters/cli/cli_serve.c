@@ -114,7 +114,8 @@ int cli_serve(int argc, char **argv)
     ac_status st = srv_metrics_create(cfg.slots, &metrics);
     if (st == AC_OK)
         st = srv_server_create(&cfg, metrics, &server);
-    if (st == AC_OK)
+    /* jobs come from the admin API or the SLA policy: without either, no jobs directory */
+    if (st == AC_OK && (cfg.admin_token[0] || cfg.sla.enabled))
         st = start_control(server, metrics, a.model, &control);
     if (st == AC_OK)
         st = srv_http_start(server, metrics, control, &http, &port);

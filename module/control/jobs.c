@@ -245,6 +245,8 @@ static ac_status list_ids(const char *dir, id_list *list)
     list->ids = NULL;
     list->count = 0;
     DIR *d = opendir(dir);
+    if (!d && errno == ENOENT)
+        return AC_OK; /* made with the first job */
     if (!d)
         return ac_fail(AC_ERR_IO, "jobs: cannot read %s: %s", dir, strerror(errno));
     size_t cap = 0;
@@ -265,7 +267,7 @@ static ac_status list_ids(const char *dir, id_list *list)
         ac_copy_text(list->ids[list->count++], AC_JOB_ID_MAX, e->d_name);
     }
     closedir(d);
-    if (st == AC_OK)
+    if (st == AC_OK && list->count > 1)
         qsort(list->ids, list->count, sizeof *list->ids, newer_first);
     return st;
 }
@@ -309,9 +311,6 @@ ac_status ac_jobs_open(const ac_jobs_config *config, ac_jobs **out)
     if (config->nice < 0 || config->nice > 19 || config->threads < 0)
         return ac_fail(AC_ERR_INVALID, "jobs: nice must be 0..19 and threads >= 0 (got %d, %d)", config->nice,
                        config->threads);
-    ac_status st = ac_make_dirs(config->jobs_dir);
-    if (st != AC_OK)
-        return st;
     ac_jobs *jobs = calloc(1, sizeof *jobs);
     if (!jobs)
         return ac_fail(AC_ERR_NOMEM, "jobs: out of memory");
@@ -323,7 +322,7 @@ ac_status ac_jobs_open(const ac_jobs_config *config, ac_jobs **out)
     pthread_mutex_init(&jobs->mu, NULL);
     pthread_cond_init(&jobs->idle, NULL);
     id_list list;
-    st = list_ids(jobs->dir, &list);
+    ac_status st = list_ids(jobs->dir, &list);
     if (st == AC_OK)
         mark_interrupted(jobs, &list);
     free(list.ids);
@@ -377,9 +376,10 @@ ac_jobs_result ac_jobs_submit(ac_jobs *jobs, const ac_job_spec *spec, const char
     } else if (next_id(jobs, job.id) == AC_OK) {
         job_dir(jobs, job.id, job.dir, sizeof job.dir);
         snprintf(contract, sizeof contract, "%s/contract.cfg", job.dir);
-        if (mkdir(job.dir, 0755) != 0)
-            ac_fail(AC_ERR_IO, "jobs: cannot create %s: %s", job.dir, strerror(errno));
-        else if (ac_write_text_file(contract, contract_text) == AC_OK) {
+        ac_status st = ac_make_dirs(jobs->dir); /* the jobs directory comes with the first job */
+        if (st == AC_OK && mkdir(job.dir, 0755) != 0)
+            st = ac_fail(AC_ERR_IO, "jobs: cannot create %s: %s", job.dir, strerror(errno));
+        if (st == AC_OK && ac_write_text_file(contract, contract_text) == AC_OK) {
             job.spec = *spec;
             job.created_at = unix_now();
             job.eta_s = -1;
