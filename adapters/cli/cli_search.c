@@ -69,18 +69,24 @@ static void print_costs(const char *what, const ac_cost_prediction *p)
            p->throughput_tok_s, p->memory_bytes / (1024.0 * 1024.0));
 }
 
+static void print_targets(const char *label, const ac_budget_targets *t)
+{
+    printf("  %-8s", label);
+    if (t->latency_ms > 0)
+        printf(" latency <= %.2f ms", t->latency_ms);
+    if (t->throughput_tok_s > 0)
+        printf(" throughput >= %.1f tok/s", t->throughput_tok_s);
+    if (t->memory_bytes > 0)
+        printf(" memory <= %.2f MiB", t->memory_bytes / (1024.0 * 1024.0));
+    printf("\n");
+}
+
 static void print_report(const search_args *a, const ac_search_report *r)
 {
     printf("search: %d router steps%s, %lld search tokens (%lld calibration) -> %s/arch.json\n", r->steps,
            r->resumed_from >= 0 ? " (resumed)" : "", (long long)r->tokens, (long long)r->calib_tokens, a->p.out_dir);
-    printf("  targets ");
-    if (r->targets.latency_ms > 0)
-        printf(" latency <= %.2f ms", r->targets.latency_ms);
-    if (r->targets.throughput_tok_s > 0)
-        printf(" throughput >= %.1f tok/s", r->targets.throughput_tok_s);
-    if (r->targets.memory_bytes > 0)
-        printf(" memory <= %.2f MiB", r->targets.memory_bytes / (1024.0 * 1024.0));
-    printf("\n");
+    print_targets("targets", &r->targets);
+    print_targets("planned", &r->planned);
     if (a->p.train_weights)
         printf("  trained weights (the reordered parent): %s/weights\n", a->p.out_dir);
     print_costs("parent", &r->parent);

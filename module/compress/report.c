@@ -145,6 +145,7 @@ static ac_status write_json_report(const ac_compress_ctx *c, const report_inputs
     cJSON_AddNumberToObject(root, "hidden", in->model.hidden);
     cJSON_AddItemToObject(root, "architecture", architecture_json(in));
     cJSON_AddItemReferenceToObject(root, "targets", cJSON_GetObjectItemCaseSensitive(in->search, "targets"));
+    cJSON_AddItemReferenceToObject(root, "planned_targets", cJSON_GetObjectItemCaseSensitive(in->search, "planned_targets"));
     cJSON_AddItemReferenceToObject(root, "parent_predicted",
                                    cJSON_GetObjectItemCaseSensitive(in->search, "parent_predicted"));
     cJSON_AddItemReferenceToObject(root, "predicted", cJSON_GetObjectItemCaseSensitive(in->search, "chosen_predicted"));
@@ -175,9 +176,9 @@ static void cost_row(FILE *f, const report_inputs *in, const char *label, const 
     const cJSON *m = cJSON_GetObjectItemCaseSensitive(in->measure, measure_key);
     fprintf(f, "| %s | ", label);
     if (cJSON_IsNumber(t))
-        fprintf(f, "%s %.3f %s", relation, t->valuedouble, unit);
+        fprintf(f, "%s %.3f %s | %.3f", relation, t->valuedouble, unit, number(in->search, "planned_targets", target_key));
     else
-        fprintf(f, "-");
+        fprintf(f, "- | -");
     fprintf(f, " | %.3f | %.3f | %.3f | %s |\n", number(in->search, "chosen_predicted", target_key),
             number(m, "measured", NULL) / scale, number(m, "measured_raw", NULL) / scale,
             cJSON_IsNumber(t) ? (flag(m, "pass", NULL) ? "pass" : "**FAIL**") : "-");
@@ -201,9 +202,11 @@ static ac_status write_markdown(const ac_compress_ctx *c, const report_inputs *i
             (long long)mp.active, in->model.n_layers, in->parent.n_layers, in->model.hidden,
             flag(in->measure, "pass", NULL) ? "**meets**" : "**does not meet**");
     fprintf(f, "## Costs\n\nMeasured on this machine under the contract's workload (%d sweeps of fresh processes); "
-               "corrected = at the profiling's machine speed, the value compared with the target.\n\n",
-            c->p->measure_sweeps);
-    fprintf(f, "| | target | predicted | measured (corrected) | measured (raw) | |\n|---|---|---|---|---|---|\n");
+               "corrected = at the profiling's machine speed, the value compared with the target; planned = "
+               "the target the search aimed at, %g%% inside it (the contract's margin).\n\n",
+            c->p->measure_sweeps, 100.0 * c->contract.margin);
+    fprintf(f, "| | target | planned | predicted | measured (corrected) | measured (raw) | |\n"
+               "|---|---|---|---|---|---|---|\n");
     cost_row(f, in, "latency (ms)", "latency_ms", "latency_ms", "ms", 1.0, "<=");
     cost_row(f, in, "throughput (tok/s)", "throughput_tok_s", "throughput_tok_s", "tok/s", 1.0, ">=");
     cost_row(f, in, "memory (MiB)", "memory_mib", "memory_bytes", "MiB", 1024.0 * 1024.0, "<=");

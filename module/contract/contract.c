@@ -417,11 +417,30 @@ static void ratio_slot(ac_contract_ratios *ratios, int i, bool **has, double **v
     *value = i == 0 ? &ratios->latency : i == 1 ? &ratios->throughput : &ratios->memory;
 }
 
+/* targets.margin: a fraction in [0, AC_CONTRACT_MAX_MARGIN), the default when absent. */
+static ac_status read_margin(const reader *r, const config_setting_t *g, double *margin)
+{
+    *margin = AC_CONTRACT_DEFAULT_MARGIN;
+    const config_setting_t *s = config_setting_get_member(g, "margin");
+    if (!s)
+        return AC_OK;
+    int type = config_setting_type(s);
+    if (type != CONFIG_TYPE_FLOAT && type != CONFIG_TYPE_INT && type != CONFIG_TYPE_INT64)
+        return fail_at(r, s, "targets.margin: expected a number, got %s", type_name(type));
+    double v = type == CONFIG_TYPE_FLOAT ? config_setting_get_float(s)
+               : type == CONFIG_TYPE_INT ? config_setting_get_int(s) : (double)config_setting_get_int64(s);
+    if (!isfinite(v) || v < 0 || v >= AC_CONTRACT_MAX_MARGIN)
+        return fail_at(r, s, "targets.margin = %g: must be in [0, %g) (a fraction of each target)", v,
+                       AC_CONTRACT_MAX_MARGIN);
+    *margin = v;
+    return AC_OK;
+}
+
 static ac_status read_targets(const reader *r, const config_setting_t *root, ac_contract *c)
 {
     static const char *const keys[] = {"latency_ms", "throughput_tok_s", "memory_gib",
                                        "latency_ratio", "throughput_ratio", "memory_ratio",
-                                       NULL};
+                                       "margin", NULL};
     const char *path = "targets";
     config_setting_t *g;
     bool any = false;
@@ -432,6 +451,8 @@ static ac_status read_targets(const reader *r, const config_setting_t *root, ac_
     if ((st = check_keys(r, g, path, keys)) != AC_OK)
         return st;
     if ((st = read_costs(r, g, path, &c->targets)) != AC_OK)
+        return st;
+    if ((st = read_margin(r, g, &c->margin)) != AC_OK)
         return st;
     for (int i = 0; i < 3; i++) {
         const target_keys *k = &target_names[i];

@@ -65,6 +65,11 @@ static void print_targets(FILE *out, const ac_contract_costs *t, const ac_contra
                  r->has_memory, r->memory);
 }
 
+static void print_margin(FILE *out, double margin)
+{
+    fprintf(out, "    %-17s%g (the search plans %g%% inside every target)\n", "margin", margin, 100.0 * margin);
+}
+
 static void print_tokens(FILE *out, const char *label, bool has, int64_t v)
 {
     if (!has) {
@@ -113,6 +118,7 @@ void ac_contract_print(const ac_contract *c, FILE *out)
 
     fprintf(out, "  targets:\n");
     print_targets(out, &c->targets, &c->ratios);
+    print_margin(out, c->margin);
 
     if (c->parent.present) {
         fprintf(out, "  parent:\n");

@@ -316,6 +316,7 @@ static ac_status write_outputs(const minitron_run *r, const ac_minitron_report *
     ac_search_report sr;
     memset(&sr, 0, sizeof sr);
     sr.targets = rep->targets;
+    sr.planned = rep->planned;
     sr.parent = rep->parent;
     sr.chosen = rep->chosen_cost;
     sr.meets = 1;
@@ -386,6 +387,7 @@ ac_status ac_minitron_run(const ac_model *parent, const ac_contract *contract, c
         st = ac_cost_predict_arch(r.cost, pa, &rep->parent);
     if (st == AC_OK)
         st = ac_search_resolve_targets(contract, &rep->parent, &rep->targets);
+    rep->planned = ac_search_planned_targets(&rep->targets, contract->margin);
     if (st == AC_OK) {
         r.n_axes = ac_cost_model_axis_count(r.cost);
         st = importance(&r);
@@ -395,7 +397,7 @@ ac_status ac_minitron_run(const ac_model *parent, const ac_contract *contract, c
     if (st == AC_OK)
         st = build_grid(&r);
     rep->grid = r.n_grid;
-    rep->feasible = st == AC_OK ? select_feasible(&r, &rep->targets) : 0;
+    rep->feasible = st == AC_OK ? select_feasible(&r, &rep->planned) : 0;
     if (st == AC_OK && rep->feasible == 0)
         st = ac_fail(AC_ERR_INVALID, "minitron: none of the %d homogeneous candidates is predicted to meet %s's targets",
                      r.n_grid, contract->name);

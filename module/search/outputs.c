@@ -92,6 +92,8 @@ cJSON *ac_search_summary_json(const ac_contract *contract, const ac_cost_model *
         return NULL;
     cJSON_AddStringToObject(root, "contract", contract->name);
     cJSON_AddItemToObject(root, "targets", targets_json(&r->targets));
+    cJSON_AddItemToObject(root, "planned_targets", targets_json(&r->planned));
+    cJSON_AddNumberToObject(root, "margin", contract->margin);
     cJSON_AddItemToObject(root, "parent_predicted", costs_json(&r->parent));
     cJSON_AddItemToObject(root, "chosen_predicted", costs_json(&r->chosen));
     cJSON_AddBoolToObject(root, "meets_targets", r->meets);

@@ -93,6 +93,15 @@ ac_status ac_search_resolve_targets(const ac_contract *c, const ac_cost_predicti
     return AC_OK;
 }
 
+ac_budget_targets ac_search_planned_targets(const ac_budget_targets *t, double margin)
+{
+    ac_budget_targets p = *t;
+    p.latency_ms *= 1.0 - margin;
+    p.memory_bytes *= 1.0 - margin;
+    p.throughput_tok_s *= 1.0 + margin;
+    return p;
+}
+
 /* The targets at step `step` of `steps`: from the parent's cost to the final ones over
  * the warm-up (Sheared-LLaMA's warmed-up target). */
 static ac_budget_targets warmed_targets(const ac_budget_targets *final, const ac_cost_prediction *parent, double frac)
@@ -140,7 +149,7 @@ typedef struct {
     float *m, *v, *grad;        /* AdamW moments and the gradient of the logits */
     double *probs, *dprobs, *dprobs_budget, *dl_kd, *dl_budget, *d_lat, *d_mem, *d_thr;
     ac_cost_prediction parent_cost;
-    ac_budget_targets targets;
+    ac_budget_targets targets, planned; /* the contract's; those the search aims at */
     int64_t calib_tokens;
     char fingerprint[AC_SEARCH_FINGERPRINT];
     FILE *csv;
@@ -281,6 +290,7 @@ static ac_status setup(search_run *r, const ac_model *parent, const ac_cost_tabl
         st = ac_cost_predict_arch(r->cost, ac_model_arch(r->model), &r->parent_cost);
     if (st == AC_OK)
         st = ac_search_resolve_targets(r->contract, &r->parent_cost, &r->targets);
+    r->planned = ac_search_planned_targets(&r->targets, r->contract->margin);
     if (st == AC_OK)
         st = ac_routers_create(r->cost, ac_model_arch(r->model), &r->routers);
     if (st != AC_OK)
@@ -387,7 +397,7 @@ static ac_status router_step(search_run *r, int step, step_result *out)
     if (st != AC_OK)
         return st;
     double frac = p->target_warmup > 0 ? (double)step / ((double)p->target_warmup * r->steps) : 1.0;
-    out->targets = warmed_targets(&r->targets, &r->parent_cost, frac);
+    out->targets = warmed_targets(&r->planned, &r->parent_cost, frac);
     out->budget =
         ac_budget_loss(&out->targets, &p->budget, &out->expected, r->d_lat, r->d_mem, r->d_thr, n, r->dprobs_budget);
     /* the budget's gradient alone, with the mask gradients zeroed again */
@@ -626,11 +636,12 @@ ac_status ac_search_run(const ac_model *parent, const ac_contract *contract, con
         report->calib_tokens = r.calib_tokens;
         report->tokens = r.calib_tokens + (int64_t)params->batch * params->seq_len * r.steps;
         report->targets = r.targets;
+        report->planned = r.planned;
         report->parent = r.parent_cost;
         /* the final distributions, without noise, at the last temperature */
         ac_routers_probs(r.routers, params->temp_end, AC_ROUTER_SOFTMAX, 0, r.probs);
         choice = calloc((size_t)r.n_axes, sizeof *choice);
-        st = choice ? ac_search_discretize(r.cost, ac_model_arch(r.model), r.probs, &r.imp, &r.targets, choice, repairs, AC_SEARCH_MAX_REPAIRS,
+        st = choice ? ac_search_discretize(r.cost, ac_model_arch(r.model), r.probs, &r.imp, &r.planned, choice, repairs, AC_SEARCH_MAX_REPAIRS,
                                            report)
                     : ac_fail(AC_ERR_NOMEM, "search: out of memory");
     }

@@ -35,6 +35,8 @@ ac_status ac_search_state_load(const char *dir, int want_step, ac_search_state *
 
 /* The contract's targets in the cost model's units, ratios of the parent's predicted cost. */
 ac_status ac_search_resolve_targets(const ac_contract *c, const ac_cost_prediction *parent, ac_budget_targets *t);
+/* The targets a search aims at: each of t tightened by the fraction `margin`. */
+ac_budget_targets ac_search_planned_targets(const ac_budget_targets *t, double margin);
 /* Sum of the relative excesses of p over the targets (0: every target met). */
 double ac_search_excess(const ac_budget_targets *t, const ac_cost_prediction *p);
 /* The temperature of step `step` of `steps` (geometric from temp_start to temp_end). */

@@ -81,6 +81,10 @@ kept = [a["parent_layer"] for a in r["architecture"] if a["kept"] is not None]
 assert kept == s["parent_layers"], (kept, s["parent_layers"])
 assert r["parameters"] == s["parameters"] < r["parent_parameters"]
 assert m["latency_ms"]["target"] == s["targets"]["latency_ms"]
+# the search aimed its margin (the default 2%) inside the target, and the pick is within it
+assert s["margin"] == 0.02 and abs(s["planned_targets"]["latency_ms"] - 0.98 * s["targets"]["latency_ms"]) < 1e-9, s
+assert s["chosen_predicted"]["latency_ms"] <= s["planned_targets"]["latency_ms"], s
+assert r["planned_targets"] == s["planned_targets"]
 assert e["tokens"] > 0 and e["kd_loss"] >= 0 and 0 <= e["top1_agreement"] <= 1
 EOF
 grep -q "## Costs" "$tmp/a/report.md" || fail "report.md has no costs"
@@ -142,6 +146,8 @@ assert c[0]["parameters"] >= c[1]["parameters"], c
 best = min(c, key=lambda x: x["kd_loss"])
 assert best["parameters"] == s["parameters"], (best, s["parameters"])
 assert s["search_tokens"] == 64 * 32 + 2 * 1024, s["search_tokens"]   # calibration + two short KDs
+# the grid is filtered by the planned targets, the margin inside the contract's
+assert s["chosen_predicted"]["latency_ms"] <= s["planned_targets"]["latency_ms"] < s["targets"]["latency_ms"], s
 # homogeneous: one value per axis kind over the layers kept (a MoE without routed width
 # is an MLP of its shared width, so the checkpoint itself may still list per-layer dims)
 kept = {k: v for k, v in s["choice"].items() if k != "hidden"}

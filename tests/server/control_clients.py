@@ -1,5 +1,6 @@
 """Clients that keep a server busy while the controller works: N threads send greedy
-completions until a stop file appears, and every answer is checked whole (HTTP 200, a
+completions (each a short pause after the last, so the jobs get a share of a small
+machine) until a stop file appears, and every answer is checked whole (HTTP 200, a
 finish reason, as many tokens as asked unless a stop ended it). Writes a JSON summary:
 requests, failures and the first few failures' reasons. Standard library only."""
 import argparse
@@ -50,8 +51,8 @@ def client(index, args, results, lock):
                 results["failures"] += 1
                 if len(results["reasons"]) < 10:
                     results["reasons"].append(problem)
-        if problem:
-            time.sleep(0.5)  # a server that is gone is not asked again at full speed
+        # a server that is gone is not asked again at full speed
+        time.sleep(0.5 if problem else args.pause)
 
 
 def main():
@@ -61,6 +62,7 @@ def main():
     p.add_argument("--out", required=True)
     p.add_argument("--clients", type=int, default=4)
     p.add_argument("--max-tokens", type=int, default=8)
+    p.add_argument("--pause", type=float, default=0.05, help="seconds between one client's requests")
     args = p.parse_args()
     results = {"requests": 0, "failures": 0, "reasons": []}
     lock = threading.Lock()

@@ -387,6 +387,7 @@ static void test_parse_string_defaults(void **state)
     assert_false(c.search.mamba_heads.remove);
     assert_false(c.search.removable.mamba || c.search.removable.moe);
     assert_false(c.budgets.has_search_tokens || c.budgets.has_kd_tokens);
+    assert_near(c.margin, 0.02);
     CANDIDATES(&c.search.routed_ffn, 128, 0);
 }
 
@@ -467,6 +468,16 @@ static void test_parse_string_errors(void **state)
                     "targets.memory_gib = 4 exceeds hardware.memory_gib = 2");
     free(three);
     free(two);
+
+    /* the margin: a fraction in [0, 0.5), not a target by itself */
+    expect_ok("latency_ms = 100.0;", "latency_ms = 100.0; margin = 0.1;", &c);
+    assert_near(c.margin, 0.1);
+    expect_ok("latency_ms = 100.0;", "latency_ms = 100.0; margin = 0;", &c);
+    assert_near(c.margin, 0.0);
+    expect_bad("latency_ms = 100.0;", "latency_ms = 100.0; margin = -0.01;", 12, "targets.margin = -0.01: must be in [0, 0.5)");
+    expect_bad("latency_ms = 100.0;", "latency_ms = 100.0; margin = 0.5;", 12, "must be in [0, 0.5)");
+    expect_bad("latency_ms = 100.0;", "latency_ms = 100.0; margin = \"2%\";", 12, "targets.margin: expected a number");
+    expect_bad("latency_ms = 100.0;", "margin = 0.1;", 11, "no target");
 
     /* groups and lists of the wrong shape */
     expect_bad("targets = {\n  latency_ms = 100.0;\n};", "targets = 3;", 11, "expected a group");
@@ -730,7 +741,8 @@ static void test_print(void **state)
     fclose(out);
     static const char *const rel[] = {
         "latency_ratio    <= 0.65 x the parent's latency_ms",
-        "throughput_tok_s -", "memory_ratio     <= 0.46 x the parent's memory_gib"};
+        "throughput_tok_s -", "memory_ratio     <= 0.46 x the parent's memory_gib",
+        "margin           0.02 (the search plans 2% inside every target)"};
     for (size_t i = 0; i < sizeof rel / sizeof rel[0]; i++)
         if (!strstr(text, rel[i]))
             fail_msg("printout lacks \"%s\":\n%s", rel[i], text);

@@ -252,15 +252,19 @@ static void test_a_measurement_times_several_requests(void **state)
     for (int r = 0; r < 3; r++)
         assert_true(res.reference_seconds[r] == 0);
     /* with the reference: a parent request after each, and nothing added to the memory
-     * peak (the reference is built after it is read) */
+     * peak (the reference is built after it is read). Counted, it would add its weights;
+     * the peak's own noise (pages, a sanitizer's allocator) stays far below a quarter. */
     double alone = res.measured_bytes;
     job.reference = 1;
     assert_int_equal(ac_measure(&job, &res, NULL), AC_OK);
     assert_int_equal(res.repeats, 3);
     for (int r = 0; r < 3; r++)
         assert_true(res.reference_seconds[r] > 0);
-    assert_true(fabs(res.measured_bytes - alone) <= 0.01 * alone);
+    double weights = (double)ac_arch_param_counts(&arch).total * sizeof(float);
     ac_arch_free(&arch);
+    if (fabs(res.measured_bytes - alone) > 0.25 * weights)
+        fail_msg("the reference moved the peak by %.0f bytes (alone %.0f, weights %.0f)", res.measured_bytes - alone,
+                 alone, weights);
 }
 
 /* The slope within groups ignores the groups' levels: two groups on parallel lines of

@@ -188,6 +188,9 @@ static void test_budget_alone_meets_the_target(void **state)
            r.targets.latency_ms, r.chosen.latency_ms, r.repair_steps);
     assert_true(r.targets.latency_ms < 0.35 * r.parent.latency_ms);
     assert_true(r.meets);
+    /* the search aims the contract's default margin inside the target */
+    assert_float_equal(r.planned.latency_ms, (1.0 - AC_CONTRACT_DEFAULT_MARGIN) * r.targets.latency_ms, 1e-9);
+    assert_true(r.chosen.latency_ms <= r.planned.latency_ms);
     assert_int_equal(r.repair_steps, 0);
     assert_int_equal(r.steps, 60);
     assert_int_equal(r.tokens, p.max_tokens);
@@ -239,6 +242,7 @@ static void test_kd_alone_keeps_the_parent(void **state)
 {
     fixture *f = *state;
     load_contract(f, "1.0");
+    f->contract.margin = 0; /* a target the parent meets exactly */
     f->tables = make_tables(&f->contract);
     ac_search_params p = params_in(f, "kd");
     p.budget = (ac_budget_weights){0, 0};

@@ -146,7 +146,8 @@ ac_search_params ac_search_default_params(void);
 typedef struct {
     int steps, resumed_from;   /* resumed_from: the state's step, -1 when started fresh */
     int64_t calib_tokens, tokens; /* tokens: calibration + router steps */
-    ac_budget_targets targets;
+    ac_budget_targets targets; /* the contract's */
+    ac_budget_targets planned; /* those aimed at: the contract's margin inside them */
     ac_cost_prediction parent, chosen; /* the cost model's predictions */
     int settled_axes;          /* undecided axes (most probable value < 0.9) moved to their
                                   second value: of those combinations, the one that meets
@@ -193,7 +194,8 @@ typedef struct {
     int chosen;                    /* index among the trained */
     double chosen_kd;              /* its KD loss */
     int64_t calib_tokens, tokens;  /* tokens: calibration + short KDs */
-    ac_budget_targets targets;
+    ac_budget_targets targets;     /* the contract's */
+    ac_budget_targets planned;     /* those the grid is filtered by (the margin inside) */
     ac_cost_prediction parent, chosen_cost;
     ac_arch arch;                  /* the winner (free with ac_arch_free) */
 } ac_minitron_report;
