@@ -110,6 +110,10 @@ void srv_model_free(srv_model *model);
 /* Length of the longest prefix of s[0..len) that does not end inside an incomplete
  * UTF-8 sequence (a complete or invalid sequence counts as whole). */
 size_t srv_utf8_complete_prefix(const char *s, size_t len);
+/* Length of the longest prefix of s[0..len) that is valid UTF-8 (len when all of it is). */
+size_t srv_utf8_valid_prefix(const char *s, size_t len);
+/* Where JSON text holds the string escape \u0000 (cJSON's strings would end there), or -1. */
+long srv_json_nul_escape(const char *s, size_t len);
 /* A malloc'd, NUL-terminated copy with every invalid UTF-8 sequence replaced by U+FFFD. */
 char *srv_utf8_sanitize(const char *s, size_t len);
 /* Where the first stop string occurs in text[from..len) (matches may start before
@@ -282,8 +286,9 @@ char *srv_api_completion_json(srv_request *req, const char *model_name);
 /* The next SSE chunk of a stream from the text and tokens ready past *sent_text /
  * *sent_tokens, or NULL when there is nothing new; `final` adds the finish reason. */
 char *srv_api_stream_chunk(srv_request *req, const char *model_name, size_t *sent_text, int *sent_tokens, int final);
-/* A JSON body that is one value and nothing after it (whitespace aside), or NULL;
- * *error_at (may be NULL) is the byte where parsing stopped. */
+/* A JSON body that is one value and nothing after it (whitespace aside), or NULL (also
+ * for text that is not UTF-8, or holds \u0000); *error_at (may be NULL) is the byte
+ * where parsing stopped. */
 struct cJSON *srv_json_parse_whole(const char *body, size_t len, size_t *error_at);
 /* {"error": {...}} (malloc'd). */
 char *srv_api_error_json(const srv_error *err);

@@ -66,8 +66,28 @@ void srv_request_free(srv_request *req)
 
 /* ---- parsing ---- */
 
+/* JSON text is UTF-8, and cJSON's strings end at a \u0000: where the body breaks
+ * either (a 400 with the byte), or -1. */
+static long text_problem(const char *body, size_t len, const char **what)
+{
+    size_t valid = srv_utf8_valid_prefix(body, len);
+    if (valid < len) {
+        *what = "the body is not valid UTF-8 (JSON text is UTF-8)";
+        return (long)valid;
+    }
+    *what = "the body holds \\u0000, which no string here may contain";
+    return srv_json_nul_escape(body, len);
+}
+
 cJSON *srv_json_parse_whole(const char *body, size_t len, size_t *error_at)
 {
+    const char *what;
+    long bad = text_problem(body, len, &what);
+    if (bad >= 0) {
+        if (error_at)
+            *error_at = (size_t)bad;
+        return NULL;
+    }
     const char *end = NULL; /* cJSON sets it to where parsing stopped, or failed */
     cJSON *root = cJSON_ParseWithLengthOpts(body, len, &end, 0);
     if (!end || end < body || end > body + len)
@@ -244,6 +264,12 @@ static int parse_field(const cJSON *f, srv_request *req, const srv_model *model,
             INVALID(err, "invalid_type", "'model' must be a string");
             return 0;
         }
+        if (strcmp(f->valuestring, model->name)) { /* as OpenAI and vLLM answer */
+            set_error(err, 404, "invalid_request_error", "model_not_found",
+                      "the model '%.100s' does not exist (this server serves '%s', see /v1/models)", f->valuestring,
+                      model->name);
+            return 0;
+        }
         return 1;
     }
     if (!strcmp(k, "prompt"))
@@ -319,6 +345,12 @@ static void make_id(srv_request *req)
 srv_request *srv_api_parse_completion(const char *body, size_t len, srv_model *model, const srv_config *config,
                                       srv_error *err)
 {
+    const char *what;
+    long bad = text_problem(body, len, &what);
+    if (bad >= 0) {
+        INVALID(err, "invalid_encoding", "%s: byte %ld", what, bad);
+        return NULL;
+    }
     size_t at = 0;
     cJSON *root = srv_json_parse_whole(body, len, &at);
     if (!root) {

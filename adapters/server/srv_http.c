@@ -1,6 +1,7 @@
 /* HTTP on libmicrohttpd, one thread per connection: routing, bodies within the size
  * limit, bearer tokens for /admin, JSON and SSE responses. Handlers block (waiting for a
  * completion, or inside a stream's reader) only on their own connection's thread. */
+#define _GNU_SOURCE /* POLLRDHUP */
 #include "server/srv.h"
 #include "server/srv_control.h"
 
@@ -8,10 +9,13 @@
 #include <cjson/cJSON.h>
 #include <microhttpd.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
+#include <time.h>
 
 struct srv_http {
     struct MHD_Daemon *daemon;
@@ -23,8 +27,16 @@ struct srv_http {
 typedef struct {
     char *body;
     size_t len, cap;
-    int too_large;
+    int too_large;     /* over max_body_bytes: the rest is read and dropped, then a 413 */
+    size_t dropped;    /* bytes of such a body read and dropped */
+    int answered;      /* a 413 went out before the end of the body */
 } connection_ctx;
+
+/* A body over the limit is still read (and dropped) up to this many bytes, so a client
+ * that sends it all before reading (most do, without Expect: 100-continue) gets the 413
+ * instead of a reset connection; past it the 413 goes out at once and the connection
+ * closes. */
+enum { DROP_MAX_BYTES = 64 << 20 };
 
 /* ---- responses ---- */
 
@@ -223,6 +235,43 @@ static enum MHD_Result start_stream(srv_http *h, struct MHD_Connection *c, srv_r
 
 /* ---- endpoints ---- */
 
+/* The client closed its end of the connection (or it broke). */
+static int client_gone(struct MHD_Connection *c)
+{
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    if (!ci)
+        return 0;
+    struct pollfd p = {.fd = ci->connect_fd, .events = POLLRDHUP};
+    return poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR));
+}
+
+enum { HANGUP_CHECK_MS = 20, CLIENT_CLOSED_REQUEST = 499 /* nginx's status for it */ };
+
+/* Waits for a non-streaming request to finish, looking every HANGUP_CHECK_MS for a
+ * client that hung up (its request is then cancelled, as a stream's is): 1 when the
+ * client is still there. */
+static int wait_for_completion(struct MHD_Connection *c, srv_request *req)
+{
+    int gone = 0;
+    pthread_mutex_lock(&req->mu);
+    while (req->finish == SRV_FINISH_NONE) {
+        struct timespec until;
+        clock_gettime(CLOCK_REALTIME, &until);
+        until.tv_nsec += HANGUP_CHECK_MS * 1000000L;
+        if (until.tv_nsec >= 1000000000L) {
+            until.tv_sec++;
+            until.tv_nsec -= 1000000000L;
+        }
+        pthread_cond_timedwait(&req->cv, &req->mu, &until);
+        if (!gone && req->finish == SRV_FINISH_NONE && client_gone(c)) {
+            gone = 1;
+            req->cancelled = 1; /* the scheduler frees the slot and finishes the request */
+        }
+    }
+    pthread_mutex_unlock(&req->mu);
+    return !gone;
+}
+
 static enum MHD_Result completions(srv_http *h, struct MHD_Connection *c, const connection_ctx *cc)
 {
     const char *ep = "/v1/completions";
@@ -245,9 +294,12 @@ static enum MHD_Result completions(srv_http *h, struct MHD_Connection *c, const 
     }
     if (req->stream)
         return start_stream(h, c, req);
+    if (!wait_for_completion(c, req)) { /* the answer goes nowhere; it is counted */
+        srv_server_release_request(h->server, req);
+        return send_error(h, c, ep, CLIENT_CLOSED_REQUEST, "invalid_request_error", "client_closed_request",
+                          "the client closed the connection before the completion was done");
+    }
     pthread_mutex_lock(&req->mu);
-    while (req->finish == SRV_FINISH_NONE)
-        pthread_cond_wait(&req->cv, &req->mu);
     int failed = req->finish == SRV_FINISH_ERROR;
     char message[256];
     snprintf(message, sizeof message, "%s", req->error);
@@ -472,10 +524,19 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
             return MHD_NO;
         *con_cls = cc;
         const char *length = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
-        if (length && strtoull(length, NULL, 10) > limit) {
-            cc->too_large = 1; /* refused before the body is read */
+        const char *expect = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_EXPECT);
+        unsigned long long announced = length ? strtoull(length, NULL, 10) : 0;
+        cc->too_large = announced > limit;
+        /* a client that waits for 100 Continue, or announces more than is worth reading,
+         * is answered before it sends the body */
+        if (cc->too_large && ((expect && !strcasecmp(expect, "100-continue")) || announced > DROP_MAX_BYTES)) {
+            cc->answered = 1;
             return dispatch(h, c, url, method, cc);
         }
+        return MHD_YES;
+    }
+    if (cc->answered) {
+        *upload_size = 0;
         return MHD_YES;
     }
     if (*upload_size) {
@@ -484,6 +545,11 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
             free(cc->body);
             cc->body = NULL;
             cc->len = cc->cap = 0;
+        }
+        if (cc->too_large && (cc->dropped += *upload_size) > DROP_MAX_BYTES) {
+            *upload_size = 0;
+            cc->answered = 1;
+            return dispatch(h, c, url, method, cc);
         }
         if (!cc->too_large) {
             if (cc->len + *upload_size + 1 > cc->cap) {

@@ -57,6 +57,33 @@ size_t srv_utf8_complete_prefix(const char *text, size_t len)
     return len;
 }
 
+size_t srv_utf8_valid_prefix(const char *text, size_t len)
+{
+    const unsigned char *s = (const unsigned char *)text;
+    size_t i = 0;
+    for (int n; i < len && (n = utf8_sequence(s + i, len - i)) > 0;)
+        i += (size_t)n;
+    return i;
+}
+
+/* The string escape at s[0..len) (s[0] is the backslash) is \u0000. */
+static int is_nul_escape(const char *s, size_t len) { return len >= 6 && !memcmp(s, "\\u0000", 6); }
+
+long srv_json_nul_escape(const char *text, size_t len)
+{
+    int in_string = 0;
+    for (size_t i = 0; i < len; i++) {
+        if (text[i] == '"')
+            in_string = !in_string;
+        else if (in_string && text[i] == '\\') {
+            if (is_nul_escape(text + i, len - i))
+                return (long)i;
+            i++; /* the escaped character (a quote or a backslash) is not the string's end */
+        }
+    }
+    return -1;
+}
+
 char *srv_utf8_sanitize(const char *text, size_t len)
 {
     const unsigned char *s = (const unsigned char *)text;

@@ -33,7 +33,7 @@ PASSAGE = (
 
 
 def complete(conn, prompt, max_tokens):
-    body = json.dumps({"model": "any", "prompt": prompt, "max_tokens": max_tokens, "temperature": 0})
+    body = json.dumps({"prompt": prompt, "max_tokens": max_tokens, "temperature": 0})
     conn.request("POST", "/v1/completions", body=body, headers={"Content-Type": "application/json"})
     resp = conn.getresponse()
     data = resp.read()

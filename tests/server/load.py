@@ -91,7 +91,7 @@ class StreamError(Exception):
 def stream_completion(conn, prompt, max_tokens, include_usage):
     """One streamed greedy completion: (text, model name, usage tokens or None, seconds to
     the first text). Raises StreamError."""
-    body = {"model": "any", "prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "stream": True}
+    body = {"prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "stream": True}
     if include_usage:
         body["stream_options"] = {"include_usage": True}
     t0 = time.monotonic()

@@ -130,7 +130,7 @@ static void test_every_field(void **state)
 {
     (void)state;
     srv_request *req = parse_ok(
-        "{\"model\": \"anything\", \"prompt\": \"Hello there\", \"max_tokens\": 5, \"temperature\": 0,"
+        "{\"model\": \"prose\", \"prompt\": \"Hello there\", \"max_tokens\": 5, \"temperature\": 0,"
         " \"top_p\": 0.5, \"seed\": 42, \"stop\": [\"\\n\", \"END\"], \"stream\": true,"
         " \"stream_options\": {\"include_usage\": true}, \"logprobs\": 3, \"echo\": true, \"n\": 1,"
         " \"best_of\": 1, \"presence_penalty\": 0, \"frequency_penalty\": 0, \"user\": \"u-1\", \"suffix\": null}");

@@ -19,6 +19,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -149,6 +152,7 @@ typedef struct {
     /* sees every piece of the response body; returns 0 to hang up */
     int (*hook)(void *user, const char *data, size_t len);
     void *user;
+    long timeout_ms;    /* 0: 300 s */
 } http_req;
 
 typedef struct {
@@ -213,7 +217,7 @@ static http_res http(const http_req *q)
     curl_easy_setopt(c, CURLOPT_URL, url);
     curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(c, CURLOPT_NOPROXY, "*");
-    curl_easy_setopt(c, CURLOPT_TIMEOUT, 300L);
+    curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, q->timeout_ms > 0 ? q->timeout_ms : 300000L);
     struct curl_slist *headers = curl_slist_append(NULL, "Expect:");
     char auth[512];
     if (q->auth) {
@@ -1080,17 +1084,44 @@ static void test_errors(void **state)
     r = http(&del);
     expect_error_free(&r, 405, "invalid_request_error", NULL);
 
-    /* raw invalid UTF-8 in the prompt: tokenized as bytes, echoed as U+FFFD */
-    r = post("/v1/completions", "{\"prompt\": \"\xff\xfe ab\xe2\x82 z\", \"max_tokens\": 1, \"echo\": true}", NULL);
+    /* JSON text is UTF-8: raw invalid bytes are refused, naming the byte */
+    r = post("/v1/completions", "{\"prompt\": \"ab\xe2\x82 z\", \"max_tokens\": 1}", NULL);
+    completions_400++;
+    message = expect_error(&r, 400, "invalid_request_error", "invalid_encoding");
+    assert_non_null(strstr(message, "not valid UTF-8"));
+    assert_non_null(strstr(message, "byte 14"));
+    free(message);
+    bad_completion("{\"prompt\": \"\xff\"}", 400, "invalid_encoding");
+    bad_completion("{\"prompt\": \"\xed\xa0\x80\"}", 400, "invalid_encoding"); /* a surrogate */
+    r = post("/admin/swap", "{\"model_path\": \"\xc0\xaf\"}", BEARER);
+    expect_error_free(&r, 400, "invalid_request_error", NULL);
+    /* \u0000 would cut a string short: refused, wherever it is; an escaped backslash
+     * before "u0000" is text, and so is the six-character escape spelled out in text */
+    r = post("/v1/completions", "{\"prompt\": \"a\\u0000b\", \"max_tokens\": 1}", NULL);
+    completions_400++;
+    message = expect_error(&r, 400, "invalid_request_error", "invalid_encoding");
+    assert_non_null(strstr(message, "\\u0000"));
+    free(message);
+    bad_completion("{\"prompt\": \"a\", \"stop\": [\"\\u0000\"], \"max_tokens\": 1}", 400, "invalid_encoding");
+    r = post("/admin/swap", "{\"model_path\": \"/tmp/a\\u0000/etc\"}", BEARER);
+    expect_error_free(&r, 400, "invalid_request_error", NULL);
+    r = post("/v1/completions", "{\"prompt\": \"a\\\\u0000b\", \"max_tokens\": 1, \"echo\": true}", NULL);
     assert_int_equal(r.status, 200);
     completions_ok++;
-    char *clean = srv_utf8_sanitize(r.body, r.len);
-    assert_string_equal(clean, r.body); /* the whole response is valid UTF-8 */
-    free(clean);
     cJSON *o = json_of(&r);
-    const char *echoed = "\xef\xbf\xbd\xef\xbf\xbd ab\xef\xbf\xbd z";
-    assert_int_equal(strncmp(str_at(choice0(o), "text"), echoed, strlen(echoed)), 0);
+    assert_int_equal(strncmp(str_at(choice0(o), "text"), "a\\u0000b", 8), 0);
     cJSON_Delete(o);
+    res_free(&r);
+
+    /* a model that is not served is not answered by the one that is */
+    r = post("/v1/completions", "{\"prompt\": \"a\", \"max_tokens\": 1, \"model\": \"gpt-4\"}", NULL);
+    message = expect_error(&r, 404, "invalid_request_error", "model_not_found");
+    assert_non_null(strstr(message, "'gpt-4'"));
+    assert_non_null(strstr(message, "'prose'"));
+    free(message);
+    r = post("/v1/completions", "{\"prompt\": \"a\", \"max_tokens\": 1, \"model\": \"prose\"}", NULL);
+    assert_int_equal(r.status, 200);
+    completions_ok++;
     res_free(&r);
 
     /* after all of it the server still serves */
@@ -1132,6 +1163,99 @@ static void test_client_goes_away(void **state)
         msleep(20);
     }
     expect_greedy(PROSE, PROMPTS[3], 24);
+}
+
+/* A client that stops waiting for a whole completion: its request is cancelled (counted
+ * 499, the server's generation stops well short of max_tokens). */
+static double metric(const char *series);
+
+static void test_unread_completion_is_cancelled(void **state)
+{
+    (void)state;
+    double generated = metric("autocompress_generation_tokens_total");
+    double closed = fmax(0, metric("autocompress_requests_total{endpoint=\"/v1/completions\",status=\"499\"}"));
+    enum { WANT = CONTEXT - 32 };
+    char *body = completion_body(PROMPTS[1], WANT, "{\"stop\": [\"never-in-the-text\"]}");
+    http_req q = {.method = "POST", .path = "/v1/completions", .body = body, .timeout_ms = 50};
+    http_res r = http(&q);
+    assert_int_equal(r.curl, CURLE_OPERATION_TIMEDOUT);
+    res_free(&r);
+    free(body);
+    double t0 = now_s();
+    while (metric("autocompress_requests_total{endpoint=\"/v1/completions\",status=\"499\"}") < closed + 1) {
+        if (now_s() - t0 > 60)
+            fail_msg("the abandoned completion was never cancelled");
+        msleep(20);
+    }
+    double made = metric("autocompress_generation_tokens_total") - generated;
+    printf("abandoned after 50 ms: %.0f of %d tokens generated\n", made, WANT);
+    assert_true(made < WANT);
+    expect_greedy(PROSE, PROMPTS[1], 24);
+}
+
+/* A raw client that sends its whole request before it reads the answer, as Python's
+ * http.client does: the answer (malloc'd), or NULL when the connection broke first. */
+static int send_all(int fd, const char *data, size_t len)
+{
+    for (size_t off = 0; off < len;) {
+        ssize_t n = send(fd, data + off, len - off, MSG_NOSIGNAL);
+        if (n <= 0)
+            return 0;
+        off += (size_t)n;
+    }
+    return 1;
+}
+
+static char *raw_exchange(const char *head, const char *body, size_t body_len)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (fd < 0 || connect(fd, (struct sockaddr *)&a, sizeof a) != 0 || !send_all(fd, head, strlen(head)) ||
+        !send_all(fd, body, body_len)) {
+        if (fd >= 0)
+            close(fd);
+        return NULL;
+    }
+    size_t len = 0, cap = 4096;
+    char *out = malloc(cap);
+    for (ssize_t n; out && (n = recv(fd, out + len, cap - len - 1, 0)) > 0;) {
+        len += (size_t)n;
+        if (len + 1 == cap)
+            out = realloc(out, cap *= 2);
+    }
+    close(fd);
+    if (out)
+        out[len] = 0;
+    return len ? out : (free(out), NULL);
+}
+
+static void test_oversized_body_is_answered(void **state)
+{
+    (void)state;
+    /* far more than the limit and than loopback's socket buffers hold */
+    size_t big = 16u << 20;
+    char *body = malloc(big);
+    assert_non_null(body);
+    memset(body, 'a', big);
+    char head[256];
+    snprintf(head, sizeof head, "POST /v1/completions HTTP/1.1\r\nHost: test\r\nContent-Type: application/json\r\n"
+             "Content-Length: %zu\r\nConnection: close\r\n\r\n", big);
+    char *answer = raw_exchange(head, body, big);
+    free(body);
+    if (!answer)
+        fail_msg("the connection broke before the answer");
+    assert_int_equal(strncmp(answer, "HTTP/1.1 413", 12), 0);
+    assert_non_null(strstr(answer, "request_too_large"));
+    free(answer);
+    /* announced beyond what is worth reading: answered before the body is sent */
+    snprintf(head, sizeof head, "POST /v1/completions HTTP/1.1\r\nHost: test\r\nContent-Length: 1000000000\r\n\r\n");
+    answer = raw_exchange(head, NULL, 0);
+    if (!answer)
+        fail_msg("no answer to a body announced at 1 GB");
+    assert_int_equal(strncmp(answer, "HTTP/1.1 413", 12), 0);
+    free(answer);
+    expect_greedy(PROSE, PROMPTS[0], 8);
 }
 
 static void test_admin_auth(void **state)
@@ -1485,6 +1609,15 @@ static double sample(const char *text, const char *series)
     return -1;
 }
 
+/* One series of /metrics now, or -1. */
+static double metric(const char *series)
+{
+    http_res r = get("/metrics", NULL);
+    double v = r.status == 200 ? sample(r.body, series) : -1;
+    res_free(&r);
+    return v;
+}
+
 static void test_metrics(void **state)
 {
     (void)state;
@@ -1532,6 +1665,8 @@ int main(void)
         cmocka_unit_test(test_stop),
         cmocka_unit_test(test_errors),
         cmocka_unit_test(test_client_goes_away),
+        cmocka_unit_test(test_unread_completion_is_cancelled),
+        cmocka_unit_test(test_oversized_body_is_answered),
         cmocka_unit_test(test_admin_auth),
         cmocka_unit_test(test_admin_disabled),
         cmocka_unit_test(test_swaps),

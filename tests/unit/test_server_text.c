@@ -100,6 +100,46 @@ static void test_sanitize_table(void **state)
 }
 
 /* Bytes after a NUL still count: the length, not the terminator, bounds the input. */
+/* The valid prefix ends where Python's decode puts the first U+FFFD (UnicodeDecodeError's
+ * start): the table's outputs say where. */
+static void test_valid_prefix_table(void **state)
+{
+    (void)state;
+    for (size_t k = 0; k < sizeof SANITIZE / sizeof SANITIZE[0]; k++) {
+        const sanitize_case *c = &SANITIZE[k];
+        size_t p = srv_utf8_valid_prefix(c->in, c->len);
+        int unchanged = strlen(c->out) == c->len && !memcmp(c->out, c->in, c->len);
+        assert_int_equal(p == c->len, unchanged);
+        assert_int_equal(memcmp(c->out, c->in, p), 0);
+        if (p < c->len && memcmp(c->out + p, FFFD, 3))
+            fail_msg("case %zu: the valid prefix %zu is not where the first U+FFFD goes", k, p);
+    }
+}
+
+/* \u0000 escapes inside strings, not escaped backslashes, not outside strings. */
+static void test_json_nul_escape(void **state)
+{
+    (void)state;
+    static const struct { const char *json; long at; } cases[] = {
+        {"{\"p\": \"a\\u0000\"}", 8},
+        {"{\"p\": \"\\u0000\"}", 7},
+        {"[\"x\", \"\\u0000\"]", 7},
+        {"{\"p\": \"a\\\\u0000\"}", -1},        /* an escaped backslash, then text */
+        {"{\"p\": \"a\\\\\\u0000\"}", 10},     /* an escaped backslash, then the escape */
+        {"{\"p\": \"\\\"\\u0000\"}", 9},       /* an escaped quote does not end the string */
+        {"{\"p\": \"\\u00000\"}", 7},
+        {"{\"p\": \"\\u0001\\u1000\"}", -1},
+        {"{\"p\": \"\\u000\"}", -1},
+        {"\\u0000", -1},                           /* outside a string: a syntax error, not a NUL */
+        {"", -1},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        long at = srv_json_nul_escape(cases[k].json, strlen(cases[k].json));
+        if (at != cases[k].at)
+            fail_msg("%s: %ld, want %ld", cases[k].json, at, cases[k].at);
+    }
+}
+
 static void test_sanitize_embedded_nul(void **state)
 {
     (void)state;
@@ -303,6 +343,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_sanitize_table),
         cmocka_unit_test(test_sanitize_embedded_nul),
+        cmocka_unit_test(test_valid_prefix_table),
+        cmocka_unit_test(test_json_nul_escape),
         cmocka_unit_test(test_complete_prefix_table),
         cmocka_unit_test(test_utf8_properties),
         cmocka_unit_test(test_find_stop),
