@@ -36,7 +36,8 @@ static int parse_args(int argc, char **argv, serve_args *a)
                            "Serves the checkpoint over HTTP: /v1/completions and /v1/models (OpenAI API),\n"
                            "/health, Prometheus /metrics, and /admin endpoints that swap the model while\n"
                            "requests run; the admin endpoints need admin_token in the config or\n"
-                           "AUTOCOMPRESS_ADMIN_TOKEN. Logs to stderr; runs until SIGINT or SIGTERM.\n"
+                           "AUTOCOMPRESS_ADMIN_TOKEN. Logs to stderr; runs until SIGINT or SIGTERM, then\n"
+                           "finishes the requests in flight (up to drain_timeout_s, default 30 s) and exits.\n"
                            "Exit status: 0 after a signal, 1 when the server cannot start or the model\n"
                            "cannot be loaded, 2 on a usage error or a bad config file.",
                            opts, CLI_COUNT(opts), 0, 0};
@@ -135,7 +136,12 @@ int cli_serve(int argc, char **argv)
                 1e-9 * (double)(ac_monotonic_ns() - t0));
         int sig = 0;
         sigwait(&stop_signals, &sig);
-        fprintf(stderr, "autocompress serve: signal %d, stopping\n", sig);
+        fprintf(stderr, "autocompress serve: signal %d: finishing the requests in flight (up to %g s)\n", sig,
+                cfg.drain_timeout_s);
+        int left = srv_http_drain(http, cfg.drain_timeout_s);
+        if (left > 0)
+            fprintf(stderr, "autocompress serve: %d requests still in flight at the deadline are cut\n", left);
+        fprintf(stderr, "autocompress serve: stopping\n");
     } else {
         fprintf(stderr, "autocompress serve: %s\n", ac_error_message());
     }

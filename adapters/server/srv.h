@@ -64,6 +64,7 @@ typedef struct {
     int default_max_tokens;
     size_t max_body_bytes;
     int max_connections;
+    double drain_timeout_s;  /* SIGTERM: how long in-flight completions may take to finish */
     int threads;             /* engine threads (0: all cores) */
     char model_name[SRV_NAME_MAX]; /* the id in /v1/models; default the directory's name */
     char admin_token[256];   /* empty: admin endpoints disabled */
@@ -267,6 +268,10 @@ typedef struct srv_control srv_control;
 ac_status srv_http_start(srv_server *server, srv_metrics *metrics, srv_control *control, srv_http **http,
                          int *bound_port);
 void srv_http_stop(srv_http *http);
+/* Refuses new completions (503, and /health 503 "stopping") and waits up to timeout_s for
+ * every accepted one to be answered in full (a stream to its last byte): the number
+ * still unanswered at the deadline. */
+int srv_http_drain(srv_http *http, double timeout_s);
 
 /* ---- completions API (srv_api.c) ---- */
 

@@ -5,7 +5,7 @@
  *   slots = 8;                 max_queue = 256;
  *   prefill_chunk = 256;       max_step_tokens = 512;
  *   context_tokens = 4096;     default_max_tokens = 16;
- *   max_body_bytes = 1048576;  max_connections = 64;
+ *   max_body_bytes = 1048576;  max_connections = 64;    drain_timeout_s = 30.0;
  *   threads = 0;               model_name = "prose";
  *   admin_token = "...";       prefix_reuse = true;
  *   control = { jobs_dir = "autocompress-jobs"; data = "DIR"; tables = "FILE";
@@ -34,6 +34,7 @@ void srv_config_defaults(srv_config *c)
     c->default_max_tokens = 16;
     c->max_body_bytes = 1 << 20;
     c->max_connections = 64;
+    c->drain_timeout_s = 30;
     c->threads = 0;
     c->prefix_reuse = 1;
     c->profile_every = 16;
@@ -192,6 +193,8 @@ static ac_status read_setting(const char *path, const config_setting_t *s, srv_c
     }
     if (!strcmp(name, "host"))
         return read_string(path, s, c->host, sizeof c->host);
+    if (!strcmp(name, "drain_timeout_s"))
+        return read_double(path, s, 0, 3600, &c->drain_timeout_s);
     if (!strcmp(name, "control"))
         return read_group(path, s, &c->control, read_control);
     if (!strcmp(name, "sla")) {

@@ -22,6 +22,8 @@ struct srv_http {
     srv_server *server;
     srv_metrics *metrics;
     srv_control *control;
+    int closing;   /* draining for a stop: no new completions */
+    int in_flight; /* accepted completions not yet answered in full */
 };
 
 typedef struct {
@@ -30,6 +32,7 @@ typedef struct {
     int too_large;     /* over max_body_bytes: the rest is read and dropped, then a 413 */
     size_t dropped;    /* bytes of such a body read and dropped */
     int answered;      /* a 413 went out before the end of the body */
+    int in_flight;     /* this request counts in srv_http.in_flight until it completes */
 } connection_ctx;
 
 /* A body over the limit is still read (and dropped) up to this many bytes, so a client
@@ -272,9 +275,11 @@ static int wait_for_completion(struct MHD_Connection *c, srv_request *req)
     return !gone;
 }
 
-static enum MHD_Result completions(srv_http *h, struct MHD_Connection *c, const connection_ctx *cc)
+static enum MHD_Result completions(srv_http *h, struct MHD_Connection *c, connection_ctx *cc)
 {
     const char *ep = "/v1/completions";
+    if (__atomic_load_n(&h->closing, __ATOMIC_ACQUIRE))
+        return send_error(h, c, ep, 503, "server_error", "shutting_down", "the server is shutting down");
     srv_model *m = srv_server_acquire_model(h->server);
     if (!m)
         return send_error(h, c, ep, 503, "server_error", "model_not_ready", "no model is loaded yet");
@@ -292,6 +297,9 @@ static enum MHD_Result completions(srv_http *h, struct MHD_Connection *c, const 
         srv_server_release_model(h->server, m);
         return send_error(h, c, ep, 503, "server_error", "overloaded", "the request queue is full; retry later");
     }
+    /* counted until MHD says the answer went out whole (or the connection died) */
+    cc->in_flight = 1;
+    __atomic_add_fetch(&h->in_flight, 1, __ATOMIC_ACQ_REL);
     if (req->stream)
         return start_stream(h, c, req);
     if (!wait_for_completion(c, req)) { /* the answer goes nowhere; it is counted */
@@ -330,9 +338,10 @@ static enum MHD_Result models(srv_http *h, struct MHD_Connection *c)
 
 static enum MHD_Result health(srv_http *h, struct MHD_Connection *c)
 {
-    int ready = srv_server_ready(h->server);
+    int closing = __atomic_load_n(&h->closing, __ATOMIC_ACQUIRE);
+    int ready = !closing && srv_server_ready(h->server);
     cJSON *o = cJSON_CreateObject();
-    cJSON_AddStringToObject(o, "status", ready ? "ok" : "loading");
+    cJSON_AddStringToObject(o, "status", closing ? "stopping" : ready ? "ok" : "loading");
     return send_cjson(h, c, "/health", ready ? 200 : 503, o);
 }
 
@@ -459,7 +468,7 @@ static enum MHD_Result control_route(srv_http *h, struct MHD_Connection *c, rout
 }
 
 static enum MHD_Result dispatch(srv_http *h, struct MHD_Connection *c, const char *url, const char *method,
-                                const connection_ctx *cc)
+                                connection_ctx *cc)
 {
     int known = -1, path_known = -1;
     char id[ID_MAX] = "";
@@ -572,8 +581,11 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe)
 {
-    (void)cls, (void)c, (void)toe;
+    (void)c, (void)toe;
+    srv_http *h = cls;
     connection_ctx *cc = *con_cls;
+    if (cc && cc->in_flight)
+        __atomic_sub_fetch(&h->in_flight, 1, __ATOMIC_ACQ_REL);
     if (cc) {
         free(cc->body);
         free(cc);
@@ -633,6 +645,18 @@ ac_status srv_http_start(srv_server *server, srv_metrics *metrics, srv_control *
     *bound_port = info ? info->port : cfg->port;
     *out = h;
     return AC_OK;
+}
+
+int srv_http_drain(srv_http *h, double timeout_s)
+{
+    __atomic_store_n(&h->closing, 1, __ATOMIC_RELEASE);
+    int64_t deadline = ac_monotonic_ns() + (int64_t)(timeout_s * 1e9);
+    int left;
+    while ((left = __atomic_load_n(&h->in_flight, __ATOMIC_ACQUIRE)) > 0 && ac_monotonic_ns() < deadline) {
+        struct timespec pause = {0, 10 * 1000000L};
+        nanosleep(&pause, NULL);
+    }
+    return left;
 }
 
 void srv_http_stop(srv_http *h)
