@@ -57,11 +57,13 @@ typedef struct {
     char host[64];
     int port;
     int slots;               /* sequences stepped together */
-    int max_queue;           /* requests waiting for a slot before 503 */
+    int max_queue;           /* requests waiting for a slot before 429 */
     int prefill_chunk;       /* prompt tokens of one sequence per step */
     int max_step_tokens;     /* tokens of all sequences per step */
     int context_tokens;      /* prompt + max_tokens limit */
     int default_max_tokens;
+    int max_tokens_limit;    /* the most max_tokens one request may ask for (0: the context) */
+    int max_prompt_tokens;   /* the longest prompt one request may bring (0: the context) */
     size_t max_body_bytes;
     int max_connections;
     double drain_timeout_s;  /* SIGTERM: how long in-flight completions may take to finish */

@@ -397,6 +397,16 @@ srv_request *srv_api_parse_completion(const char *body, size_t len, srv_model *m
         INVALID(err, "invalid_value", "'max_tokens' must be at least 1 (0 only with echo)");
         ok = 0;
     }
+    if (ok && config->max_prompt_tokens > 0 && req->n_prompt > config->max_prompt_tokens) {
+        INVALID(err, "prompt_too_long", "the prompt has %d tokens; this server takes at most %d (max_prompt_tokens)",
+                req->n_prompt, config->max_prompt_tokens);
+        ok = 0;
+    }
+    if (ok && config->max_tokens_limit > 0 && max_tokens > config->max_tokens_limit) {
+        INVALID(err, "invalid_value", "'max_tokens' = %lld is over this server's limit of %d (max_tokens_limit)",
+                max_tokens, config->max_tokens_limit);
+        ok = 0;
+    }
     if (ok && (long long)req->n_prompt + max_tokens > config->context_tokens) {
         INVALID(err, "context_length_exceeded",
                 "this model's context is %d tokens; the prompt has %d and max_tokens asks for %lld more",

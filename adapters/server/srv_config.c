@@ -5,6 +5,7 @@
  *   slots = 8;                 max_queue = 256;
  *   prefill_chunk = 256;       max_step_tokens = 512;
  *   context_tokens = 4096;     default_max_tokens = 16;
+ *   max_tokens_limit = 0;      max_prompt_tokens = 0;     (0: the context)
  *   max_body_bytes = 1048576;  max_connections = 64;    drain_timeout_s = 30.0;
  *   threads = 0;               model_name = "prose";
  *   admin_token = "...";       prefix_reuse = true;
@@ -178,6 +179,8 @@ static ac_status read_setting(const char *path, const config_setting_t *s, srv_c
         {"max_step_tokens", &c->max_step_tokens, 1, 1 << 20},
         {"context_tokens", &c->context_tokens, 2, 1 << 24},
         {"default_max_tokens", &c->default_max_tokens, 1, 1 << 24},
+        {"max_tokens_limit", &c->max_tokens_limit, 0, 1 << 24},
+        {"max_prompt_tokens", &c->max_prompt_tokens, 0, 1 << 24},
         {"max_body_bytes", &body_bytes, 1024, 1 << 30},
         {"max_connections", &c->max_connections, 1, 1 << 16},
         {"threads", &c->threads, 0, 1024},

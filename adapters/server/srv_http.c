@@ -62,6 +62,8 @@ static enum MHD_Result send_text(srv_http *h, struct MHD_Connection *c, const ch
     MHD_add_response_header(r, "Content-Type", content_type);
     if (status == 401)
         MHD_add_response_header(r, "WWW-Authenticate", "Bearer");
+    if (status == 429)
+        MHD_add_response_header(r, "Retry-After", "1");
     enum MHD_Result ok = MHD_queue_response(c, (unsigned)status, r);
     MHD_destroy_response(r);
     return ok;
@@ -295,7 +297,8 @@ static enum MHD_Result completions(srv_http *h, struct MHD_Connection *c, connec
     if (!srv_server_submit(h->server, req)) {
         srv_request_free(req);
         srv_server_release_model(h->server, m);
-        return send_error(h, c, ep, 503, "server_error", "overloaded", "the request queue is full; retry later");
+        return send_error(h, c, ep, 429, "rate_limit_error", "queue_full",
+                          "the request queue is full (max_queue); retry after a second");
     }
     /* counted until MHD says the answer went out whole (or the connection died) */
     cc->in_flight = 1;
