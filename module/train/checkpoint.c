@@ -101,8 +101,10 @@ ac_status ac_checkpoint_save(const char *dir, const ac_model *model, ac_adamw *o
         st = write_optimizer(path, model, opt);
     if (st == AC_OK && (st = path_join(path, sizeof path, tmp, "/state.json")) == AC_OK)
         st = write_state(path, state);
-    if (st != AC_OK)
+    if (st != AC_OK) {
+        remove_checkpoint_dir(tmp); /* a full disk leaves no half-written checkpoint behind */
         return ac_fail_context(st, "checkpoint %s", dir);
+    }
     /* DIR -> DIR.old, DIR.tmp -> DIR: at every moment one complete checkpoint exists */
     remove_checkpoint_dir(old);
     if (dir_exists(dir) && rename(dir, old) != 0)
