@@ -1316,136 +1316,6 @@ static void test_admin_auth(void **state)
 
 /* A server whose config has no admin token: admin answers 403; before its model loads
  * /health is 503 and completions are refused. */
-/* The limits a user sets: per-request max_tokens and prompt length (400 naming the
- * setting), the queue (429 with Retry-After) and concurrent connections (one over the
- * limit is refused; served again once one closes). */
-typedef struct {
-    int port;
-    http_res res;
-} queued_call;
-
-static void *queued_request(void *arg)
-{
-    queued_call *q = arg;
-    http_req r = {.method = "POST", .path = "/v1/completions", .port = q->port,
-                  .body = "{\"prompt\": \"Once upon a time\", \"max_tokens\": 200, \"temperature\": 0}"};
-    q->res = http(&r);
-    return NULL;
-}
-
-/* A connection that sends nothing (it counts against max_connections all the same). */
-static int connect_idle(int to_port)
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)to_port)};
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (fd >= 0 && connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
-        close(fd);
-        fd = -1;
-    }
-    return fd;
-}
-
-static void test_limits(void **state)
-{
-    (void)state;
-    enum { CONNECTIONS = 6, CALLS = 5 };
-    srv_config c = cfg;
-    c.slots = 1;
-    c.max_queue = 1;
-    c.max_connections = CONNECTIONS;
-    c.max_tokens_limit = 200;
-    c.max_prompt_tokens = 8;
-    srv_metrics *m2 = NULL;
-    srv_server *s2 = NULL;
-    srv_http *h2 = NULL;
-    int p2 = 0;
-    assert_int_equal(srv_metrics_create(c.slots, &m2), AC_OK);
-    assert_int_equal(srv_server_create(&c, m2, &s2), AC_OK);
-    assert_int_equal(srv_http_start(s2, m2, NULL, &h2, &p2), AC_OK);
-    assert_int_equal(srv_server_load_initial(s2, PROSE), AC_OK);
-
-    http_req q = {.method = "POST", .path = "/v1/completions", .port = p2,
-                  .body = "{\"prompt\": \"a\", \"max_tokens\": 201}"};
-    http_res r = http(&q);
-    char *message = expect_error(&r, 400, "invalid_request_error", "invalid_value");
-    assert_non_null(strstr(message, "max_tokens_limit"));
-    free(message);
-    q.body = "{\"prompt\": [1, 2, 3, 4, 5, 6, 7, 8, 9], \"max_tokens\": 1}";
-    r = http(&q);
-    message = expect_error(&r, 400, "invalid_request_error", "prompt_too_long");
-    assert_non_null(strstr(message, "9 tokens"));
-    assert_non_null(strstr(message, "max_prompt_tokens"));
-    free(message);
-    q.body = "{\"prompt\": [1, 2, 3, 4, 5, 6, 7, 8], \"max_tokens\": 1}";
-    r = http(&q);
-    assert_int_equal(r.status, 200);
-    res_free(&r);
-
-    /* one slot and one place in the queue: of five at once, some wait their turn and the
-     * rest are told when to come back; every one is one or the other */
-    queued_call calls[CALLS];
-    pthread_t threads[CALLS];
-    for (int i = 0; i < CALLS; i++) {
-        calls[i].port = p2;
-        assert_int_equal(pthread_create(&threads[i], NULL, queued_request, &calls[i]), 0);
-    }
-    int served = 0, told = 0;
-    for (int i = 0; i < CALLS; i++) {
-        pthread_join(threads[i], NULL);
-        if (calls[i].res.status == 429) {
-            assert_string_equal(calls[i].res.retry_after, "1");
-            expect_error_free(&calls[i].res, 429, "rate_limit_error", "queue_full");
-            told++;
-        } else {
-            assert_int_equal(calls[i].res.status, 200);
-            res_free(&calls[i].res);
-            served++;
-        }
-    }
-    printf("queue of one: %d served, %d told to retry\n", served, told);
-    assert_true(served >= 1 && told >= 1);
-
-    /* every connection taken (idle ones count): the next is refused. The calls' own
-     * connections may still count for a moment, so an idle one the server closed at
-     * once is opened again. */
-    int idle[CONNECTIONS], held = 0;
-    double t_open = now_s();
-    while (held < CONNECTIONS) {
-        int fd = connect_idle(p2);
-        msleep(50);
-        char byte;
-        if (fd >= 0 && recv(fd, &byte, 1, MSG_DONTWAIT | MSG_PEEK) < 0)
-            idle[held++] = fd; /* nothing to read and not closed: held */
-        else if (fd >= 0)
-            close(fd);
-        if (now_s() - t_open > 20)
-            fail_msg("could not hold %d connections", CONNECTIONS);
-    }
-    http_req health = {.path = "/health", .port = p2, .timeout_ms = 5000};
-    r = http(&health);
-    assert_true(r.curl != CURLE_OK && r.status == 0);
-    res_free(&r);
-    close(idle[0]);
-    double t0 = now_s();
-    for (;;) {
-        r = http(&health);
-        int ok = r.status == 200;
-        res_free(&r);
-        if (ok)
-            break;
-        if (now_s() - t0 > 10)
-            fail_msg("a freed connection was not served again");
-        msleep(20);
-    }
-    for (int i = 1; i < CONNECTIONS; i++)
-        close(idle[i]);
-    srv_server_stop(s2);
-    srv_http_stop(h2);
-    srv_server_free(s2);
-    srv_metrics_free(m2);
-}
-
 static void test_admin_disabled(void **state)
 {
     (void)state;
@@ -1726,6 +1596,123 @@ static void test_swaps(void **state)
 /* A body is one JSON value: anything but white space after it is a 400, for a
  * completion and for a swap (here to a path that does not exist, so that accepting it
  * changes nothing but the answer). */
+/* The limits a user sets: per-request max_tokens and prompt length (400 naming the
+ * setting), the queue (429 with Retry-After) and concurrent connections (one over the
+ * limit is refused; served again once one closes). */
+/* A connection that sends nothing (it counts against max_connections all the same). */
+static int connect_idle(int to_port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)to_port)};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (fd >= 0 && connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
+        close(fd);
+        fd = -1;
+    }
+    return fd;
+}
+
+static void test_limits(void **state)
+{
+    (void)state;
+    enum { CONNECTIONS = 6, CALLS = 5 };
+    srv_config c = cfg;
+    c.slots = 1;
+    c.max_queue = 1;
+    c.max_connections = CONNECTIONS;
+    c.max_tokens_limit = 200;
+    c.max_prompt_tokens = 8;
+    srv_metrics *m2 = NULL;
+    srv_server *s2 = NULL;
+    srv_http *h2 = NULL;
+    int p2 = 0;
+    assert_int_equal(srv_metrics_create(c.slots, &m2), AC_OK);
+    assert_int_equal(srv_server_create(&c, m2, &s2), AC_OK);
+    assert_int_equal(srv_http_start(s2, m2, NULL, &h2, &p2), AC_OK);
+    assert_int_equal(srv_server_load_initial(s2, PROSE), AC_OK);
+
+    http_req q = {.method = "POST", .path = "/v1/completions", .port = p2,
+                  .body = "{\"prompt\": \"a\", \"max_tokens\": 201}"};
+    http_res r = http(&q);
+    char *message = expect_error(&r, 400, "invalid_request_error", "invalid_value");
+    assert_non_null(strstr(message, "max_tokens_limit"));
+    free(message);
+    q.body = "{\"prompt\": [1, 2, 3, 4, 5, 6, 7, 8, 9], \"max_tokens\": 1}";
+    r = http(&q);
+    message = expect_error(&r, 400, "invalid_request_error", "prompt_too_long");
+    assert_non_null(strstr(message, "9 tokens"));
+    assert_non_null(strstr(message, "max_prompt_tokens"));
+    free(message);
+    q.body = "{\"prompt\": [1, 2, 3, 4, 5, 6, 7, 8], \"max_tokens\": 1}";
+    r = http(&q);
+    assert_int_equal(r.status, 200);
+    res_free(&r);
+
+    /* one slot and one place in the queue: of five at once, some wait their turn and the
+     * rest are told when to come back; every one is one or the other */
+    call calls[CALLS];
+    pthread_t threads[CALLS];
+    for (int i = 0; i < CALLS; i++) {
+        calls[i].req = (http_req){.method = "POST", .path = "/v1/completions", .port = p2,
+                                  .body = "{\"prompt\": \"Once upon a time\", \"max_tokens\": 200, \"temperature\": 0}"};
+        assert_int_equal(pthread_create(&threads[i], NULL, run_call, &calls[i]), 0);
+    }
+    int served = 0, told = 0;
+    for (int i = 0; i < CALLS; i++) {
+        pthread_join(threads[i], NULL);
+        if (calls[i].res.status == 429) {
+            assert_string_equal(calls[i].res.retry_after, "1");
+            expect_error_free(&calls[i].res, 429, "rate_limit_error", "queue_full");
+            told++;
+        } else {
+            assert_int_equal(calls[i].res.status, 200);
+            res_free(&calls[i].res);
+            served++;
+        }
+    }
+    printf("queue of one: %d served, %d told to retry\n", served, told);
+    assert_true(served >= 1 && told >= 1);
+
+    /* every connection taken (idle ones count): the next is refused. The calls' own
+     * connections may still count for a moment, so an idle one the server closed at
+     * once is opened again. */
+    int idle[CONNECTIONS], held = 0;
+    double t_open = now_s();
+    while (held < CONNECTIONS) {
+        int fd = connect_idle(p2);
+        msleep(50);
+        char byte;
+        if (fd >= 0 && recv(fd, &byte, 1, MSG_DONTWAIT | MSG_PEEK) < 0)
+            idle[held++] = fd; /* nothing to read and not closed: held */
+        else if (fd >= 0)
+            close(fd);
+        if (now_s() - t_open > 20)
+            fail_msg("could not hold %d connections", CONNECTIONS);
+    }
+    http_req health = {.path = "/health", .port = p2, .timeout_ms = 5000};
+    r = http(&health);
+    assert_true(r.curl != CURLE_OK && r.status == 0);
+    res_free(&r);
+    close(idle[0]);
+    double t0 = now_s();
+    for (;;) {
+        r = http(&health);
+        int ok = r.status == 200;
+        res_free(&r);
+        if (ok)
+            break;
+        if (now_s() - t0 > 10)
+            fail_msg("a freed connection was not served again");
+        msleep(20);
+    }
+    for (int i = 1; i < CONNECTIONS; i++)
+        close(idle[i]);
+    srv_server_stop(s2);
+    srv_http_stop(h2);
+    srv_server_free(s2);
+    srv_metrics_free(m2);
+}
+
 static void test_trailing_data(void **state)
 {
     (void)state;
