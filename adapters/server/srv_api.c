@@ -79,15 +79,9 @@ static long text_problem(const char *body, size_t len, const char **what)
     return srv_json_nul_escape(body, len);
 }
 
-cJSON *srv_json_parse_whole(const char *body, size_t len, size_t *error_at)
+/* One JSON value and nothing after it (whitespace aside), of text already checked. */
+static cJSON *parse_one_value(const char *body, size_t len, size_t *error_at)
 {
-    const char *what;
-    long bad = text_problem(body, len, &what);
-    if (bad >= 0) {
-        if (error_at)
-            *error_at = (size_t)bad;
-        return NULL;
-    }
     const char *end = NULL; /* cJSON sets it to where parsing stopped, or failed */
     cJSON *root = cJSON_ParseWithLengthOpts(body, len, &end, 0);
     if (!end || end < body || end > body + len)
@@ -101,6 +95,18 @@ cJSON *srv_json_parse_whole(const char *body, size_t len, size_t *error_at)
     if (error_at)
         *error_at = (size_t)(end - body);
     return root;
+}
+
+cJSON *srv_json_parse_whole(const char *body, size_t len, size_t *error_at)
+{
+    const char *what;
+    long bad = text_problem(body, len, &what);
+    if (bad >= 0) {
+        if (error_at)
+            *error_at = (size_t)bad;
+        return NULL;
+    }
+    return parse_one_value(body, len, error_at);
 }
 
 static int get_int(const cJSON *v, const char *name, long long min, long long max, long long *out, srv_error *err)
@@ -352,7 +358,7 @@ srv_request *srv_api_parse_completion(const char *body, size_t len, srv_model *m
         return NULL;
     }
     size_t at = 0;
-    cJSON *root = srv_json_parse_whole(body, len, &at);
+    cJSON *root = parse_one_value(body, len, &at);
     if (!root) {
         INVALID(err, "invalid_json", "the body is not valid JSON (error near byte %zu)", at);
         return NULL;

@@ -162,6 +162,21 @@ static ac_status read_int(const reader *r, const config_setting_t *group, const 
 }
 
 /* A float member (integers accepted) that must be finite and > 0. */
+/* A float or integer setting as a double. */
+static ac_status read_number(const reader *r, const config_setting_t *s, const char *full, double *out)
+{
+    int type = config_setting_type(s);
+    if (type == CONFIG_TYPE_FLOAT)
+        *out = config_setting_get_float(s);
+    else if (type == CONFIG_TYPE_INT)
+        *out = config_setting_get_int(s);
+    else if (type == CONFIG_TYPE_INT64)
+        *out = (double)config_setting_get_int64(s);
+    else
+        return fail_at(r, s, "%s: expected a number, got %s", full, type_name(type));
+    return AC_OK;
+}
+
 static ac_status read_positive(const reader *r, const config_setting_t *group, const char *path,
                                const char *key, bool *present, double *out)
 {
@@ -171,16 +186,10 @@ static ac_status read_positive(const reader *r, const config_setting_t *group, c
     *present = s != NULL;
     if (!s)
         return AC_OK;
-    int type = config_setting_type(s);
-    double v;
-    if (type == CONFIG_TYPE_FLOAT)
-        v = config_setting_get_float(s);
-    else if (type == CONFIG_TYPE_INT)
-        v = config_setting_get_int(s);
-    else if (type == CONFIG_TYPE_INT64)
-        v = (double)config_setting_get_int64(s);
-    else
-        return fail_at(r, s, "%s: expected a number, got %s", full, type_name(type));
+    double v = 0;
+    ac_status st = read_number(r, s, full, &v);
+    if (st != AC_OK)
+        return st;
     if (!isfinite(v) || v <= 0)
         return fail_at(r, s, "%s = %g: must be > 0", full, v);
     *out = v;
@@ -424,11 +433,10 @@ static ac_status read_margin(const reader *r, const config_setting_t *g, double 
     const config_setting_t *s = config_setting_get_member(g, "margin");
     if (!s)
         return AC_OK;
-    int type = config_setting_type(s);
-    if (type != CONFIG_TYPE_FLOAT && type != CONFIG_TYPE_INT && type != CONFIG_TYPE_INT64)
-        return fail_at(r, s, "targets.margin: expected a number, got %s", type_name(type));
-    double v = type == CONFIG_TYPE_FLOAT ? config_setting_get_float(s)
-               : type == CONFIG_TYPE_INT ? config_setting_get_int(s) : (double)config_setting_get_int64(s);
+    double v = 0;
+    ac_status st = read_number(r, s, "targets.margin", &v);
+    if (st != AC_OK)
+        return st;
     if (!isfinite(v) || v < 0 || v >= AC_CONTRACT_MAX_MARGIN)
         return fail_at(r, s, "targets.margin = %g: must be in [0, %g) (a fraction of each target)", v,
                        AC_CONTRACT_MAX_MARGIN);

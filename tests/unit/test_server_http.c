@@ -1314,6 +1314,31 @@ static void test_admin_auth(void **state)
     cJSON_Delete(o);
 }
 
+/* A second server beside the main one, with its own config. */
+typedef struct {
+    srv_metrics *metrics;
+    srv_server *server;
+    srv_http *http;
+    int port;
+} second_server;
+
+static void second_start(second_server *x, const srv_config *c)
+{
+    memset(x, 0, sizeof *x);
+    assert_int_equal(srv_metrics_create(c->slots, &x->metrics), AC_OK);
+    assert_int_equal(srv_server_create(c, x->metrics, &x->server), AC_OK);
+    assert_int_equal(srv_http_start(x->server, x->metrics, NULL, &x->http, &x->port), AC_OK);
+    assert_true(x->port > 0 && x->port != port);
+}
+
+static void second_stop(second_server *x)
+{
+    srv_server_stop(x->server);
+    srv_http_stop(x->http);
+    srv_server_free(x->server);
+    srv_metrics_free(x->metrics);
+}
+
 /* A server whose config has no admin token: admin answers 403; before its model loads
  * /health is 503 and completions are refused. */
 static void test_admin_disabled(void **state)
@@ -1321,14 +1346,9 @@ static void test_admin_disabled(void **state)
     (void)state;
     srv_config c = cfg;
     c.admin_token[0] = 0;
-    srv_metrics *m2 = NULL;
-    srv_server *s2 = NULL;
-    srv_http *h2 = NULL;
-    int p2 = 0;
-    assert_int_equal(srv_metrics_create(c.slots, &m2), AC_OK);
-    assert_int_equal(srv_server_create(&c, m2, &s2), AC_OK);
-    assert_int_equal(srv_http_start(s2, m2, NULL, &h2, &p2), AC_OK);
-    assert_true(p2 > 0 && p2 != port);
+    second_server x;
+    second_start(&x, &c);
+    int p2 = x.port;
     const char *paths[] = {"/admin/status", "/admin/workload"};
     for (int i = 0; i < 2; i++) {
         http_req q = {.path = paths[i], .auth = BEARER, .port = p2};
@@ -1352,10 +1372,7 @@ static void test_admin_disabled(void **state)
     http_req completion = {.method = "POST", .path = "/v1/completions", .body = "{\"prompt\": \"a\"}", .port = p2};
     r = http(&completion);
     expect_error_free(&r, 503, "server_error", NULL);
-    srv_server_stop(s2);
-    srv_http_stop(h2);
-    srv_server_free(s2);
-    srv_metrics_free(m2);
+    second_stop(&x);
 }
 
 /* ---- swaps ---- */
@@ -1622,14 +1639,10 @@ static void test_limits(void **state)
     c.max_connections = CONNECTIONS;
     c.max_tokens_limit = 200;
     c.max_prompt_tokens = 8;
-    srv_metrics *m2 = NULL;
-    srv_server *s2 = NULL;
-    srv_http *h2 = NULL;
-    int p2 = 0;
-    assert_int_equal(srv_metrics_create(c.slots, &m2), AC_OK);
-    assert_int_equal(srv_server_create(&c, m2, &s2), AC_OK);
-    assert_int_equal(srv_http_start(s2, m2, NULL, &h2, &p2), AC_OK);
-    assert_int_equal(srv_server_load_initial(s2, PROSE), AC_OK);
+    second_server x;
+    second_start(&x, &c);
+    int p2 = x.port;
+    assert_int_equal(srv_server_load_initial(x.server, PROSE), AC_OK);
 
     http_req q = {.method = "POST", .path = "/v1/completions", .port = p2,
                   .body = "{\"prompt\": \"a\", \"max_tokens\": 201}"};
@@ -1707,10 +1720,7 @@ static void test_limits(void **state)
     }
     for (int i = 1; i < CONNECTIONS; i++)
         close(idle[i]);
-    srv_server_stop(s2);
-    srv_http_stop(h2);
-    srv_server_free(s2);
-    srv_metrics_free(m2);
+    second_stop(&x);
 }
 
 static void test_trailing_data(void **state)
