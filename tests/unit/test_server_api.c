@@ -461,6 +461,10 @@ static void test_config_bad(void **state)
     config_bad("slots = 0;\n", ":1:", "slots");
     config_bad("max_body_bytes = 10;\n", ":1:", "max_body_bytes");
     config_bad("context_tokens = 1;\n", ":1:", "context_tokens");
+    config_bad("port = 1;\ndrain_timeout_s = -1.0;\n", ":2:", "drain_timeout_s");
+    config_bad("drain_timeout_s = \"soon\";\n", ":1:", "drain_timeout_s");
+    config_bad("max_tokens_limit = -5;\n", ":1:", "max_tokens_limit");
+    config_bad("max_prompt_tokens = 1.5;\n", ":1:", "max_prompt_tokens");
     config_bad("port = 8000;\nslots = ;\n", ":2:", "syntax"); /* a syntax error: the file and line */
     config_bad("server = { port = 1; };\n", ":1:", "server");
 
