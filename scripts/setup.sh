@@ -25,7 +25,7 @@ fi
 
 packages=(build-essential cmake pkg-config libopenblas-openmp-dev libconfig-dev libcjson-dev
           libcmocka-dev gnuplot-nox curl libpcre2-dev fortunes libpython3.11-stdlib
-          libmicrohttpd-dev libcurl4-openssl-dev python3-venv)
+          libmicrohttpd-dev libcurl4-openssl-dev python3-venv libopenmpi-dev openmpi-bin)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -43,7 +43,8 @@ if ! command -v nvcc >/dev/null 2>&1 && [ -x /usr/local/cuda/bin/nvcc ]; then
   export PATH="/usr/local/cuda/bin:$PATH"
 fi
 
-cmake -S "$root" -B "$build_dir" -DAC_SANITIZE="$sanitize" >/dev/null
+# MPI (data-parallel ranks) is built whenever it is installed, as it is above
+cmake -S "$root" -B "$build_dir" -DAC_SANITIZE="$sanitize" -DAC_MPI="${AC_MPI:-AUTO}" >/dev/null
 cmake --build "$build_dir" -j "$(nproc)"
 echo "setup: built in $build_dir"
 

@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "autocompress/log.h"
+
 ac_status cli_parse_ids(const char *text, int32_t **ids, int *count)
 {
     size_t n = 1;
@@ -86,4 +88,22 @@ int cli_dispatch(const char *group, const cli_command *commands, int count, int 
     fprintf(stderr, "%s: unknown %s '%s'\n", w.prefix, w.noun, argv[1]);
     print_commands(&w, commands, count, stderr);
     return 2;
+}
+
+void cli_report_failure(const char *command, const ac_comm *comm, const char *message)
+{
+    if (ac_comm_size(comm) > 1)
+        fprintf(stderr, "autocompress %s (rank %d of %d): %s\n", command, ac_comm_rank(comm), ac_comm_size(comm),
+                message);
+    else
+        fprintf(stderr, "autocompress %s: %s\n", command, message);
+}
+
+ac_status cli_comm_init(const ac_comm_params *params, ac_comm **comm)
+{
+    ac_status st = ac_comm_init(params, comm);
+    /* one copy of the progress lines: the other ranks say only what goes wrong */
+    if (st == AC_OK && ac_comm_rank(*comm) > 0 && ac_log_get_level() < AC_LOG_WARN)
+        ac_log_set_level(AC_LOG_WARN);
+    return st;
 }

@@ -4,6 +4,7 @@
 
 #include <stdint.h>
 
+#include "autocompress/comm.h"
 #include "autocompress/status.h"
 
 /* Parses "1,2,3" into a malloc'd array; the message names the bad item. */
@@ -11,6 +12,11 @@ ac_status cli_parse_ids(const char *text, int32_t **ids, int *count);
 /* Parses a whole decimal integer / float, naming `flag` in the error. */
 ac_status cli_parse_int(const char *flag, const char *text, long long min, long long max, long long *value);
 ac_status cli_parse_float(const char *flag, const char *text, double *value);
+
+/* ac_comm_init, and only warnings and errors in the log of ranks other than 0. */
+ac_status cli_comm_init(const ac_comm_params *params, ac_comm **comm);
+/* "autocompress COMMAND: MESSAGE" on stderr, naming the rank in a multi-rank run. */
+void cli_report_failure(const char *command, const ac_comm *comm, const char *message);
 
 /* One row of a command table. */
 typedef struct {

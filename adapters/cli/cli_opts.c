@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "autocompress/comm.h"
 #include "autocompress/progress.h"
 
 enum { HELP_CODE = 'h', FIRST_CODE = 256 };
@@ -179,3 +180,5 @@ ac_status cli_parse_progress(const char *value, void *dst)
 {
     return ac_progress_mode_from_name(value, (ac_progress_mode *)dst);
 }
+
+ac_status cli_parse_comm(const char *value, void *dst) { return ac_comm_kind_parse(value, (ac_comm_kind *)dst); }

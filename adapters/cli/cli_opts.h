@@ -52,6 +52,7 @@ int cli_usage_error(const cli_spec *spec, const char *message);
 
 /* Common CLI_CALL parsers. */
 ac_status cli_parse_progress(const char *value, void *dst); /* ac_progress_mode */
+ac_status cli_parse_comm(const char *value, void *dst);     /* ac_comm_kind */
 
 /* Table rows (designated, so every field not named is zero). */
 #define CLI_REQUIRED(name_, dst_, meta_, help_) \
@@ -63,6 +64,13 @@ ac_status cli_parse_progress(const char *value, void *dst); /* ac_progress_mode 
 #define CLI_SWITCH(name_, dst_, value, help_) {.name = name_, .kind = CLI_SET, .dst = dst_, .help = help_, .min = value}
 #define CLI_CUSTOM(name_, dst_, meta_, help_, fn) \
     {.name = name_, .kind = CLI_CALL, .dst = dst_, .metavar = meta_, .help = help_, .parse = fn}
+
+/* The rows of every command that runs data-parallel under mpirun (an ac_comm_params *). */
+#define CLI_COMM_OPTS(params)                                                                                   \
+    CLI_CUSTOM("comm", &(params)->kind, "auto|single|mpi|nccl",                                                 \
+               "ranks: MPI when started by mpirun, else one process (default: auto)", cli_parse_comm),          \
+    CLI_REAL("comm-timeout", CLI_DOUBLE, &(params)->timeout_s, "S",                                             \
+             "seconds a rank waits for the others before the run fails")
 
 #define CLI_COUNT(array) ((int)(sizeof(array) / sizeof((array)[0])))
 

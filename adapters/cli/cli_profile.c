@@ -1,6 +1,7 @@
 /* autocompress profile: fill the cost tables of a contract's search space by profiling
  * runs on this machine (autocompress/profile.h). */
 #include "cli.h"
+#include "cli_args.h"
 #include "cli_opts.h"
 
 #include <stdio.h>
@@ -13,6 +14,7 @@
 typedef struct {
     const char *model_dir, *contract_path, *out;
     ac_profile_params p;
+    ac_comm_params comm;
 } profile_args;
 
 static int parse_args(int argc, char **argv, profile_args *a)
@@ -33,12 +35,14 @@ static int parse_args(int argc, char **argv, profile_args *a)
         CLI_TEXT("trace", &p->trace_path, "FILE.json", "Chrome trace of every run's first timed request"),
         CLI_CUSTOM("progress", &p->progress, "auto|bar|json|off", "progress on stderr (default: auto)",
                    cli_parse_progress),
+        CLI_COMM_OPTS(&a->comm),
     };
     const cli_spec spec = {"profile", NULL,
                            "Times every configuration of the contract's search space on this machine, in\n"
                            "profiling runs of the parent under the contract's workload and threads, and\n"
                            "writes the per-layer latency and memory cost tables to OUT (JSON), then prints\n"
-                           "a summary. Exit status: 0 on success, 1 when a run or a write fails, 2 on a\n"
+                           "a summary. Under mpirun the runs are shared out over the ranks, one device\n"
+                           "(or host) per rank, and rank 0 writes the merged tables. Exit status: 0 on success, 1 when a run or a write fails, 2 on a\n"
                            "usage error or a contract or parent that cannot be used.",
                            opts, CLI_COUNT(opts), 0, 0};
     return cli_parse(&spec, argc, argv, NULL);
@@ -74,22 +78,28 @@ static void print_report(const profile_args *a, const ac_contract *contract, con
 
 int cli_profile(int argc, char **argv)
 {
-    profile_args a = {.p = ac_profile_default_params()};
+    profile_args a = {.p = ac_profile_default_params(), .comm = ac_comm_default_params()};
     int rc = parse_args(argc, argv, &a);
     if (rc != CLI_PARSED)
         return rc;
     ac_contract contract;
-    ac_status st = ac_contract_load(a.contract_path, &contract);
+    ac_status st = cli_comm_init(&a.comm, &a.p.comm);
+    if (st == AC_OK)
+        st = ac_contract_load(a.contract_path, &contract);
     ac_cost_tables *tables = NULL;
     ac_profile_report report;
+    int writer = ac_comm_rank(a.p.comm) == 0;
     if (st == AC_OK)
         st = ac_profile_run(a.model_dir, &contract, &a.p, &tables, &report);
-    if (st == AC_OK)
+    if (st == AC_OK && writer)
         st = ac_cost_tables_write(tables, a.out);
-    if (st == AC_OK)
+    if (st == AC_OK && writer)
         print_report(&a, &contract, tables, &report);
-    else
-        fprintf(stderr, "autocompress profile: %s\n", ac_error_message());
+    else if (st != AC_OK)
+        cli_report_failure("profile", a.p.comm, ac_error_message());
+    if (st != AC_OK)
+        ac_comm_mark_failed(a.p.comm);
+    ac_comm_free(a.p.comm);
     ac_cost_tables_free(tables);
     return st == AC_OK ? 0 : st == AC_ERR_INVALID ? 2 : 1;
 }

@@ -1,6 +1,7 @@
 /* autocompress search: importance, routers trained on KD + the budget loss, the chosen
  * architecture (resumable). */
 #include "cli.h"
+#include "cli_args.h"
 #include "cli_opts.h"
 
 #include <stdio.h>
@@ -14,6 +15,7 @@
 
 typedef struct {
     ac_search_params p;
+    ac_comm_params comm;
     const char *model_dir, *contract_path, *tables_path;
 } search_args;
 
@@ -54,10 +56,12 @@ static int parse_args(int argc, char **argv, search_args *a)
         CLI_SWITCH("train-weights", &p->train_weights, 1, "the weights learn from the KD too (saved to OUT/weights)"),
         CLI_REAL("weights-lr", CLI_FLOAT, &p->weights_optim.lr, "X", "learning rate of the weights with --train-weights"),
         CLI_CUSTOM("progress", &p->progress, "auto|bar|json|off", "progress on stderr", cli_parse_progress),
+        CLI_COMM_OPTS(&a->comm),
     };
     const cli_spec spec = {"search", NULL,
                            "Trains routers over the contract's search space on KD + the budget loss of the cost\n"
                            "model, then writes the chosen architecture to OUT/arch.json and OUT/search.json.\n"
+                           "Under mpirun every rank takes its share of each KD batch; rank 0 writes OUT.\n"
                            "Exit status: 0 when the choice meets every target (cost model), 1 when not.",
                            opts, CLI_COUNT(opts), 0, 0};
     return cli_parse(&spec, argc, argv, NULL);
@@ -98,7 +102,7 @@ static void print_report(const search_args *a, const ac_search_report *r)
 
 int cli_search(int argc, char **argv)
 {
-    search_args a = {.p = ac_search_default_params()};
+    search_args a = {.p = ac_search_default_params(), .comm = ac_comm_default_params()};
     int rc = parse_args(argc, argv, &a);
     if (rc != CLI_PARSED)
         return rc;
@@ -107,17 +111,22 @@ int cli_search(int argc, char **argv)
     ac_model *parent = NULL;
     ac_search_report report;
     memset(&report, 0, sizeof report);
-    ac_status st = ac_contract_load(a.contract_path, &contract);
+    ac_status st = cli_comm_init(&a.comm, &a.p.comm);
+    if (st == AC_OK)
+        st = ac_contract_load(a.contract_path, &contract);
     if (st == AC_OK)
         st = ac_cost_tables_read(a.tables_path, &tables);
     if (st == AC_OK)
         st = ac_model_load(a.model_dir, &parent);
     if (st == AC_OK)
         st = ac_search_run(parent, &contract, tables, &a.p, &report);
-    if (st == AC_OK)
+    if (st == AC_OK && ac_comm_rank(a.p.comm) == 0)
         print_report(&a, &report);
-    else
-        fprintf(stderr, "autocompress search: %s\n", ac_error_message());
+    else if (st != AC_OK)
+        cli_report_failure("search", a.p.comm, ac_error_message());
+    if (st != AC_OK)
+        ac_comm_mark_failed(a.p.comm);
+    ac_comm_free(a.p.comm);
     ac_arch_free(&report.arch);
     ac_model_free(parent);
     ac_cost_tables_free(tables);

@@ -1,5 +1,6 @@
 /* autocompress train / distill: the training loop on token shards, resumable. */
 #include "cli.h"
+#include "cli_args.h"
 #include "cli_opts.h"
 
 #include <stdio.h>
@@ -10,12 +11,16 @@
 
 typedef struct {
     ac_train_params p;
+    ac_comm_params comm;
     const char *config, *model_dir, *teacher_dir;
     uint64_t init_seed;
     float init_std;
 } train_args;
 
-static train_args default_train_args(void) { return (train_args){.p = ac_train_default_params(), .init_std = 0.02f}; }
+static train_args default_train_args(void)
+{
+    return (train_args){.p = ac_train_default_params(), .comm = ac_comm_default_params(), .init_std = 0.02f};
+}
 
 /* The rows train and distill share: the data, the output and the loop's settings. */
 #define TRAINING_OPTS(a)                                                                                            \
@@ -37,9 +42,11 @@ static train_args default_train_args(void) { return (train_args){.p = ac_train_d
     CLI_NUMBER("eval-batches", CLI_INT, &(a)->p.eval_batches, "N", "validation batches per evaluation", 0,          \
                100000000),                                                                                          \
     CLI_CUSTOM("progress", &(a)->p.progress, "auto|bar|json|off", "progress on stderr (default: auto)",             \
-               cli_parse_progress)
+               cli_parse_progress),                                                                                 \
+    CLI_COMM_OPTS(&(a)->comm)
 
 #define TRAINING_EXIT_STATUS                                                              \
+    "Under mpirun every rank takes its share of each batch; rank 0 writes OUT.\n"       \
     "Exit status: 0 on success, 1 on a failure, 2 on a usage error or invalid settings\n" \
     "(a checkpoint in OUT from other settings included)."
 
@@ -100,19 +107,24 @@ static ac_status initial_model(const train_args *a, ac_model **model)
 static int run_training(const char *command, train_args *a)
 {
     ac_model *model = NULL, *teacher = NULL;
-    ac_status st = initial_model(a, &model);
+    ac_status st = cli_comm_init(&a->comm, &a->p.comm);
+    if (st == AC_OK)
+        st = initial_model(a, &model);
     if (st == AC_OK && a->teacher_dir)
         st = ac_model_load(a->teacher_dir, &teacher);
     ac_train_report report;
     a->p.teacher = teacher;
     if (st == AC_OK)
         st = ac_train_run(&model, &a->p, &report);
-    if (st == AC_OK)
+    if (st == AC_OK && ac_comm_rank(a->p.comm) == 0)
         printf("%s: %d steps%s, loss %.4f, validation loss %.4f, %.0f tokens/s -> %s\n", command, report.steps_done,
                report.resumed_from >= 0 ? " (resumed)" : "", report.last_loss, report.last_val_loss,
                report.tokens_per_second, a->p.out_dir);
-    else
-        fprintf(stderr, "autocompress %s: %s\n", command, ac_error_message());
+    else if (st != AC_OK)
+        cli_report_failure(command, a->p.comm, ac_error_message());
+    if (st != AC_OK)
+        ac_comm_mark_failed(a->p.comm);
+    ac_comm_free(a->p.comm);
     ac_model_free(model);
     ac_model_free(teacher);
     return st == AC_OK ? 0 : (st == AC_ERR_INVALID ? 2 : 1);

@@ -25,11 +25,47 @@ static const cli_command commands[] = {
     {"admin", cli_admin, "a running server's jobs and model: admin status|recompress|jobs|cancel|resume|swap|policy"},
 };
 
+/* What this build can do beyond the CPU engine, for --version. */
+static const char *const features[] = {
+#ifdef AC_HAVE_CUDA
+    " cuda",
+#else
+    "",
+#endif
+#ifdef AC_HAVE_MPI
+    " mpi",
+#else
+    "",
+#endif
+#ifdef AC_HAVE_NCCL
+    " nccl",
+#else
+    "",
+#endif
+};
+
+/* The commands that run data-parallel; under mpirun any other would run once per rank,
+ * every copy writing the same files. */
+static int runs_over_ranks(const char *command)
+{
+    const char *parallel[] = {"train", "distill", "search", "profile"};
+    for (size_t i = 0; i < sizeof parallel / sizeof parallel[0]; i++)
+        if (!strcmp(command, parallel[i]))
+            return 1;
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     if (argc > 1 && (!strcmp(argv[1], "--version") || !strcmp(argv[1], "-V"))) {
-        printf("autocompress %s\n", AC_VERSION);
+        printf("autocompress %s\nbuilt with:%s%s%s\n", AC_VERSION, features[0], features[1], features[2]);
         return 0;
+    }
+    int ranks = ac_comm_launched_ranks();
+    if (ranks > 1 && argc > 1 && !runs_over_ranks(argv[1])) {
+        fprintf(stderr, "autocompress %s: started by mpirun with %d ranks, but only train, distill, search and "
+                        "profile run over ranks: run it as one process\n", argv[1], ranks);
+        return 2;
     }
     return cli_dispatch(NULL, commands, CLI_COUNT(commands), argc, argv);
 }

@@ -1,6 +1,7 @@
 /* Profiling runs (autocompress/profile.h): plan models that carry many candidate
  * configurations, measure each in a child process with the CPU probe, split the spans
  * at layer boundaries per phase and step, and reduce them to table rows. */
+#include "autocompress/log.h"
 #include "autocompress/profile.h"
 #include "autocompress/trace.h"
 #include "cost/cost_internal.h"
@@ -514,6 +515,44 @@ static ac_status keep_trace(trace_store *t, int run, const run_plan *plan, const
     return AC_OK;
 }
 
+/* Every rank's measurements into every rank: each run's entries were filled by the one
+ * rank that measured it and are zero elsewhere, so the sums are the values. */
+static ac_status merge_runs(ac_comm *comm, double *arrays[], const size_t counts[], int n_arrays, int *ints[],
+                            const size_t int_counts[], int n_ints)
+{
+    ac_status st = AC_OK;
+    for (int a = 0; st == AC_OK && a < n_arrays; a++)
+        st = ac_comm_allreduce_f64(comm, arrays[a], counts[a]);
+    for (int a = 0; st == AC_OK && a < n_ints; a++) {
+        double *d = malloc((int_counts[a] + 1) * sizeof *d);
+        if (!d)
+            return ac_fail(AC_ERR_NOMEM, "profile: out of memory merging the ranks' runs");
+        for (size_t j = 0; j < int_counts[a]; j++)
+            d[j] = ints[a][j];
+        st = ac_comm_allreduce_f64(comm, d, int_counts[a]);
+        for (size_t j = 0; st == AC_OK && j < int_counts[a]; j++)
+            ints[a][j] = (int)d[j];
+        free(d);
+    }
+    return st;
+}
+
+/* This rank's runs' traces: rank 0's at path, rank r's at path.rankR. */
+static ac_status write_trace(const trace_store *t, const char *path, const ac_comm *comm)
+{
+    int rank = ac_comm_rank(comm), size = ac_comm_size(comm), n = 0;
+    ac_trace_run *mine = calloc((size_t)t->n + 1, sizeof *mine);
+    if (!mine)
+        return ac_fail(AC_ERR_NOMEM, "profile: out of memory for the trace");
+    for (int i = rank; i < t->n; i += size)
+        mine[n++] = t->runs[i];
+    char own[4096];
+    snprintf(own, sizeof own, rank == 0 ? "%s" : "%s.rank%d", path, rank);
+    ac_status st = ac_trace_write_chrome(own, mine, n);
+    free(mine);
+    return st;
+}
+
 ac_status ac_profile_run(const char *model_dir, const ac_contract *contract, const ac_profile_params *params,
                          ac_cost_tables **tables_out, ac_profile_report *report)
 {
@@ -575,19 +614,28 @@ ac_status ac_profile_run(const char *model_dir, const ac_contract *contract, con
         if (!trace.runs || !trace.spans || !trace.names || !trace.labels)
             st = ac_fail(AC_ERR_NOMEM, "profile: out of memory for the trace");
     }
+    int rank = ac_comm_rank(params->comm), size = ac_comm_size(params->comm);
+    int mine = n_runs / size + (rank < n_runs % size), measured = 0;
+    if (rank == 0 && ac_comm_ranks_on_host(params->comm) > 1 && contract->hardware.kind == AC_DEVICE_CPU)
+        ac_warn("profile: %d ranks share this host's cores, so their timings disturb each other: run one rank per "
+                "host (mpirun --map-by node) for tables to trust", ac_comm_ranks_on_host(params->comm));
+    char plan_text[256];
+    snprintf(plan_text, sizeof plan_text, "contract %s, %d runs of %d layers, %d sweeps", contract->name, n_runs, L, R);
+    if (st == AC_OK)
+        st = ac_comm_check_same(params->comm, "profiling plans", plan_text);
     ac_progress *progress = NULL;
     if (st == AC_OK)
-        st = ac_progress_init(&progress, "profile", (double)n_runs * R, "runs", params->progress,
+        st = ac_progress_init(&progress, "profile", (double)mine * R, "runs", rank == 0 ? params->progress : AC_PROGRESS_OFF,
                               params->progress_stream ? params->progress_stream : stderr);
     /* spans per request: a step, its embedding, layers, head and sampling, every step */
     size_t per_request = (size_t)(1 + n_dec) * (size_t)(L + 4);
     double *resid = malloc(((size_t)n_runs + 1) * sizeof *resid);
     /* every run's samples, sweep by sweep, K slots a sweep of which count[run][sweep] are
      * filled: [run][site][slot], [run][site][step][slot] */
-    double *pre_all = malloc(((size_t)n_runs * sites * S + 1) * sizeof *pre_all);
-    double *dec_all = malloc(((size_t)n_runs * sites * n_dec * S + 1) * sizeof *dec_all);
+    double *pre_all = calloc(1, ((size_t)n_runs * sites * S + 1) * sizeof *pre_all);
+    double *dec_all = calloc(1, ((size_t)n_runs * sites * n_dec * S + 1) * sizeof *dec_all);
     int *count = calloc((size_t)n_runs * R + 1, sizeof *count);
-    double *mem_all = malloc(((size_t)n_runs * R + 1) * sizeof *mem_all);
+    double *mem_all = calloc(1, ((size_t)n_runs * R + 1) * sizeof *mem_all);
     int *run_threads = calloc((size_t)n_runs + 1, sizeof *run_threads);
     double *ref_all = calloc((size_t)n_runs * S + 1, sizeof *ref_all); /* [run][slot], 0: empty slot */
     if (st == AC_OK && (!resid || !pre_all || !dec_all || !count || !mem_all || !run_threads || !ref_all))
@@ -595,7 +643,7 @@ ac_status ac_profile_run(const char *model_dir, const ac_contract *contract, con
     /* R sweeps over all runs, one timed request per run each: a slow phase of the machine
      * then costs every row a sample, not one row all of its samples */
     for (int sweep = 0; st == AC_OK && sweep < R; sweep++)
-        for (int i = 0; st == AC_OK && i < n_runs; i++) {
+        for (int i = rank; st == AC_OK && i < n_runs; i += size) {
             const run_plan *plan = &runs[i];
             ac_measure_job job = {
                 .model_dir = model_dir,
@@ -643,8 +691,16 @@ ac_status ac_profile_run(const char *model_dir, const ac_contract *contract, con
                 ref_all[(size_t)i * S + (size_t)sweep * K + k] = res.reference_seconds[k];
             run_threads[i] = res.threads;
             ac_progress_metric(progress, "run_s", 1e-9 * (double)(ac_monotonic_ns() - run_start));
-            ac_progress_update(progress, sweep * n_runs + i + 1);
+            ac_progress_update(progress, ++measured);
         }
+    if (st == AC_OK && size > 1) {
+        double *arrays[] = {pre_all, dec_all, mem_all, ref_all, &report->requests_per_run};
+        size_t counts[] = {(size_t)n_runs * sites * S, (size_t)n_runs * sites * n_dec * S, (size_t)n_runs * R,
+                           (size_t)n_runs * S, 1};
+        int *ints[] = {count, run_threads, &report->retried};
+        size_t int_counts[] = {(size_t)n_runs * R, (size_t)n_runs, 1};
+        st = merge_runs(params->comm, arrays, counts, 5, ints, int_counts, 3);
+    }
     /* every sample at the machine's median speed: times (the median reference over the
      * reference timed right after it) ^ slope */
     double reference = 0, slope = 1.0;
@@ -712,7 +768,7 @@ ac_status ac_profile_run(const char *model_dir, const ac_contract *contract, con
         ac_cost_tables_set_info(tables, &info);
     }
     if (st == AC_OK && params->trace_path)
-        st = ac_trace_write_chrome(params->trace_path, trace.runs, n_runs);
+        st = write_trace(&trace, params->trace_path, params->comm);
     if (st == AC_OK) {
         report->runs = n_runs;
         report->rows = (int)ac_cost_tables_row_count(tables);

@@ -393,6 +393,14 @@ ac_mask_grads *ac_routers_mask_grads(ac_routers *r)
     return &r->grads;
 }
 
+void ac_routers_mask_grad_storage(ac_routers *r, float **buf, size_t *n, float **gates, size_t *n_gates)
+{
+    *buf = r->grad_buf;
+    *n = r->mask_floats + 1;
+    *gates = r->gate_grad;
+    *n_gates = r->gate_grad ? (size_t)r->n_layers : 0;
+}
+
 void ac_routers_backward(const ac_routers *r, const double *probs, const double *dprobs_extra, float temperature,
                          double *dprobs, double *dlogits)
 {

@@ -65,6 +65,9 @@ static ac_status check_params(const ac_search_params *p)
     if (p->train_weights && !(p->weights_optim.lr > 0))
         return ac_fail(AC_ERR_INVALID, "search: the weights' learning rate must be positive, got %g",
                        (double)p->weights_optim.lr);
+    if (p->batch < ac_comm_size(p->comm))
+        return ac_fail(AC_ERR_INVALID, "search: a batch of %d sequences cannot be shared by %d ranks", p->batch,
+                       ac_comm_size(p->comm));
     return AC_OK;
 }
 
@@ -146,6 +149,7 @@ typedef struct {
     float *teacher_logits;
     int32_t *batch_tokens;
     int n_logits, n_axes, steps;
+    int row0, rows;             /* this rank's shard of every batch: rows [row0, row0 + rows) */
     float *m, *v, *grad;        /* AdamW moments and the gradient of the logits */
     double *probs, *dprobs, *dprobs_budget, *dl_kd, *dl_budget, *d_lat, *d_mem, *d_thr;
     ac_cost_prediction parent_cost;
@@ -208,8 +212,12 @@ static ac_status prepare_model(search_run *r, const ac_model *parent)
     char path[4096];
     path_in(r, "importance.safetensors", path, sizeof path);
     struct stat sb;
-    ac_status st;
     r->calib_tokens = (int64_t)p->calib_seqs * p->seq_len;
+    /* rank 0 computes the importance (or finds it saved); the others load its file */
+    int rank = ac_comm_rank(p->comm);
+    ac_status st = rank == 0 ? AC_OK : ac_comm_barrier(p->comm);
+    if (st != AC_OK)
+        return st;
     if (stat(path, &sb) == 0) {
         st = ac_importance_load(path, ac_model_arch(parent), &r->imp);
     } else {
@@ -224,6 +232,8 @@ static ac_status prepare_model(search_run *r, const ac_model *parent)
         if (st == AC_OK)
             st = ac_importance_save(&r->imp, path);
     }
+    if (st == AC_OK && rank == 0)
+        st = ac_comm_barrier(p->comm);
     if (st == AC_OK)
         st = ac_model_slice(parent, ac_model_arch(parent), NULL, 0, &r->model);
     if (st == AC_OK)
@@ -236,7 +246,7 @@ static ac_status alloc_buffers(search_run *r)
     const ac_search_params *p = r->p;
     int n = r->n_logits, V = ac_model_arch(r->model)->vocab;
     size_t rows = (size_t)p->batch * p->seq_len;
-    r->teacher_logits = malloc(rows * (size_t)V * sizeof *r->teacher_logits);
+    r->teacher_logits = malloc((size_t)r->rows * p->seq_len * (size_t)V * sizeof *r->teacher_logits);
     r->batch_tokens = malloc((rows + (size_t)p->batch) * sizeof *r->batch_tokens);
     r->m = calloc((size_t)n, sizeof *r->m);
     r->v = calloc((size_t)n, sizeof *r->v);
@@ -311,13 +321,15 @@ static ac_status setup(search_run *r, const ac_model *parent, const ac_cost_tabl
                                        "tokens (a step takes %lld)", (long long)budget, (long long)r->calib_tokens,
                        (long long)per_step);
     r->steps = (int)((budget - r->calib_tokens) / per_step);
+    ac_comm_shard(p->comm, p->batch, &r->row0, &r->rows);
+    r->rows -= r->row0;
     st = alloc_buffers(r);
     if (st == AC_OK)
-        st = ac_train_step_create(r->model, p->batch, p->seq_len, &r->student);
+        st = ac_train_step_create(r->model, r->rows, p->seq_len, &r->student);
     if (st == AC_OK && p->train_weights)
         st = setup_weight_training(r);
     if (st == AC_OK && p->kd_weight > 0)
-        st = ac_train_step_create(r->teacher_model ? r->teacher_model : r->model, p->batch, p->seq_len, &r->teacher);
+        st = ac_train_step_create(r->teacher_model ? r->teacher_model : r->model, r->rows, p->seq_len, &r->teacher);
     snprintf(r->fingerprint, sizeof r->fingerprint,
              "contract=%s data=%s calib=%d batch=%d seq=%d steps=%d tau=%g kd=%g l1=%g l2=%g lr=%g temp=%g..%g "
              "sampling=%d experts=%d warmup=%g seed=%llu axes=%d logits=%d weights=%d:%g",
@@ -353,14 +365,33 @@ typedef struct {
     float temperature;
 } step_result;
 
+/* The gradients of this rank's share of the batch, summed over ranks: the masks' (and the
+ * layer gates'), the weights' when they train, and the KD loss. */
+static ac_status sum_over_ranks(search_run *r, double *kd)
+{
+    ac_comm *comm = r->p->comm;
+    float *buf, *gates;
+    size_t n, n_gates, n_weights = 0;
+    ac_routers_mask_grad_storage(r->routers, &buf, &n, &gates, &n_gates);
+    float *weights = r->grads ? ac_model_arena(r->grads, &n_weights) : NULL;
+    ac_status st = ac_comm_allreduce_f32(comm, buf, n);
+    if (st == AC_OK && gates)
+        st = ac_comm_allreduce_f32(comm, gates, n_gates);
+    if (st == AC_OK && weights)
+        st = ac_comm_allreduce_f32(comm, weights, n_weights);
+    return st == AC_OK ? ac_comm_allreduce_f64(comm, kd, 1) : st;
+}
+
 static ac_status kd_gradient(search_run *r, int step, const ac_masks *masks, ac_mask_grads *mg, double *kd)
 {
     const ac_search_params *p = r->p;
-    size_t rows = (size_t)p->batch * p->seq_len;
-    int32_t *window = r->batch_tokens;
-    ac_status st = sample_inputs(r->tokens, p->seed, (uint64_t)step, p->batch, p->seq_len, window);
+    size_t rows = (size_t)r->rows * p->seq_len;
+    /* every rank samples the whole batch (a pure function of seed, step and row) and
+     * takes its rows */
+    ac_status st = sample_inputs(r->tokens, p->seed, (uint64_t)step, p->batch, p->seq_len, r->batch_tokens);
     if (st != AC_OK)
         return st;
+    const int32_t *window = r->batch_tokens + (size_t)r->row0 * p->seq_len;
     double unused;
     ac_step_inputs tin = {.tokens = window, .targets = window, .kd_tau = 0};
     st = ac_train_step_loss(r->teacher, &tin, &unused);
@@ -369,13 +400,15 @@ static ac_status kd_gradient(search_run *r, int step, const ac_masks *masks, ac_
     memcpy(r->teacher_logits, ac_train_step_logits(r->teacher),
            rows * (size_t)ac_model_arch(r->model)->vocab * sizeof(float));
     ac_step_inputs in = {.tokens = window, .teacher_logits = r->teacher_logits, .kd_tau = p->kd_tau, .masks = masks,
-                         .grads = r->grads, .mask_grads = mg};
+                         .grads = r->grads, .mask_grads = mg,
+                         .loss_positions = (int64_t)p->batch * p->seq_len};
     if (r->grads) {
         size_t count;
         float *g = ac_model_arena(r->grads, &count);
         memset(g, 0, count * sizeof *g);
     }
-    return ac_train_step_run(r->student, &in, kd);
+    st = ac_train_step_run(r->student, &in, kd);
+    return st == AC_OK ? sum_over_ranks(r, kd) : st;
 }
 
 static ac_status router_step(search_run *r, int step, step_result *out)
@@ -545,8 +578,9 @@ static ac_status run_steps(search_run *r, int start, ac_search_report *report)
     const ac_search_params *p = r->p;
     int64_t per_step = (int64_t)p->batch * p->seq_len;
     ac_progress *progress = NULL;
+    int writer = ac_comm_rank(p->comm) == 0;
     ac_status st = ac_progress_init(&progress, "search", (double)(r->calib_tokens + per_step * r->steps), "tokens",
-                                    p->progress, stderr);
+                                    writer ? p->progress : AC_PROGRESS_OFF, stderr);
     if (st != AC_OK)
         return st;
     step_result s;
@@ -556,14 +590,16 @@ static ac_status run_steps(search_run *r, int start, ac_search_report *report)
         if (st != AC_OK)
             break;
         int64_t tokens = r->calib_tokens + per_step * (step + 1);
+        report->last_kd = s.kd;
+        report->last_budget = s.budget;
+        if (!writer)
+            continue;
         write_row(r, step, tokens, &s);
         ac_progress_metric(progress, "kd", s.kd);
         ac_progress_metric(progress, "budget", s.budget);
         ac_progress_metric(progress, "latency_ms", s.expected.latency_ms);
         ac_progress_metric(progress, "memory_mib", s.expected.memory_bytes / (1024.0 * 1024.0));
         ac_progress_update(progress, (double)tokens);
-        report->last_kd = s.kd;
-        report->last_budget = s.budget;
         int done = step + 1;
         if (done == r->steps || (p->checkpoint_every > 0 && done % p->checkpoint_every == 0)) {
             fflush(r->csv);
@@ -609,17 +645,25 @@ ac_status ac_search_run(const ac_model *parent, const ac_contract *contract, con
     ac_status st = check_params(params);
     if (st != AC_OK)
         return st;
-    if (mkdir(params->out_dir, 0777) != 0 && errno != EEXIST)
+    int writer = ac_comm_rank(params->comm) == 0;
+    if (writer && mkdir(params->out_dir, 0777) != 0 && errno != EEXIST)
         return ac_fail(AC_ERR_IO, "search: cannot create %s", params->out_dir);
     search_run r;
     memset(&r, 0, sizeof r);
     r.p = params;
     r.contract = contract;
     st = setup(&r, parent, tables);
+    if (st == AC_OK)
+        st = ac_comm_check_same(params->comm, "search settings", r.fingerprint);
     int start = 0;
+    char resumed[32];
     if (st == AC_OK)
         st = resume_or_start(&r, &start, report);
+    snprintf(resumed, sizeof resumed, "step %d", start);
+    /* every rank resumes from the state rank 0 saved (OUT must be shared) */
     if (st == AC_OK)
+        st = ac_comm_check_same(params->comm, "the search states found in OUT", resumed);
+    if (st == AC_OK && writer)
         st = open_csv(&r, start);
     if (st == AC_OK) {
         report->resumed_from = start > 0 ? start : -1;
@@ -630,7 +674,8 @@ ac_status ac_search_run(const ac_model *parent, const ac_contract *contract, con
     int *choice = NULL;
     ac_repair_step repairs[AC_SEARCH_MAX_REPAIRS];
     if (st == AC_OK) {
-        fclose(r.csv);
+        if (r.csv)
+            fclose(r.csv);
         r.csv = NULL;
         report->steps = r.steps;
         report->calib_tokens = r.calib_tokens;
@@ -645,13 +690,16 @@ ac_status ac_search_run(const ac_model *parent, const ac_contract *contract, con
                                            report)
                     : ac_fail(AC_ERR_NOMEM, "search: out of memory");
     }
-    if (st == AC_OK)
+    if (st == AC_OK && writer)
         st = ac_search_write_outputs(params->out_dir, contract, r.cost, choice, repairs, report);
-    if (st == AC_OK && r.opt) {
+    if (st == AC_OK && writer && r.opt) {
         char dir[4096];
         path_in(&r, "weights", dir, sizeof dir);
         st = ac_model_save(r.model, dir, AC_DTYPE_F32);
     }
+    /* the others return once the outputs are there */
+    if (st == AC_OK)
+        st = ac_comm_barrier(params->comm);
     free(choice);
     free_run(&r);
     return st;

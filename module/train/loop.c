@@ -57,6 +57,9 @@ static ac_status check_params(const ac_train_params *p)
         return ac_fail(AC_ERR_INVALID, "train: checkpoint and evaluation intervals must be >= 0");
     if (p->teacher && !(p->kd_tau > 0))
         return ac_fail(AC_ERR_INVALID, "distill: the temperature must be positive, got %g", p->kd_tau);
+    if (p->batch < ac_comm_size(p->comm))
+        return ac_fail(AC_ERR_INVALID, "train: a batch of %d sequences cannot be shared by %d ranks", p->batch,
+                       ac_comm_size(p->comm));
     return AC_OK;
 }
 
@@ -94,31 +97,39 @@ static ac_status open_loss_log(const char *path, int step, FILE **out)
 
 typedef struct {
     const ac_train_params *p;
+    int row0, rows;    /* this rank's shard of every batch: rows [row0, row0 + rows) */
     ac_model *model;
     ac_model *grads;
     ac_adamw *opt;
     ac_train_step *step;
     ac_train_step *teacher_step;
     ac_tokens *train, *val;
-    int32_t *window;   /* [batch, seq_len + 1] */
-    int32_t *inputs, *targets;
+    int32_t *window;   /* [batch, seq_len + 1]: the global batch */
+    int32_t *inputs, *targets; /* [rows, seq_len]: this rank's */
+    int64_t positions; /* the global batch's positions that the loss is a mean over */
     FILE *log;
 } loop_state;
 
+/* This rank's inputs and targets from the global batch's first n windows (the rest are
+ * padding), and the positions its loss is a mean over: the counted targets of the whole
+ * batch (cross-entropy) or all of its positions (distillation). */
 static void split_windows(loop_state *s, int n)
 {
     int T = s->p->seq_len;
-    for (int b = 0; b < s->p->batch; b++)
+    for (int i = 0; i < s->rows; i++) {
+        int b = s->row0 + i;
         for (int t = 0; t < T; t++) {
-            s->inputs[b * T + t] = b < n ? s->window[b * (T + 1) + t] : 0;
-            s->targets[b * T + t] = b < n ? s->window[b * (T + 1) + t + 1] : -1;
+            s->inputs[i * T + t] = b < n ? s->window[b * (T + 1) + t] : 0;
+            s->targets[i * T + t] = b < n ? s->window[b * (T + 1) + t + 1] : -1;
         }
+    }
+    s->positions = s->p->teacher ? (int64_t)s->p->batch * T : (int64_t)(n < s->p->batch ? n : s->p->batch) * T;
 }
 
 /* Inputs for the student's loss: targets, or the teacher's logits on the same tokens. */
 static ac_status step_inputs(loop_state *s, ac_step_inputs *in)
 {
-    *in = (ac_step_inputs){.tokens = s->inputs};
+    *in = (ac_step_inputs){.tokens = s->inputs, .loss_positions = s->positions};
     if (!s->p->teacher) {
         in->targets = s->targets;
         return AC_OK;
@@ -144,6 +155,8 @@ static ac_status validation_loss(loop_state *s, double *loss)
         ac_status st = step_inputs(s, &in);
         if (st == AC_OK)
             st = ac_train_step_loss(s->step, &in, &l);
+        if (st == AC_OK)
+            st = ac_comm_allreduce_f64(s->p->comm, &l, 1);
         if (st != AC_OK)
             return st;
         sum += l;
@@ -187,18 +200,24 @@ static ac_status open_data(loop_state *s)
     return AC_OK;
 }
 
-/* Resumes from out_dir/checkpoint when one exists (replacing *model), else starts. */
+/* Resumes from out_dir/checkpoint when one exists (replacing *model), else starts.
+ * Every rank reads the checkpoint rank 0 wrote, and must find the one rank 0 found. */
 static ac_status resume_or_start(loop_state *s, ac_model **model, const char *run, int *start)
 {
-    char dir[4096], found[4096];
+    char dir[4096], found[4096] = "";
     ac_status st = join(dir, sizeof dir, s->p->out_dir, "checkpoint");
     if (st != AC_OK)
         return st;
     *start = 0;
     if (ac_checkpoint_find(dir, found, sizeof found) != AC_OK) {
         ac_clear_error();
-        return ac_adamw_create(*model, &s->p->optim, &s->opt);
+        found[0] = '\0';
     }
+    st = ac_comm_check_same(s->p->comm, "the checkpoints found (is OUT on a file system every rank shares?)", found);
+    if (st != AC_OK)
+        return st;
+    if (!found[0])
+        return ac_adamw_create(*model, &s->p->optim, &s->opt);
     ac_train_state state;
     ac_model *resumed;
     st = ac_checkpoint_load(found, &resumed, &state);
@@ -235,7 +254,7 @@ static ac_status save_checkpoint(loop_state *s, int step, const char *run)
 
 static ac_status allocate(loop_state *s)
 {
-    size_t rows = (size_t)s->p->batch * s->p->seq_len;
+    size_t rows = (size_t)s->rows * s->p->seq_len;
     s->window = malloc((size_t)s->p->batch * (s->p->seq_len + 1) * sizeof(int32_t));
     s->inputs = malloc(rows * sizeof(int32_t));
     s->targets = malloc(rows * sizeof(int32_t));
@@ -243,9 +262,9 @@ static ac_status allocate(loop_state *s)
         return ac_fail(AC_ERR_NOMEM, "train: out of memory");
     ac_status st = ac_model_create(&s->model->arch, &s->grads);
     if (st == AC_OK)
-        st = ac_train_step_create(s->model, s->p->batch, s->p->seq_len, &s->step);
+        st = ac_train_step_create(s->model, s->rows, s->p->seq_len, &s->step);
     if (st == AC_OK && s->p->teacher)
-        st = ac_train_step_create(s->p->teacher, s->p->batch, s->p->seq_len, &s->teacher_step);
+        st = ac_train_step_create(s->p->teacher, s->rows, s->p->seq_len, &s->teacher_step);
     return st;
 }
 
@@ -254,7 +273,7 @@ static ac_status train_steps(loop_state *s, int start, const char *run, ac_train
     const ac_train_params *p = s->p;
     ac_progress *progress;
     ac_status st = ac_progress_init(&progress, p->teacher ? "distill" : "train", (double)p->steps * p->batch * p->seq_len,
-                                    "tok", p->progress, stderr);
+                                    "tok", ac_comm_rank(p->comm) == 0 ? p->progress : AC_PROGRESS_OFF, stderr);
     if (st != AC_OK)
         return st;
     double t0 = now_seconds();
@@ -273,6 +292,11 @@ static ac_status train_steps(loop_state *s, int start, const char *run, ac_train
             in.grads = s->grads;
             st = ac_train_step_run(s->step, &in, &loss);
         }
+        /* the ranks' shares add up to the global batch's mean loss and its gradient */
+        if (st == AC_OK)
+            st = ac_comm_allreduce_f32(p->comm, g, n);
+        if (st == AC_OK)
+            st = ac_comm_allreduce_f64(p->comm, &loss, 1);
         float lr = ac_adamw_lr(&p->optim, step);
         if (st == AC_OK)
             st = ac_adamw_step(s->opt, s->model, s->grads, &norm);
@@ -281,15 +305,19 @@ static ac_status train_steps(loop_state *s, int start, const char *run, ac_train
             st = validation_loss(s, &val);
         if (st != AC_OK)
             break;
+        report->last_loss = loss;
+        report->steps_done = done;
+        if (!isnan(val))
+            report->last_val_loss = val;
+        if (ac_comm_rank(p->comm) != 0)
+            continue;
         char val_text[32] = "";
         if (!isnan(val))
             snprintf(val_text, sizeof val_text, "%.6f", val);
         fprintf(s->log, "%d,%lld,%.6g,%.6f,%.6f,%s,%.2f\n", done, (long long)done * p->batch * p->seq_len, lr, loss, norm,
                 val_text, now_seconds() - t0);
         fflush(s->log);
-        report->last_loss = loss;
         if (!isnan(val)) {
-            report->last_val_loss = val;
             /* a line in the log at every evaluation, for runs without a TTY */
             double elapsed = now_seconds() - t0;
             ac_info("%s step %d/%d: loss %.4f, validation %.4f, %.0f tokens/s", p->teacher ? "distill" : "train", done,
@@ -301,7 +329,6 @@ static ac_status train_steps(loop_state *s, int start, const char *run, ac_train
         ac_progress_update(progress, (double)(done - start) * p->batch * p->seq_len);
         if ((p->checkpoint_every > 0 && done % p->checkpoint_every == 0) || done == p->steps)
             st = save_checkpoint(s, done, run);
-        report->steps_done = done;
     }
     double seconds = now_seconds() - t0;
     report->tokens_per_second = seconds > 0 ? (double)(report->steps_done - start) * p->batch * p->seq_len / seconds : 0;
@@ -320,26 +347,37 @@ ac_status ac_train_run(ac_model **model, const ac_train_params *params, ac_train
     char run[512], path[4096];
     describe_run(&p, run, sizeof run);
     *report = (ac_train_report){.resumed_from = -1, .last_loss = NAN, .last_val_loss = NAN};
-    if (mkdir(p.out_dir, 0755) != 0 && errno != EEXIST)
+    st = ac_comm_check_same(p.comm, "training settings", run);
+    if (st != AC_OK)
+        return st;
+    int rank = ac_comm_rank(p.comm);
+    if (rank == 0 && mkdir(p.out_dir, 0755) != 0 && errno != EEXIST)
         return ac_fail(AC_ERR_IO, "%s: cannot create: %s", p.out_dir, strerror(errno));
 
     loop_state s = {.p = &p};
+    ac_comm_shard(p.comm, p.batch, &s.row0, &s.rows);
+    s.rows -= s.row0;
     int start = 0;
-    st = resume_or_start(&s, model, run, &start);
+    st = ac_comm_barrier(p.comm); /* OUT exists before the others look into it */
+    if (st == AC_OK)
+        st = resume_or_start(&s, model, run, &start);
     s.model = *model;
     if (st == AC_OK)
         st = open_data(&s);
     if (st == AC_OK)
         st = allocate(&s);
-    if (st == AC_OK && (st = join(path, sizeof path, p.out_dir, "loss.csv")) == AC_OK)
+    if (st == AC_OK && rank == 0 && (st = join(path, sizeof path, p.out_dir, "loss.csv")) == AC_OK)
         st = open_loss_log(path, start, &s.log);
     if (st == AC_OK) {
         report->resumed_from = start > 0 ? start : -1;
         report->steps_done = start;
         st = train_steps(&s, start, run, report);
     }
-    if (st == AC_OK)
+    if (st == AC_OK && rank == 0)
         st = ac_model_save(s.model, p.out_dir, AC_DTYPE_F32);
+    /* the others return once the model is there (or rank 0 has failed, and they time out) */
+    if (st == AC_OK)
+        st = ac_comm_barrier(p.comm);
     loop_free(&s);
     return st;
 }

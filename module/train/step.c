@@ -120,24 +120,29 @@ static void forward(ac_train_step *s, const ac_step_inputs *in, int keep_inputs)
     ac_driver_logits(s->rt, &s->seqs, &pass, AC_LOGITS_ALL, s->logits);
 }
 
-/* The mean loss and, when want_grad, dL/dlogits in place of the logits. */
+/* The mean loss and, when want_grad, dL/dlogits in place of the logits. The mean is
+ * over this step's positions, or over in->loss_positions (a data-parallel rank's share of
+ * a global batch: the ranks' losses and gradients then add up to the global ones). */
 static double loss_and_dlogits(ac_train_step *s, const ac_step_inputs *in, int want_grad)
 {
     int V = s->model->arch.vocab, R = s->rows, counted = R;
     ac_kctx *k = &s->rt->kctx;
     float *dlogits = want_grad ? s->logits : NULL;
-    if (in->teacher_logits) {
-        ac_k_kd_loss(k, R, V, s->logits, in->teacher_logits, in->kd_tau, 1.0f / R, dlogits, s->row_loss);
-    } else {
+    if (!in->teacher_logits) {
         counted = 0;
         for (int i = 0; i < R; i++)
             counted += in->targets[i] >= 0;
-        ac_k_cross_entropy(k, R, V, s->logits, in->targets, counted ? 1.0f / counted : 0.0f, dlogits, s->row_loss);
     }
+    int64_t over = in->loss_positions > 0 ? in->loss_positions : counted;
+    float scale = over ? 1.0f / (float)over : 0.0f;
+    if (in->teacher_logits)
+        ac_k_kd_loss(k, R, V, s->logits, in->teacher_logits, in->kd_tau, scale, dlogits, s->row_loss);
+    else
+        ac_k_cross_entropy(k, R, V, s->logits, in->targets, scale, dlogits, s->row_loss);
     double sum = 0.0;
     for (int i = 0; i < R; i++)
         sum += s->row_loss[i];
-    return counted ? sum / counted : 0.0;
+    return over ? sum / (double)over : 0.0;
 }
 
 static void backward(ac_train_step *s, const ac_step_inputs *in)

@@ -103,9 +103,10 @@ check_command() {
 run --version
 [ "$rc" -eq 0 ] || fail "--version: exit $rc"
 version=$(sed -n 's/^project(autocompress VERSION \([0-9.]*\).*/\1/p' "$src/CMakeLists.txt")
-[ "$(cat "$tmp/out")" = "autocompress $version" ] || fail "--version printed '$(cat "$tmp/out")', want 'autocompress $version'"
+[ "$(head -1 "$tmp/out")" = "autocompress $version" ] || fail "--version printed '$(cat "$tmp/out")', want 'autocompress $version'"
+grep -Eq '^built with:( (cuda|mpi|nccl))*$' "$tmp/out" || fail "--version: no 'built with:' line: $(cat "$tmp/out")"
 run -V
-[ "$(cat "$tmp/out")" = "autocompress $version" ] || fail "-V printed '$(cat "$tmp/out")'"
+[ "$(head -1 "$tmp/out")" = "autocompress $version" ] || fail "-V printed '$(cat "$tmp/out")'"
 
 run --help
 [ "$rc" -eq 0 ] || fail "--help: exit $rc"

@@ -51,6 +51,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "autocompress/comm.h"
 #include "autocompress/contract.h"
 #include "autocompress/cost.h"
 #include "autocompress/progress.h"
@@ -77,7 +78,10 @@ typedef struct {
     uint64_t seed;           /* token ids and random weights */
     ac_progress_mode progress;
     FILE *progress_stream;   /* default stderr */
-    const char *trace_path;  /* Chrome trace JSON of every run's first timed request, or NULL */
+    const char *trace_path;  /* Chrome trace JSON of every run's first timed request, or NULL
+                                (with ranks: rank 0's runs; rank r's in PATH.rankR) */
+    ac_comm *comm;           /* ranks (NULL: one process): run i is measured by rank i % size, one
+                                device per rank, and every rank ends with the merged tables */
 } ac_profile_params;
 
 ac_profile_params ac_profile_default_params(void);

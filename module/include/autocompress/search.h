@@ -8,6 +8,7 @@
 
 #include <stdint.h>
 
+#include "autocompress/comm.h"
 #include "autocompress/contract.h"
 #include "autocompress/cost.h"
 #include "autocompress/optim.h"
@@ -88,6 +89,9 @@ void ac_routers_probs(const ac_routers *r, float temperature, ac_router_sampling
 const ac_masks *ac_routers_masks(ac_routers *r, const double *probs);
 /* Zeroed gradient buffers shaped as the masks, for ac_step_inputs.mask_grads. */
 ac_mask_grads *ac_routers_mask_grads(ac_routers *r);
+/* Where those buffers live, for summing them over ranks: *n floats at *buf, and the
+ * layer gates' *n_gates floats at *gates (NULL and 0 when no axis gates a layer). */
+void ac_routers_mask_grad_storage(ac_routers *r, float **buf, size_t *n, float **gates, size_t *n_gates);
 /* dL/dprobs from the mask gradients accumulated in ac_routers_mask_grads (overwritten),
  * then (added) dprobs_extra (may be NULL), then dL/dlogits through the softmax at the
  * same temperature, sampling and seed as the probs (overwritten, ac_routers_count). */
@@ -139,6 +143,8 @@ typedef struct {
                                   saved to out_dir/weights/ */
     ac_adamw_params weights_optim; /* their AdamW (total_steps: set to the router steps) */
     ac_progress_mode progress;
+    ac_comm *comm;               /* data-parallel ranks (NULL: one process): each takes its shard of
+                                    every KD batch; rank 0 writes out_dir */
 } ac_search_params;
 
 ac_search_params ac_search_default_params(void);

@@ -7,6 +7,7 @@
 
 #include <stdint.h>
 
+#include "autocompress/comm.h"
 #include "autocompress/masks.h"
 #include "autocompress/model.h"
 #include "autocompress/optim.h"
@@ -30,10 +31,13 @@ typedef struct {
     const ac_masks *masks;        /* NULL: the full model */
     ac_model *grads;              /* a model of the same arch receiving dL/dW (+=); NULL: none */
     ac_mask_grads *mask_grads;    /* dL/dmask (+=); NULL: none */
+    int64_t loss_positions;       /* > 0: the loss is a mean over this many positions (a rank's
+                                     share of a global batch), not over this step's own */
 } ac_step_inputs;
 
 /* Forward and backward; *loss is the mean over counted positions (cross-entropy) or over
- * all positions (tau^2 KL for distillation). Gradients are those of that mean. */
+ * all positions (tau^2 KL for distillation), or the sum over this step's positions
+ * divided by loss_positions when that is set. Gradients are those of that loss. */
 ac_status ac_train_step_run(ac_train_step *step, const ac_step_inputs *in, double *loss);
 /* Forward and loss only (evaluation); the logits of the last call stay readable. */
 ac_status ac_train_step_loss(ac_train_step *step, const ac_step_inputs *in, double *loss);
@@ -53,6 +57,8 @@ typedef struct {
     int checkpoint_every;        /* steps between checkpoints (0: only at the end) */
     int eval_every, eval_batches;/* validation loss every N steps over the first M batches (0: never) */
     ac_progress_mode progress;
+    ac_comm *comm;               /* data-parallel ranks (NULL: one process): each takes its shard of
+                                    every batch; rank 0 writes the checkpoints, the log and the model */
 } ac_train_params;
 
 ac_train_params ac_train_default_params(void);
