@@ -44,6 +44,9 @@ void ac_k_flush_denormals(void);
  * each OpenMP thread a row of scores). The runtime's plan and the memory model both
  * size it here. */
 size_t ac_k_attention_workspace(int threads, int total_tokens);
+/* The workspace ac_k_attention_backward needs for sequences of up to `longest` tokens
+ * (the CPU kernel gives each thread two tiles of query rows by keys). */
+size_t ac_k_attention_backward_workspace(int threads, int longest);
 
 struct ac_backend {
     const char *name; /* "cpu", "cuda": what ac_backend_find takes */
@@ -209,10 +212,11 @@ struct ac_backend {
 
     /* Backward of causal GQA attention for one sequence of L tokens that starts empty
      * (training), keys and values in rows: q, datt = dL/d(attention output), out, dq
-     * [L, n_heads*hd] (ldq); k, v, dk, dv [L, n_kv*hd] (ldkv). Scores are recomputed row
-     * by row (nothing T^2 is kept). Writes out (the forward's output, recomputed), dq, dk,
+     * [L, n_heads*hd] (ldq); k, v, dk, dv [L, n_kv*hd] (ldkv). Scores are recomputed tile
+     * by tile (nothing T^2 is kept). Writes out (the forward's output, recomputed), dq, dk,
      * dv (all overwritten) and stats [L, 2*n_heads] (per query and head: the softmax's log
-     * normaliser, then sum_c datt*out). The workspace holds ac_k_attention_workspace(omp threads, L). */
+     * normaliser, then sum_c datt*out). The workspace holds
+     * ac_k_attention_backward_workspace(omp threads, L). */
     void (*attention_backward)(ac_kctx *ctx, int L, int n_heads, int n_kv, int hd, const float *q, int ldq,
                                const float *k, const float *v, int ldkv, const float *datt, float scale,
                                float *out, float *stats, float *dq, float *dk, float *dv);

@@ -1,5 +1,6 @@
 #include "kernels/cpu/cpu_ops.h"
 
+#include <cblas.h>
 #include <math.h>
 #include <omp.h>
 
@@ -69,105 +70,120 @@ size_t ac_k_attention_workspace(int threads, int total_tokens)
     return (size_t)threads * (size_t)total_tokens * sizeof(float);
 }
 
-/* Flash-style backward: no probability matrix is kept. With p the softmax of row i and
- * dp_j = datt_i . v_j, the softmax backward is ds_j = p_j (dp_j - delta_i), delta_i =
- * sum_j p_j dp_j = datt_i . out_i. Pass 1 runs over (head, query): it recomputes the row
- * of scores (in this thread's workspace row), the output, the row's log normaliser and
- * delta, and dq_i = scale sum_j ds_j k_j. Pass 2 runs over (KV head, key): for key j it
- * loops over the queries i >= j of every query head sharing it, rebuilding p_ij from the
- * saved normaliser, so dk_j and dv_j each have one writer. */
+/* The backward by tiles of query rows, with GEMMs (OpenBLAS, one thread inside each
+ * OpenMP task). With P the causal softmax, dP = datt V^T, delta_i = datt_i . out_i and
+ * dS = P (dP - delta) scale: pass 1, over (head, tile of BACKWARD_TILE queries), computes
+ * the tile's scores S = scale Q K^T over the keys it sees, P, out = P V, delta, the log
+ * normaliser, and dq = dS K. Pass 2, over (KV head, tile of keys), rebuilds P^T and dS^T
+ * for the queries at or after the tile from the saved normalisers, for every query head
+ * sharing the KV head, and adds dv = P^T datt and dk = dS^T Q, so each tile of dk and dv
+ * has one writer. Each thread's workspace holds two BACKWARD_TILE x L tiles. */
+#define BACKWARD_TILE 64
+
+size_t ac_k_attention_backward_workspace(int threads, int longest)
+{
+    return (size_t)threads * 2 * BACKWARD_TILE * (size_t)longest * sizeof(float);
+}
+
+/* Row r of a tile of n query rows from i0 over `cols` keys: P in place of S, zero past
+ * the causal edge; returns the log normaliser. */
+static float softmax_row(float *row, int visible, int cols)
+{
+    float max = -INFINITY;
+    for (int j = 0; j < visible; j++)
+        max = fmaxf(max, row[j]);
+    float sum = 0.0f;
+    for (int j = 0; j < visible; j++) {
+        row[j] = softmax_exp(row[j] - max);
+        sum += row[j];
+    }
+    float inv = 1.0f / sum;
+    for (int j = 0; j < visible; j++)
+        row[j] *= inv;
+    for (int j = visible; j < cols; j++)
+        row[j] = 0.0f;
+    return max + logf(sum);
+}
+
+static void backward_query_tile(int L, int n_heads, int hd, int h, int g, int i0, const float *q, int ldq,
+                                const float *k, const float *v, int ldkv, const float *datt, float scale, float *out,
+                                float *stats, float *dq, float *S, float *dP)
+{
+    int n = L - i0 < BACKWARD_TILE ? L - i0 : BACKWARD_TILE, cols = i0 + n, ldst = 2 * n_heads;
+    const float *Q = q + (size_t)i0 * ldq + (size_t)h * hd, *G = datt + (size_t)i0 * ldq + (size_t)h * hd;
+    const float *K = k + (size_t)g * hd, *V = v + (size_t)g * hd;
+    float *O = out + (size_t)i0 * ldq + (size_t)h * hd;
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, cols, hd, scale, Q, ldq, K, ldkv, 0.0f, S, cols);
+    for (int r = 0; r < n; r++)
+        stats[(size_t)(i0 + r) * ldst + h] = softmax_row(S + (size_t)r * cols, i0 + r + 1, cols);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, hd, cols, 1.0f, S, cols, V, ldkv, 0.0f, O, ldq);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, cols, hd, 1.0f, G, ldq, V, ldkv, 0.0f, dP, cols);
+    for (int r = 0; r < n; r++) {
+        float delta = 0.0f;
+        for (int c = 0; c < hd; c++)
+            delta += G[(size_t)r * ldq + c] * O[(size_t)r * ldq + c];
+        stats[(size_t)(i0 + r) * ldst + n_heads + h] = delta;
+        float *p = S + (size_t)r * cols, *ds = dP + (size_t)r * cols;
+#pragma omp simd
+        for (int j = 0; j < cols; j++)
+            ds[j] = p[j] * (ds[j] - delta) * scale;
+    }
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, hd, cols, 1.0f, dP, cols, K, ldkv, 0.0f,
+                dq + (size_t)i0 * ldq + (size_t)h * hd, ldq);
+}
+
+static void backward_key_tile(int L, int n_heads, int group, int hd, int g, int j0, const float *q, int ldq,
+                              const float *k, const float *v, int ldkv, const float *datt, float scale,
+                              const float *stats, float *dk, float *dv, float *PT, float *dPT)
+{
+    int m = L - j0 < BACKWARD_TILE ? L - j0 : BACKWARD_TILE, R = L - j0, ldst = 2 * n_heads;
+    const float *K = k + (size_t)j0 * ldkv + (size_t)g * hd, *V = v + (size_t)j0 * ldkv + (size_t)g * hd;
+    float *dK = dk + (size_t)j0 * ldkv + (size_t)g * hd, *dV = dv + (size_t)j0 * ldkv + (size_t)g * hd;
+    for (int r = 0; r < m; r++)
+        for (int c = 0; c < hd; c++) {
+            dK[(size_t)r * ldkv + c] = 0.0f;
+            dV[(size_t)r * ldkv + c] = 0.0f;
+        }
+    for (int h = g * group; h < (g + 1) * group; h++) {
+        const float *Q = q + (size_t)j0 * ldq + (size_t)h * hd, *G = datt + (size_t)j0 * ldq + (size_t)h * hd;
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, R, hd, scale, K, ldkv, Q, ldq, 0.0f, PT, R);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, R, hd, 1.0f, V, ldkv, G, ldq, 0.0f, dPT, R);
+        for (int r = 0; r < m; r++) {
+            float *p = PT + (size_t)r * R, *ds = dPT + (size_t)r * R;
+            /* query i = j0 + x sees key j = j0 + r when x >= r */
+            for (int x = 0; x < r; x++)
+                p[x] = ds[x] = 0.0f;
+            for (int x = r; x < R; x++) {
+                const float *st = stats + (size_t)(j0 + x) * ldst;
+                p[x] = softmax_exp(p[x] - st[h]);
+                ds[x] = p[x] * (ds[x] - st[n_heads + h]) * scale;
+            }
+        }
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, hd, R, 1.0f, PT, R, G, ldq, 1.0f, dV, ldkv);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, hd, R, 1.0f, dPT, R, Q, ldq, 1.0f, dK, ldkv);
+    }
+}
+
 void ac_cpu_attention_backward(ac_kctx *ctx, int L, int n_heads, int n_kv, int hd, const float *q, int ldq,
                                const float *k, const float *v, int ldkv, const float *datt, float scale,
                                float *out, float *stats, float *dq, float *dk, float *dv)
 {
-    int group = n_heads / n_kv;
-    int ldst = 2 * n_heads;
+    int group = n_heads / n_kv, tiles = (L + BACKWARD_TILE - 1) / BACKWARD_TILE;
 #pragma omp parallel
     {
-        float *scores = (float *)ctx->workspace + (size_t)omp_get_thread_num() * L;
-#pragma omp for collapse(2) schedule(dynamic, 4)
-        for (int h = 0; h < n_heads; h++)
-            for (int i = 0; i < L; i++) {
-                const float *qi = q + (size_t)i * ldq + (size_t)h * hd;
-                const float *gi = datt + (size_t)i * ldq + (size_t)h * hd;
-                const float *K = k + (size_t)(h / group) * hd;
-                const float *V = v + (size_t)(h / group) * hd;
-                float *oi = out + (size_t)i * ldq + (size_t)h * hd;
-                float *dqi = dq + (size_t)i * ldq + (size_t)h * hd;
-                float max = -INFINITY;
-                for (int j = 0; j <= i; j++) {
-                    const float *kj = K + (size_t)j * ldkv;
-                    float dot = 0.0f;
-#pragma omp simd reduction(+ : dot)
-                    for (int c = 0; c < hd; c++)
-                        dot += qi[c] * kj[c];
-                    scores[j] = dot * scale;
-                    if (scores[j] > max)
-                        max = scores[j];
-                }
-                float sum = 0.0f;
-                for (int j = 0; j <= i; j++) {
-                    scores[j] = softmax_exp(scores[j] - max);
-                    sum += scores[j];
-                }
-                float inv = 1.0f / sum;
-                for (int c = 0; c < hd; c++)
-                    oi[c] = 0.0f;
-                for (int j = 0; j <= i; j++) {
-                    const float *vj = V + (size_t)j * ldkv;
-                    scores[j] *= inv;
-                    float p = scores[j];
-                    for (int c = 0; c < hd; c++)
-                        oi[c] += p * vj[c];
-                }
-                float delta = 0.0f;
-                for (int c = 0; c < hd; c++)
-                    delta += gi[c] * oi[c];
-                stats[(size_t)i * ldst + h] = max + logf(sum);
-                stats[(size_t)i * ldst + n_heads + h] = delta;
-                for (int c = 0; c < hd; c++)
-                    dqi[c] = 0.0f;
-                for (int j = 0; j <= i; j++) {
-                    const float *kj = K + (size_t)j * ldkv;
-                    const float *vj = V + (size_t)j * ldkv;
-                    float dp = 0.0f;
-#pragma omp simd reduction(+ : dp)
-                    for (int c = 0; c < hd; c++)
-                        dp += gi[c] * vj[c];
-                    float ds = scores[j] * (dp - delta) * scale;
-                    for (int c = 0; c < hd; c++)
-                        dqi[c] += ds * kj[c];
-                }
-            }
+        float *a = (float *)ctx->workspace + (size_t)omp_get_thread_num() * 2 * BACKWARD_TILE * L;
+        float *b = a + (size_t)BACKWARD_TILE * L;
+        /* the longest tiles (the last rows see every key) first */
+#pragma omp for collapse(2) schedule(dynamic, 1)
+        for (int t = tiles - 1; t >= 0; t--)
+            for (int h = 0; h < n_heads; h++)
+                backward_query_tile(L, n_heads, hd, h, h / group, t * BACKWARD_TILE, q, ldq, k, v, ldkv, datt, scale,
+                                    out, stats, dq, a, b);
         /* the implicit barrier above: every row's normaliser and delta are in stats */
-#pragma omp for collapse(2) schedule(dynamic, 4)
-        for (int g = 0; g < n_kv; g++)
-            for (int j = 0; j < L; j++) {
-                const float *kj = k + (size_t)j * ldkv + (size_t)g * hd;
-                const float *vj = v + (size_t)j * ldkv + (size_t)g * hd;
-                float *dkj = dk + (size_t)j * ldkv + (size_t)g * hd;
-                float *dvj = dv + (size_t)j * ldkv + (size_t)g * hd;
-                for (int c = 0; c < hd; c++) {
-                    dkj[c] = 0.0f;
-                    dvj[c] = 0.0f;
-                }
-                for (int h = g * group; h < (g + 1) * group; h++)
-                    for (int i = j; i < L; i++) {
-                        const float *qi = q + (size_t)i * ldq + (size_t)h * hd;
-                        const float *gi = datt + (size_t)i * ldq + (size_t)h * hd;
-                        float dot = 0.0f, dp = 0.0f;
-#pragma omp simd reduction(+ : dot, dp)
-                        for (int c = 0; c < hd; c++) {
-                            dot += qi[c] * kj[c];
-                            dp += gi[c] * vj[c];
-                        }
-                        float p = softmax_exp(dot * scale - stats[(size_t)i * ldst + h]);
-                        float ds = p * (dp - stats[(size_t)i * ldst + n_heads + h]) * scale;
-                        for (int c = 0; c < hd; c++) {
-                            dvj[c] += p * gi[c];
-                            dkj[c] += ds * qi[c];
-                        }
-                    }
-            }
+#pragma omp for collapse(2) schedule(dynamic, 1)
+        for (int t = 0; t < tiles; t++)
+            for (int g = 0; g < n_kv; g++)
+                backward_key_tile(L, n_heads, group, hd, g, t * BACKWARD_TILE, q, ldq, k, v, ldkv, datt, scale, stats,
+                                  dk, dv, a, b);
     }
 }

@@ -36,7 +36,7 @@ void ac_runtime_free(ac_runtime *runtime)
 }
 
 static ac_status reserve_tokens(ac_runtime *rt, int T, int n_seqs);
-static ac_status reserve_workspace(ac_runtime *rt, int longest);
+static ac_status reserve_workspace(ac_runtime *rt, int longest, int backward);
 
 ac_status ac_runtime_reserve_training(ac_runtime *rt, int total_tokens, int n_seqs)
 {
@@ -46,7 +46,7 @@ ac_status ac_runtime_reserve_training(ac_runtime *rt, int total_tokens, int n_se
         rt->capacity_tokens = 0; /* regrow every buffer at the new per-token size */
     }
     ac_status st = reserve_tokens(rt, total_tokens, n_seqs);
-    return st == AC_OK ? reserve_workspace(rt, total_tokens) : st;
+    return st == AC_OK ? reserve_workspace(rt, total_tokens, 1) : st;
 }
 
 float *ac_scratch(ac_runtime *rt, size_t count)
@@ -90,12 +90,15 @@ static ac_status reserve_tokens(ac_runtime *rt, int T, int n_seqs)
     return AC_OK;
 }
 
-/* Grows the kernel workspace for sequences of up to `longest` tokens. */
-static ac_status reserve_workspace(ac_runtime *rt, int longest)
+/* Grows the kernel workspace for sequences of up to `longest` tokens (and their
+ * backward when training). */
+static ac_status reserve_workspace(ac_runtime *rt, int longest, int backward)
 {
     ac_activation_plan plan = ac_plan_activations(&rt->model->arch, rt->scratch_per_token, 0, longest,
                                                   omp_get_max_threads());
-    size_t need = plan.workspace;
+    size_t need = plan.workspace, tiles = ac_k_attention_backward_workspace(omp_get_max_threads(), longest);
+    if (backward && tiles > need)
+        need = tiles;
     if (need <= rt->workspace_bytes)
         return AC_OK;
     void *grown = malloc(need);
@@ -155,7 +158,7 @@ ac_status ac_runtime_forward(ac_runtime *rt, const ac_batch *batch, ac_logits_mo
     }
     st = reserve_tokens(rt, T, batch->n_seqs);
     if (st == AC_OK)
-        st = reserve_workspace(rt, longest);
+        st = reserve_workspace(rt, longest, 0);
     for (int s = 0; st == AC_OK && s < batch->n_seqs; s++)
         st = ac_cache_reserve(batch->caches[s], ac_cache_tokens(batch->caches[s]) + batch->n_tokens[s]);
     if (st != AC_OK)

@@ -716,7 +716,7 @@ static void op_attention_backward(run *r, const op_case *c)
     float *dq = f32(r, BUF_OUT, (size_t)L * ldq, -1.0f, 1.0f);
     float *dk = f32(r, BUF_OUT, (size_t)L * ldkv, -1.0f, 1.0f);
     float *dv = f32(r, BUF_OUT, (size_t)L * ldkv, -1.0f, 1.0f);
-    workspace(r, ac_k_attention_workspace(omp_get_max_threads(), L));
+    workspace(r, ac_k_attention_backward_workspace(omp_get_max_threads(), L));
     CALL(r, attention_backward, L, n_heads, n_kv, hd, q, ldq, k, v, ldkv, datt, c->f[0], out, stats, dq, dk, dv);
 }
 

@@ -2,7 +2,9 @@
  * 16, 4 heads, 2 KV heads, head_dim 4), a packed batch of two sequences (5 and 9 tokens)
  * in training mode (no caches), loss = sum(out * R) so that dL/dout = R. Also: the
  * training forward equals the cached inference forward, grad == NULL leaves dxn alone,
- * and gradients accumulate. */
+ * and gradients accumulate. And the kernel on a sequence long enough for several tiles
+ * of query rows and keys (150 tokens: 64 + 64 + 22), padded rows, against a direct
+ * double-precision backward written out here. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -10,6 +12,7 @@
 #include <cmocka.h>
 
 #include <math.h>
+#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -212,12 +215,103 @@ static void test_grad_null_and_accumulation(void **state)
     free(dxn);
 }
 
+/* ---- the kernel across tiles, against a direct backward in double ---- */
+
+enum { LT = 150, LH = 4, LKV = 2, LHD = 8, LDQ = LH * LHD + 3, LDKV = LKV * LHD + 1 };
+
+static void reference_backward(const float *q, const float *k, const float *v, const float *g, double scale,
+                               double *out, double *dq, double *dk, double *dv)
+{
+    static double p[LT], dp[LT];
+    memset(dk, 0, sizeof(double) * LT * LDKV);
+    memset(dv, 0, sizeof(double) * LT * LDKV);
+    for (int h = 0; h < LH; h++) {
+        int kv = h / (LH / LKV);
+        for (int i = 0; i < LT; i++) {
+            const float *qi = q + i * LDQ + h * LHD, *gi = g + i * LDQ + h * LHD;
+            double max = -INFINITY, sum = 0, delta = 0;
+            for (int j = 0; j <= i; j++) {
+                double dot = 0;
+                for (int c = 0; c < LHD; c++)
+                    dot += (double)qi[c] * k[j * LDKV + kv * LHD + c];
+                p[j] = dot * scale;
+                max = fmax(max, p[j]);
+            }
+            for (int j = 0; j <= i; j++)
+                sum += (p[j] = exp(p[j] - max));
+            for (int c = 0; c < LHD; c++) {
+                double o = 0;
+                for (int j = 0; j <= i; j++)
+                    o += p[j] / sum * v[j * LDKV + kv * LHD + c];
+                out[i * LDQ + h * LHD + c] = o;
+                delta += gi[c] * o;
+            }
+            for (int j = 0; j <= i; j++) {
+                p[j] /= sum;
+                dp[j] = 0;
+                for (int c = 0; c < LHD; c++)
+                    dp[j] += (double)gi[c] * v[j * LDKV + kv * LHD + c];
+                double ds = p[j] * (dp[j] - delta) * scale;
+                for (int c = 0; c < LHD; c++) {
+                    dq[i * LDQ + h * LHD + c] += ds * k[j * LDKV + kv * LHD + c];
+                    dk[j * LDKV + kv * LHD + c] += ds * qi[c];
+                    dv[j * LDKV + kv * LHD + c] += p[j] * gi[c];
+                }
+            }
+        }
+    }
+}
+
+static void assert_close_rows(const char *what, const float *got, const double *want, int rows, int ld, int width)
+{
+    double scale = 0, worst = 0;
+    for (int r = 0; r < rows; r++)
+        for (int c = 0; c < width; c++)
+            scale = fmax(scale, fabs(want[r * ld + c]));
+    for (int r = 0; r < rows; r++)
+        for (int c = 0; c < width; c++)
+            worst = fmax(worst, fabs(got[r * ld + c] - want[r * ld + c]));
+    if (worst > 1e-5 * scale + 1e-7)
+        fail_msg("%s: largest difference %.3g against a largest value of %.3g", what, worst, scale);
+}
+
+static void test_kernel_across_tiles(void **state)
+{
+    (void)state;
+    float *q = malloc(sizeof(float) * LT * LDQ), *g = malloc(sizeof(float) * LT * LDQ);
+    float *k = malloc(sizeof(float) * LT * LDKV), *v = malloc(sizeof(float) * LT * LDKV);
+    float *out = malloc(sizeof(float) * LT * LDQ), *dq = malloc(sizeof(float) * LT * LDQ);
+    float *dk = malloc(sizeof(float) * LT * LDKV), *dv = malloc(sizeof(float) * LT * LDKV);
+    float *stats = malloc(sizeof(float) * LT * 2 * LH);
+    double *rout = calloc(LT * LDQ, sizeof(double)), *rdq = calloc(LT * LDQ, sizeof(double));
+    double *rdk = calloc(LT * LDKV, sizeof(double)), *rdv = calloc(LT * LDKV, sizeof(double));
+    size_t bytes = ac_k_attention_backward_workspace(omp_get_max_threads(), LT);
+    void *ws = malloc(bytes);
+    assert_true(q && g && k && v && out && dq && dk && dv && stats && rout && rdq && rdk && rdv && ws);
+    /* scores of a few units: peaked rows and flat ones */
+    gc_fill(q, LT * LDQ, -2.0f, 2.0f, 7);
+    gc_fill(g, LT * LDQ, -1.0f, 1.0f, 8);
+    gc_fill(k, LT * LDKV, -2.0f, 2.0f, 9);
+    gc_fill(v, LT * LDKV, -1.0f, 1.0f, 10);
+    float scale = 1.0f / sqrtf((float)LHD);
+    ac_kctx ctx = {.workspace = ws, .workspace_bytes = bytes};
+    ac_k_attention_backward(&ctx, LT, LH, LKV, LHD, q, LDQ, k, v, LDKV, g, scale, out, stats, dq, dk, dv);
+    reference_backward(q, k, v, g, scale, rout, rdq, rdk, rdv);
+    assert_close_rows("out", out, rout, LT, LDQ, LH * LHD);
+    assert_close_rows("dq", dq, rdq, LT, LDQ, LH * LHD);
+    assert_close_rows("dk", dk, rdk, LT, LDKV, LKV * LHD);
+    assert_close_rows("dv", dv, rdv, LT, LDKV, LKV * LHD);
+    free(q), free(g), free(k), free(v), free(out), free(dq), free(dk), free(dv), free(stats);
+    free(rout), free(rdq), free(rdk), free(rdv), free(ws);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gradients),
         cmocka_unit_test(test_training_forward_matches_cached),
         cmocka_unit_test(test_grad_null_and_accumulation),
+        cmocka_unit_test(test_kernel_across_tiles),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
