@@ -1,4 +1,5 @@
 #include "kernels/cpu/cpu_ops.h"
+#include "kernels/cpu/cpu_math.h"
 
 #include <cblas.h>
 #include <math.h>
@@ -13,7 +14,7 @@
 static inline float softmax_exp(float x)
 {
     float keep = (float)(x > -60.0f);
-    return keep * expf(fmaxf(x, -60.0f));
+    return keep * ac_cpu_expf(fmaxf(x, -60.0f));
 }
 
 /* One (head, query) pair at a time: scores over the visible keys, a max-shifted softmax

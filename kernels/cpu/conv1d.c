@@ -1,4 +1,5 @@
 #include "kernels/cpu/cpu_ops.h"
+#include "kernels/cpu/cpu_math.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -31,7 +32,7 @@ void ac_cpu_conv1d_silu(ac_kctx *ctx, int T, int C, int K, const float *x, int l
                 }
             }
             for (int c = c0; c < c1; c++)
-                yt[c] = yt[c] / (1.0f + expf(-yt[c]));
+                yt[c] = yt[c] * ac_cpu_sigmoid(yt[c]);
         }
         /* keep the last S raw inputs, oldest first */
         for (int c = c0; c < c1; c++) {
@@ -82,7 +83,7 @@ void ac_cpu_conv1d_silu_backward(ac_kctx *ctx, int T, int C, int K, const float 
             float *dxt = dx + (size_t)t * lddx;
             for (int c = c0; c < c1; c++) {
                 float v = acc[c - c0];
-                float s = 1.0f / (1.0f + expf(-v));
+                float s = ac_cpu_sigmoid(v);
                 dxt[c] = dyt[c] * s * (1.0f + v * (1.0f - s));
             }
         }

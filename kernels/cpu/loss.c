@@ -1,4 +1,5 @@
 #include "kernels/cpu/cpu_ops.h"
+#include "kernels/cpu/cpu_math.h"
 
 #include <math.h>
 
@@ -9,8 +10,9 @@ static double row_logsumexp(const float *x, int V, float inv_tau, float *max_out
     for (int v = 1; v < V; v++)
         max = fmaxf(max, x[v] * inv_tau);
     double sum = 0.0;
+#pragma omp simd reduction(+ : sum)
     for (int v = 0; v < V; v++)
-        sum += exp((double)(x[v] * inv_tau - max));
+        sum += ac_cpu_expf(x[v] * inv_tau - max);
     *max_out = max;
     return (double)max + log(sum);
 }
@@ -34,8 +36,9 @@ void ac_cpu_cross_entropy(ac_kctx *ctx, int rows, int V, const float *logits, co
         row_loss[r] = lse - x[targets[r]];
         if (!d)
             continue;
+#pragma omp simd
         for (int v = 0; v < V; v++)
-            d[v] = scale * (float)exp((double)x[v] - lse);
+            d[v] = scale * ac_cpu_expf((float)((double)x[v] - lse));
         d[targets[r]] -= scale;
     }
 }

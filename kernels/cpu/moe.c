@@ -1,4 +1,5 @@
 #include "kernels/cpu/cpu_ops.h"
+#include "kernels/cpu/cpu_math.h"
 
 #include <math.h>
 
@@ -34,7 +35,7 @@ void ac_cpu_moe_route(ac_kctx *ctx, int T, int E, const float *logits, const flo
         int32_t best[MAX_EXPERTS];
         const float *lt = logits + (size_t)t * E;
         for (int e = 0; e < E; e++) {
-            score[e] = 1.0f / (1.0f + expf(-lt[e]));
+            score[e] = ac_cpu_sigmoid(lt[e]);
             choice[e] = score[e] + bias[e];
         }
         if (n_group > 1) {
@@ -113,7 +114,7 @@ void ac_cpu_moe_route_backward(ac_kctx *ctx, int T, int E, const float *logits, 
         float *dt = dlogits + (size_t)t * E;
         float sum = 0.0f, gs = 0.0f;
         for (int j = 0; j < top_k; j++) {
-            s[j] = 1.0f / (1.0f + expf(-lt[it[j]]));
+            s[j] = ac_cpu_sigmoid(lt[it[j]]);
             sum += s[j];
             gs += gt[j] * s[j];
         }

@@ -1,8 +1,9 @@
 #include "kernels/cpu/cpu_ops.h"
+#include "kernels/cpu/cpu_math.h"
 
 #include <math.h>
 
-static inline float silu(float v) { return v / (1.0f + expf(-v)); }
+static inline float silu(float v) { return v * ac_cpu_sigmoid(v); }
 
 void ac_cpu_gated_rmsnorm(ac_kctx *ctx, int rows, int dim, int group_size, const float *y, int ldy,
                           const float *z, int ldz, const float *w, float eps, float *out, int ldout)
@@ -58,7 +59,7 @@ void ac_cpu_gated_rmsnorm_backward(ac_kctx *ctx, int rows, int dim, int group_si
             rstd[(size_t)r * groups + g] = inv;
             float k = (float)(dot / group_size) * inv * inv * inv;
             for (int i = g0; i < g1; i++) {
-                float s = 1.0f / (1.0f + expf(-zr[i]));
+                float s = ac_cpu_sigmoid(zr[i]);
                 float sz = silu(zr[i]);
                 float u = yr[i] * sz;
                 float du = inv * w[i] * gr[i] - u * k;

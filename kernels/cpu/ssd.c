@@ -1,4 +1,5 @@
 #include "kernels/cpu/cpu_ops.h"
+#include "kernels/cpu/cpu_math.h"
 
 #include <math.h>
 
@@ -16,7 +17,7 @@ void ac_cpu_ssd_scan(ac_kctx *ctx, int T, int H, int P, int N, int G, const floa
         float *s = state + (size_t)h * P * N;
         for (int t = 0; t < T; t++) {
             float d = dt[(size_t)t * H + h];
-            float decay = expf(d * A[h]);
+            float decay = ac_cpu_expf(d * A[h]);
             const float *xt = x + (size_t)t * ldx + (size_t)h * P;
             const float *Bt = B + (size_t)t * ldbc + (size_t)g * N;
             const float *Ct = C + (size_t)t * ldbc + (size_t)g * N;
@@ -50,7 +51,7 @@ void ac_cpu_ssd_scan_save(ac_kctx *ctx, int T, int H, int P, int N, int G, const
         int g = h / heads_per_group;
         for (int t = 0; t < T; t++) {
             float d = dt[(size_t)t * H + h];
-            float decay = expf(d * A[h]);
+            float decay = ac_cpu_expf(d * A[h]);
             const float *xt = x + (size_t)t * ldx + (size_t)h * P;
             const float *Bt = B + (size_t)t * ldbc + (size_t)g * N;
             const float *Ct = C + (size_t)t * ldbc + (size_t)g * N;
@@ -113,7 +114,7 @@ void ac_cpu_ssd_scan_backward(ac_kctx *ctx, int T, int H, int P, int N, int G, c
         float a_sum = 0.0f, d_sum = 0.0f;
         for (int t = T - 1; t >= 0; t--) {
             float d = dt[(size_t)t * H + h];
-            float decay = expf(d * A[h]);
+            float decay = ac_cpu_expf(d * A[h]);
             const float *Bt = B + (size_t)t * ldbc + (size_t)g * N;
             const float *Ct = C + (size_t)t * ldbc + (size_t)g * N;
             const float *st = states + (size_t)t * step + (size_t)h * P * N;
