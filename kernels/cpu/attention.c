@@ -17,6 +17,26 @@ static inline float softmax_exp(float x)
     return keep * ac_cpu_expf(fmaxf(x, -60.0f));
 }
 
+/* The causal softmax of one row of scores in place: the first `visible` of `cols`
+ * entries, zeros after them; returns the log normaliser. */
+static float softmax_row(float *row, int visible, int cols)
+{
+    float max = -INFINITY;
+    for (int j = 0; j < visible; j++)
+        max = fmaxf(max, row[j]);
+    float sum = 0.0f;
+    for (int j = 0; j < visible; j++) {
+        row[j] = softmax_exp(row[j] - max);
+        sum += row[j];
+    }
+    float inv = 1.0f / sum;
+    for (int j = 0; j < visible; j++)
+        row[j] *= inv;
+    for (int j = visible; j < cols; j++)
+        row[j] = 0.0f;
+    return max + logf(sum);
+}
+
 /* One (head, query) pair at a time: scores over the visible keys, a max-shifted softmax
  * in f32, then the weighted sum of values. Each thread keeps its scores in its own row of
  * the workspace, which holds omp_get_max_threads() rows of past + n_new floats. */
@@ -37,7 +57,6 @@ void ac_cpu_attention(ac_kctx *ctx, int n_new, int past, int n_heads, int n_kv, 
                 const float *V = v_cache + (size_t)(h / group) * cap * hd;
                 float *oi = out + (size_t)i * ldout + (size_t)h * hd;
                 int visible = past + i + 1;
-                float max = -INFINITY;
                 for (int j = 0; j < visible; j++) {
                     const float *kj = K + (size_t)j * hd;
                     float dot = 0.0f;
@@ -45,22 +64,14 @@ void ac_cpu_attention(ac_kctx *ctx, int n_new, int past, int n_heads, int n_kv, 
                     for (int c = 0; c < hd; c++)
                         dot += qi[c] * kj[c];
                     scores[j] = dot * scale;
-                    if (scores[j] > max)
-                        max = scores[j];
                 }
-                float sum = 0.0f;
-                for (int j = 0; j < visible; j++) {
-                    scores[j] = softmax_exp(scores[j] - max);
-                    sum += scores[j];
-                }
-                float inv = 1.0f / sum;
+                softmax_row(scores, visible, visible);
                 for (int c = 0; c < hd; c++)
                     oi[c] = 0.0f;
                 for (int j = 0; j < visible; j++) {
                     const float *vj = V + (size_t)j * hd;
-                    float p = scores[j] * inv;
                     for (int c = 0; c < hd; c++)
-                        oi[c] += p * vj[c];
+                        oi[c] += scores[j] * vj[c];
                 }
             }
     }
@@ -84,26 +95,6 @@ size_t ac_k_attention_workspace(int threads, int total_tokens)
 size_t ac_k_attention_backward_workspace(int threads, int longest)
 {
     return (size_t)threads * 2 * BACKWARD_TILE * (size_t)longest * sizeof(float);
-}
-
-/* Row r of a tile of n query rows from i0 over `cols` keys: P in place of S, zero past
- * the causal edge; returns the log normaliser. */
-static float softmax_row(float *row, int visible, int cols)
-{
-    float max = -INFINITY;
-    for (int j = 0; j < visible; j++)
-        max = fmaxf(max, row[j]);
-    float sum = 0.0f;
-    for (int j = 0; j < visible; j++) {
-        row[j] = softmax_exp(row[j] - max);
-        sum += row[j];
-    }
-    float inv = 1.0f / sum;
-    for (int j = 0; j < visible; j++)
-        row[j] *= inv;
-    for (int j = visible; j < cols; j++)
-        row[j] = 0.0f;
-    return max + logf(sum);
 }
 
 static void backward_query_tile(int L, int n_heads, int hd, int h, int g, int i0, const float *q, int ldq,
