@@ -1,7 +1,12 @@
-/* Training throughput of the CPU engine: forward + backward + AdamW step.
+/* Training throughput of the CPU engine: forward + backward + AdamW step, then a
+ * distillation step (the teacher's forward, kept logits only, + the student's forward,
+ * backward and AdamW; the model is its own teacher) and a forward alone, each after one
+ * warm-up step.
  *   bench_train --config config.json --save DIR      writes the randomly initialised model
  *   bench_train --model DIR --batch B --seq-len T --steps N
- * prints one JSON line with tokens/s (after one warm-up step). */
+ * prints one JSON line: tokens/s of each, the KD step against the training step, and the
+ * teacher's forward against a forward alone (it should cost no more: no cache, no
+ * gradients kept). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,7 +48,11 @@ static int bench(const char *dir, int B, int T, int steps)
     ac_train_step *step;
     ac_adamw *opt;
     ac_adamw_params p = ac_adamw_default_params();
-    p.total_steps = steps + 1;
+    p.total_steps = 2 * (steps + 1);
+    /* a constant learning rate, as bench_train_hf.py's torch.optim.AdamW (same betas,
+     * weight decay and clip), so that the losses after the timed steps agree */
+    p.warmup_steps = 0;
+    p.min_lr_ratio = 1.0f;
     if (ac_model_load(dir, &m) != AC_OK || ac_model_create(ac_model_arch(m), &grads) != AC_OK ||
         ac_train_step_create(m, B, T, &step) != AC_OK || ac_adamw_create(m, &p, &opt) != AC_OK) {
         fprintf(stderr, "%s\n", ac_error_message());
@@ -57,18 +66,51 @@ static int bench(const char *dir, int B, int T, int steps)
     }
     size_t n;
     float *g = ac_model_arena(grads, &n);
-    double t0 = 0, loss;
+    float *teacher_logits = malloc((size_t)B * T * V * sizeof *teacher_logits);
+    ac_train_step *teacher;
+    if (!teacher_logits || ac_train_step_create(m, B, T, &teacher) != AC_OK) {
+        fprintf(stderr, "bench_train: cannot set up the teacher\n");
+        return 1;
+    }
+    /* the training steps first, alone, so that the loss after them compares with
+     * transformers' (bench_train_hf.py); then the KD steps and forwards */
+    double train_s = 0, kd_s = 0, teacher_s = 0, forward_s = 0, loss = 0, kd = 0, unused;
+    ac_step_inputs in = {.tokens = tokens, .targets = targets, .grads = grads};
     for (int s = 0; s <= steps; s++) {
-        if (s == 1)
-            t0 = now_s(); /* the first step is warm-up */
+        double t0 = now_s();
         memset(g, 0, n * sizeof *g);
-        ac_step_inputs in = {.tokens = tokens, .targets = targets, .grads = grads};
         ac_train_step_run(step, &in, &loss);
         ac_adamw_step(opt, m, grads, NULL);
+        if (s > 0) /* the first step is warm-up */
+            train_s += now_s() - t0;
     }
-    double seconds = now_s() - t0;
-    printf("{\"engine\": \"autocompress\", \"batch\": %d, \"seq_len\": %d, \"steps\": %d, \"train_tok_s\": %.1f, \"loss\": %.4f}\n",
-           B, T, steps, (double)B * T * steps / seconds, loss);
+    for (int s = 0; s <= steps; s++) {
+        double t1 = now_s();
+        ac_train_step_loss(teacher, &in, &unused);
+        memcpy(teacher_logits, ac_train_step_logits(teacher), (size_t)B * T * V * sizeof *teacher_logits);
+        double t2 = now_s();
+        memset(g, 0, n * sizeof *g);
+        ac_step_inputs kin = {.tokens = tokens, .teacher_logits = teacher_logits, .kd_tau = 1.0f, .grads = grads};
+        ac_train_step_run(step, &kin, &kd);
+        ac_adamw_step(opt, m, grads, NULL);
+        double t3 = now_s();
+        ac_step_inputs fin = {.tokens = tokens, .targets = targets};
+        ac_train_step_loss(step, &fin, &unused);
+        double t4 = now_s();
+        if (s == 0)
+            continue;
+        teacher_s += t2 - t1;
+        kd_s += t3 - t1;
+        forward_s += t4 - t3;
+    }
+    double tokens_run = (double)B * T * steps;
+    printf("{\"engine\": \"autocompress\", \"batch\": %d, \"seq_len\": %d, \"steps\": %d, \"train_tok_s\": %.1f, "
+           "\"loss\": %.4f, \"kd_tok_s\": %.1f, \"forward_tok_s\": %.1f, \"kd_over_train\": %.3f, "
+           "\"teacher_over_forward\": %.3f}\n",
+           B, T, steps, tokens_run / train_s, loss, tokens_run / kd_s, tokens_run / forward_s, kd_s / train_s,
+           teacher_s / forward_s);
+    free(teacher_logits);
+    ac_train_step_free(teacher);
     free(tokens);
     free(targets);
     ac_adamw_free(opt);

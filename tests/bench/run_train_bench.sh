@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Training tokens/s (forward + backward + AdamW) of the CPU engine against transformers on
 # PyTorch's CPU backend: the parent's architecture (examples/parent/config.json), same
-# weights, batch and sequence length, in one run; prints the ratio.
+# weights, batch and sequence length, in one run; prints the ratio, and the KD step's
+# cost against the training step's (bench_train).
 #   tests/bench/run_train_bench.sh [PYTHON] [BATCH] [SEQ_LEN]
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -20,3 +21,5 @@ echo "$theirs"
 a=$(echo "$ours" | sed -E 's/.*"train_tok_s": ([0-9.]+).*/\1/')
 b=$(echo "$theirs" | sed -E 's/.*"train_tok_s": ([0-9.]+).*/\1/')
 echo "training tokens/s: autocompress $a, transformers $b, ratio $(awk "BEGIN { printf \"%.2f\", $a / $b }")"
+field() { echo "$ours" | sed -E "s/.*\"$1\": ([0-9.]+).*/\1/"; }
+echo "KD step / training step: $(field kd_over_train); the teacher's forward / a forward alone: $(field teacher_over_forward)"
