@@ -169,19 +169,20 @@ struct ac_backend {
 
     /* ---- Mamba2 backward ---- */
 
-    /* ac_k_ssd_scan that keeps every state, for the backward: starts from state0 [H, P, N]
-     * (NULL: zeros; not modified) and writes states [T, H, P, N], states[t] being s after
-     * step t. Other arguments as ac_k_ssd_scan. */
+    /* ac_k_ssd_scan that keeps what its backward needs: starts from state0 [H, P, N]
+     * (NULL: zeros; not modified) and fills `states`, T * H * P * N floats whose layout
+     * belongs to the backend (the CPU keeps a state every 16 steps and recomputes the
+     * rest in the backward). Other arguments as ac_k_ssd_scan. */
     void (*ssd_scan_save)(ac_kctx *ctx, int T, int H, int P, int N, int G, const float *x, int ldx,
                           const float *B, const float *C, int ldbc, const float *dt, const float *A,
                           const float *Dskip, const float *state0, float *states, float *y, int ldy);
     /* Backward of ac_k_ssd_scan_save, given dy = dL/dy [T, H*P] (lddy), the same inputs,
-     * state0 and the states it wrote: dx [T, H*P] (lddx), dB and dC [T, G*N] (lddbc) and
-     * ddt [T, H] are overwritten; dA and dD [H] += (either may be NULL). No gradient goes
-     * to state0. work: caller scratch of H * (2T + P) * N floats. */
+     * state0 and the states it filled (which it may overwrite): dx [T, H*P] (lddx), dB and
+     * dC [T, G*N] (lddbc) and ddt [T, H] are overwritten; dA and dD [H] += (either may be
+     * NULL). No gradient goes to state0. work: caller scratch of H * (2T + P) * N floats. */
     void (*ssd_scan_backward)(ac_kctx *ctx, int T, int H, int P, int N, int G, const float *x, int ldx,
                               const float *B, const float *C, int ldbc, const float *dt, const float *A,
-                              const float *Dskip, const float *state0, const float *states, const float *dy,
+                              const float *Dskip, const float *state0, float *states, const float *dy,
                               int lddy, float *dx, int lddx, float *dB, float *dC, int lddbc, float *ddt,
                               float *dA, float *dD, float *work);
     /* x[t, h*P + p] *= mask[h] (a soft mask over heads of P channels; the forward uses it). */
@@ -414,7 +415,7 @@ static inline void ac_k_ssd_scan_save(ac_kctx *ctx, int T, int H, int P, int N, 
 static inline void ac_k_ssd_scan_backward(ac_kctx *ctx, int T, int H, int P, int N, int G, const float *x,
                                           int ldx, const float *B, const float *C, int ldbc, const float *dt,
                                           const float *A, const float *Dskip, const float *state0,
-                                          const float *states, const float *dy, int lddy, float *dx, int lddx,
+                                          float *states, const float *dy, int lddy, float *dx, int lddx,
                                           float *dB, float *dC, int lddbc, float *ddt, float *dA, float *dD,
                                           float *work)
 {

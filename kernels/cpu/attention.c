@@ -22,14 +22,17 @@ static inline float softmax_exp(float x)
 static float softmax_row(float *row, int visible, int cols)
 {
     float max = -INFINITY;
+#pragma omp simd reduction(max : max)
     for (int j = 0; j < visible; j++)
-        max = fmaxf(max, row[j]);
+        max = row[j] > max ? row[j] : max;
     float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
     for (int j = 0; j < visible; j++) {
         row[j] = softmax_exp(row[j] - max);
         sum += row[j];
     }
     float inv = 1.0f / sum;
+#pragma omp simd
     for (int j = 0; j < visible; j++)
         row[j] *= inv;
     for (int j = visible; j < cols; j++)

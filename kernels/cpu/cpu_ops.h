@@ -62,7 +62,7 @@ void ac_cpu_ssd_scan_save(ac_kctx *ctx, int T, int H, int P, int N, int G, const
                           const float *Dskip, const float *state0, float *states, float *y, int ldy);
 void ac_cpu_ssd_scan_backward(ac_kctx *ctx, int T, int H, int P, int N, int G, const float *x, int ldx,
                               const float *B, const float *C, int ldbc, const float *dt, const float *A,
-                              const float *Dskip, const float *state0, const float *states, const float *dy,
+                              const float *Dskip, const float *state0, float *states, const float *dy,
                               int lddy, float *dx, int lddx, float *dB, float *dC, int lddbc, float *ddt,
                               float *dA, float *dD, float *work);
 void ac_cpu_mul_heads(ac_kctx *ctx, int T, int H, int P, const float *mask, float *x, int ldx);
