@@ -47,17 +47,9 @@ log() { printf '== %s\n' "$*"; }
 mkdir -p "$work"
 
 # ---- llama.cpp sources ----------------------------------------------------------------------
-sdist=$(ls "$work"/llama_cpp_python-*.tar.gz 2>/dev/null | sort -V | tail -1 || true)
-if [ -z "$sdist" ]; then
-  log "downloading the llama-cpp-python sdist"
-  "$python" -m pip download llama-cpp-python --no-binary :all: --no-deps -d "$work"
-  sdist=$(ls "$work"/llama_cpp_python-*.tar.gz | sort -V | tail -1)
-fi
-unpacked=$work/$(basename "$sdist" .tar.gz)
-[ -d "$unpacked" ] || tar -xzf "$sdist" -C "$work"
-llama=$unpacked/vendor/llama.cpp
-[ -f "$llama/convert_hf_to_gguf.py" ] || { echo "no vendor/llama.cpp in $sdist"; exit 2; }
-log "llama.cpp vendored in $(basename "$sdist")"
+source "$src/scripts/llamacpp-sources.sh"
+llamacpp_sources "$work" "$python" || exit 2
+log "llama.cpp vendored in $(basename "$(dirname "$(dirname "$llama")")")"
 
 # ---- the greedy driver: token ids in, new token ids and each step's logits out ----------------
 driver_src=$work/driver
@@ -173,26 +165,6 @@ if [ ! -x "$driver" ] || [ "$driver_src/greedy.cpp" -nt "$driver" ]; then
     { tail -30 "$work/cmake.log"; exit 2; }
   cmake --build "$work/driver-build" --target ac-llama-greedy -j"$jobs" >"$work/build.log" 2>&1 ||
     { tail -30 "$work/build.log"; exit 2; }
-fi
-
-# The converter hashes how the tokenizer splits a test text, compares that with the
-# pre-tokenizers it knows, and refuses ours. Our tokenizer.json is byte-level BPE with the
-# GPT-2 split regex (pre_tokenizer ByteLevel, use_regex true), so this build copy maps an
-# unknown hash to "gpt-2" (the inputs here are ids; only text prompts would depend on it).
-base_py=$llama/conversion/base.py
-[ -f "$base_py" ] || base_py=$llama/convert_hf_to_gguf.py
-if ! grep -q "autocompress: unknown pre-tokenizer" "$base_py"; then
-  "$python" - "$base_py" <<'PY'
-import re, sys
-path = sys.argv[1]
-text = open(path).read()
-anchor = 'raise NotImplementedError("BPE pre-tokenizer was not recognized - update get_vocab_base_pre()")'
-assert anchor in text, "the pre-tokenizer check moved; patch by hand"
-indent = re.search(r"\n([ \t]*)" + re.escape(anchor), text).group(1)
-patched = ('logger.warning("autocompress: unknown pre-tokenizer %s mapped to gpt-2", chkhsh)\n'
-           + indent + 'return "gpt-2"  # autocompress: unknown pre-tokenizer\n' + indent + anchor)
-open(path, "w").write(text.replace(anchor, patched, 1))
-PY
 fi
 
 # ---- architectures ----------------------------------------------------------------------------

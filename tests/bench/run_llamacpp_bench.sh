@@ -8,9 +8,7 @@
 # llama.cpp is the copy vendored in the llama-cpp-python sdist from PyPI, built here
 # (build/llamacpp, outside the library; llama-bench only, minutes on 2 cores); the parent
 # is converted with its convert_hf_to_gguf.py, run by PYTHON (torch, transformers, numpy,
-# safetensors). The converter does not know this tokenizer's pre-tokenizer hash and
-# refuses it; the build copy maps an unknown hash to GPT-2's, which is what our
-# tokenizer.json is (byte-level BPE with the GPT-2 split regex).
+# safetensors), with the pre-tokenizer patch of scripts/llamacpp-sources.sh.
 #   tests/bench/run_llamacpp_bench.sh [PYTHON] [ROUNDS]
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -22,39 +20,17 @@ work=$root/build/llamacpp
 mkdir -p "$work"
 log() { printf '== %s\n' "$*" >&2; }
 
-sdist=$(ls "$work"/llama_cpp_python-*.tar.gz 2>/dev/null | sort -V | tail -1 || true)
-if [ -z "$sdist" ]; then
-  log "downloading the llama-cpp-python sdist"
-  "$python" -m pip download -q llama-cpp-python --no-binary :all: --no-deps -d "$work"
-  sdist=$(ls "$work"/llama_cpp_python-*.tar.gz | sort -V | tail -1)
-fi
-unpacked=$work/$(basename "$sdist" .tar.gz)
-[ -d "$unpacked" ] || tar -xzf "$sdist" -C "$work"
-llama=$unpacked/vendor/llama.cpp
+source "$root/scripts/llamacpp-sources.sh"
+llamacpp_sources "$work" "$python"
 bench=$work/bench-build/bin/llama-bench
 if [ ! -x "$bench" ]; then
-  log "building llama-bench from $(basename "$sdist") (minutes)"
+  log "building llama-bench from $llama (minutes)"
   cmake -S "$llama" -B "$work/bench-build" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON -DLLAMA_CURL=OFF \
     -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_TOOLS=ON \
     -DBUILD_SHARED_LIBS=OFF >"$work/bench-cmake.log" 2>&1
   cmake --build "$work/bench-build" --target llama-bench -j"$(nproc)" >"$work/bench-build.log" 2>&1
 fi
 
-base_py=$llama/conversion/base.py
-[ -f "$base_py" ] || base_py=$llama/convert_hf_to_gguf.py
-if ! grep -q "autocompress: unknown pre-tokenizer" "$base_py"; then
-  "$python" - "$base_py" <<'PY'
-import re, sys
-path = sys.argv[1]
-text = open(path).read()
-anchor = 'raise NotImplementedError("BPE pre-tokenizer was not recognized - update get_vocab_base_pre()")'
-assert anchor in text, "the pre-tokenizer check moved; patch by hand"
-indent = re.search(r"\n([ \t]*)" + re.escape(anchor), text).group(1)
-patched = ('logger.warning("autocompress: unknown pre-tokenizer %s mapped to gpt-2", chkhsh)\n'
-           + indent + 'return "gpt-2"  # autocompress: unknown pre-tokenizer\n' + indent + anchor)
-open(path, "w").write(text.replace(anchor, patched, 1))
-PY
-fi
 gguf=$work/prose-f32.gguf
 if [ ! -s "$gguf" ] || [ "$root/examples/parent/prose/model.safetensors" -nt "$gguf" ]; then
   log "converting examples/parent/prose to GGUF f32"
