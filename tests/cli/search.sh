@@ -13,30 +13,10 @@ fail() { echo "FAIL: $*"; exit 1; }
 
 "$ac" tokenize --tokenizer "$src/examples/data/tokenizer.json" --out "$tmp/data" --format lines --val-percent 10 \
   --progress off "$src/tests/fixtures/tokenizer/lines.txt" >/dev/null
-cat > "$tmp/config.json" <<'JSON'
-{"model_type": "nemotron_h", "vocab_size": 4096, "hidden_size": 32, "hybrid_override_pattern": "M*-EME",
- "layer_norm_epsilon": 1e-5, "mamba_num_heads": 4, "mamba_head_dim": 8, "n_groups": 2, "ssm_state_size": 8,
- "conv_kernel": 4, "chunk_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 8,
- "intermediate_size": 64, "n_routed_experts": 8, "num_experts_per_tok": 2, "moe_intermediate_size": 16,
- "moe_shared_expert_intermediate_size": 32, "routed_scaling_factor": 2.5}
-JSON
+cp "$src/tests/cli/data/tiny_hybrid.json" "$tmp/config.json" # M*-EME, hidden 32
 "$ac" train --config "$tmp/config.json" --data "$tmp/data" --steps 20 --batch 4 --seq-len 32 --lr 3e-3 --warmup 2 \
   --seed 5 --progress off --out "$tmp/parent" >/dev/null 2>&1
-cat >"$tmp/tiny.cfg" <<'CFG'
-name = "tiny";
-hardware = { device = "cpu"; threads = 1; };
-workload = { batch = 1; input_tokens = 16; output_tokens = 4; };
-targets = { latency_ratio = 0.6; };
-search_space = {
-  hidden_sizes = [32, 24, 16];
-  mamba_heads = { values = [4]; scope = "per_layer"; remove = true; };
-  routed_experts = [8, 4];
-  routed_ffn = [16, 8, 0];
-  shared_ffn = [32, 16, 0];
-  removable = ["mamba", "moe"];
-};
-budgets = { search_tokens = 100000; };
-CFG
+cp "$src/tests/cli/data/tiny_search.cfg" "$tmp/tiny.cfg" # latency_ratio 0.6 over a small space
 "$ac" profile --model "$tmp/parent" --contract "$tmp/tiny.cfg" --out "$tmp/tables.json" --repeats 1 \
   --no-reference --progress off >/dev/null || fail "profile exited $?"
 
