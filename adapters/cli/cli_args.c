@@ -90,7 +90,8 @@ int cli_dispatch(const char *group, const cli_command *commands, int count, int 
     return 2;
 }
 
-void cli_report_failure(const char *command, const ac_comm *comm, const char *message)
+/* "autocompress COMMAND: MESSAGE" on stderr, naming the rank in a multi-rank run. */
+static void report_failure(const char *command, const ac_comm *comm, const char *message)
 {
     if (ac_comm_size(comm) > 1)
         fprintf(stderr, "autocompress %s (rank %d of %d): %s\n", command, ac_comm_rank(comm), ac_comm_size(comm),
@@ -106,4 +107,13 @@ ac_status cli_comm_init(const ac_comm_params *params, ac_comm **comm)
     if (st == AC_OK && ac_comm_rank(*comm) > 0 && ac_log_get_level() < AC_LOG_WARN)
         ac_log_set_level(AC_LOG_WARN);
     return st;
+}
+
+void cli_comm_finish(const char *command, ac_comm *comm, ac_status st)
+{
+    if (st != AC_OK) {
+        report_failure(command, comm, ac_error_message());
+        ac_comm_mark_failed(comm);
+    }
+    ac_comm_free(comm);
 }

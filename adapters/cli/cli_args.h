@@ -15,8 +15,9 @@ ac_status cli_parse_float(const char *flag, const char *text, double *value);
 
 /* ac_comm_init, and only warnings and errors in the log of ranks other than 0. */
 ac_status cli_comm_init(const ac_comm_params *params, ac_comm **comm);
-/* "autocompress COMMAND: MESSAGE" on stderr, naming the rank in a multi-rank run. */
-void cli_report_failure(const char *command, const ac_comm *comm, const char *message);
+/* The end of a command's run over ranks: a failure (st != AC_OK) is reported, naming
+ * the rank, and leaves without waiting for the other ranks; then the communicator goes. */
+void cli_comm_finish(const char *command, ac_comm *comm, ac_status st);
 
 /* One row of a command table. */
 typedef struct {

@@ -95,11 +95,7 @@ int cli_profile(int argc, char **argv)
         st = ac_cost_tables_write(tables, a.out);
     if (st == AC_OK && writer)
         print_report(&a, &contract, tables, &report);
-    else if (st != AC_OK)
-        cli_report_failure("profile", a.p.comm, ac_error_message());
-    if (st != AC_OK)
-        ac_comm_mark_failed(a.p.comm);
-    ac_comm_free(a.p.comm);
+    cli_comm_finish("profile", a.p.comm, st);
     ac_cost_tables_free(tables);
     return st == AC_OK ? 0 : st == AC_ERR_INVALID ? 2 : 1;
 }

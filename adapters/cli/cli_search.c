@@ -122,11 +122,7 @@ int cli_search(int argc, char **argv)
         st = ac_search_run(parent, &contract, tables, &a.p, &report);
     if (st == AC_OK && ac_comm_rank(a.p.comm) == 0)
         print_report(&a, &report);
-    else if (st != AC_OK)
-        cli_report_failure("search", a.p.comm, ac_error_message());
-    if (st != AC_OK)
-        ac_comm_mark_failed(a.p.comm);
-    ac_comm_free(a.p.comm);
+    cli_comm_finish("search", a.p.comm, st);
     ac_arch_free(&report.arch);
     ac_model_free(parent);
     ac_cost_tables_free(tables);

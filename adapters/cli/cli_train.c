@@ -120,11 +120,7 @@ static int run_training(const char *command, train_args *a)
         printf("%s: %d steps%s, loss %.4f, validation loss %.4f, %.0f tokens/s -> %s\n", command, report.steps_done,
                report.resumed_from >= 0 ? " (resumed)" : "", report.last_loss, report.last_val_loss,
                report.tokens_per_second, a->p.out_dir);
-    else if (st != AC_OK)
-        cli_report_failure(command, a->p.comm, ac_error_message());
-    if (st != AC_OK)
-        ac_comm_mark_failed(a->p.comm);
-    ac_comm_free(a->p.comm);
+    cli_comm_finish(command, a->p.comm, st);
     ac_model_free(model);
     ac_model_free(teacher);
     return st == AC_OK ? 0 : (st == AC_ERR_INVALID ? 2 : 1);
