@@ -39,11 +39,11 @@ typedef enum {
  * call it first. */
 void ac_k_flush_denormals(void);
 
-/* The workspace (in bytes) that ac_k_attention and ac_k_attention_backward need for a
- * sequence of total_tokens keys when `threads` threads run them (the CPU kernels give
- * each OpenMP thread a row of scores). The runtime's plan and the memory model both
- * size it here. */
-size_t ac_k_attention_workspace(int threads, int total_tokens);
+/* The workspace (in bytes) that ac_k_attention needs for `queries` new tokens of one
+ * sequence reaching `keys` positions when `threads` threads run it (the CPU kernel gives
+ * each OpenMP thread a row of scores when decoding, a tile of query rows by a block of
+ * keys when prefilling). The runtime's plan and the memory model both size it here. */
+size_t ac_k_attention_workspace(int threads, int queries, int keys);
 /* The workspace ac_k_attention_backward needs for sequences of up to `longest` tokens
  * (the CPU kernel gives each thread two tiles of query rows by keys). */
 size_t ac_k_attention_backward_workspace(int threads, int longest);
@@ -97,7 +97,7 @@ struct ac_backend {
     /* Causal GQA attention of one sequence: n_new queries at positions past..past+n_new-1
      * over keys 0..past+n_new-1 held in k_cache / v_cache [n_kv, cap, hd]. Query head h
      * reads KV head h / (n_heads / n_kv). q and out [n_new, n_heads*hd]. The workspace
-     * holds ac_k_attention_workspace(omp threads, past + n_new) bytes. */
+     * holds ac_k_attention_workspace(omp threads, n_new, past + n_new) bytes. */
     void (*attention)(ac_kctx *ctx, int n_new, int past, int n_heads, int n_kv, int hd, const float *q, int ldq,
                       const float *k_cache, const float *v_cache, int cap, float scale, float *out, int ldout);
 

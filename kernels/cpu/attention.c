@@ -40,18 +40,18 @@ static float softmax_row(float *row, int visible, int cols)
     return max + logf(sum);
 }
 
-/* One (head, query) pair at a time: scores over the visible keys, a max-shifted softmax
- * in f32, then the weighted sum of values. Each thread keeps its scores in its own row of
- * the workspace, which holds omp_get_max_threads() rows of past + n_new floats. */
-void ac_cpu_attention(ac_kctx *ctx, int n_new, int past, int n_heads, int n_kv, int hd,
-                      const float *q, int ldq, const float *k_cache, const float *v_cache, int cap,
-                      float scale, float *out, int ldout)
+/* Decode (a few queries): one (head, query) pair at a time, scores over the visible keys
+ * in the thread's row of the workspace, a max-shifted softmax in f32, then the weighted
+ * sum of values. */
+static void attention_by_query(ac_kctx *ctx, int n_new, int past, int n_heads, int n_kv, int hd, const float *q,
+                               int ldq, const float *k_cache, const float *v_cache, int cap, float scale, float *out,
+                               int ldout)
 {
     int group = n_heads / n_kv;
-    int total = past + n_new;
+    size_t stride = ac_k_attention_workspace(1, n_new, past + n_new) / sizeof(float);
 #pragma omp parallel
     {
-        float *scores = (float *)ctx->workspace + (size_t)omp_get_thread_num() * total;
+        float *scores = (float *)ctx->workspace + (size_t)omp_get_thread_num() * stride;
 #pragma omp for collapse(2) schedule(dynamic, 4)
         for (int h = 0; h < n_heads; h++)
             for (int i = 0; i < n_new; i++) {
@@ -80,9 +80,116 @@ void ac_cpu_attention(ac_kctx *ctx, int n_new, int past, int n_heads, int n_kv, 
     }
 }
 
-size_t ac_k_attention_workspace(int threads, int total_tokens)
+/* Prefill by tiles of up to QUERY_TILE query rows of one head, over blocks of KEY_BLOCK
+ * keys, with GEMMs (OpenBLAS, one thread inside each OpenMP task): S = scale Q K^T for
+ * the block, each row's running max and normaliser updated online (the rows' earlier sums
+ * rescaled by exp(old max - new max)), out += P V for the block straight into `out`, and
+ * out divided by the normaliser at the end. The thread's workspace holds one tile of
+ * scores, rows x min(keys, KEY_BLOCK). */
+#define QUERY_TILE 64
+#define KEY_BLOCK 256
+/* Below this many new tokens a call goes query by query (GEMMs of one row pack more
+ * than they compute). */
+#define TILED_MIN_QUERIES 4
+
+/* Scores of row r over one block (m keys, the first `visible` of them causal-visible)
+ * turned into unnormalised probabilities against the row's updated max; returns the
+ * factor that rescales what the row accumulated before this block. */
+static float online_softmax_row(float *row, int visible, int m, float *row_max, float *row_sum)
 {
-    return (size_t)threads * (size_t)total_tokens * sizeof(float);
+    if (visible <= 0) {
+        for (int j = 0; j < m; j++)
+            row[j] = 0.0f;
+        return 1.0f;
+    }
+    float max = *row_max;
+#pragma omp simd reduction(max : max)
+    for (int j = 0; j < visible; j++)
+        max = row[j] > max ? row[j] : max;
+    float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+    for (int j = 0; j < visible; j++) {
+        row[j] = softmax_exp(row[j] - max);
+        sum += row[j];
+    }
+    for (int j = visible; j < m; j++)
+        row[j] = 0.0f;
+    float rescale = softmax_exp(*row_max - max); /* 0 for the first block (-inf) */
+    *row_sum = *row_sum * rescale + sum;
+    *row_max = max;
+    return rescale;
+}
+
+static void prefill_tile(int n, int first, int hd, const float *Q, int ldq, const float *K, const float *V, float scale,
+                         float *O, int ldo, float *S)
+{
+    float row_max[QUERY_TILE], row_sum[QUERY_TILE];
+    int keys = first + n; /* the tile's last row sees keys 0..first+n-1 */
+    for (int r = 0; r < n; r++) {
+        row_max[r] = -INFINITY;
+        row_sum[r] = 0.0f;
+        for (int c = 0; c < hd; c++)
+            O[(size_t)r * ldo + c] = 0.0f;
+    }
+    for (int j0 = 0; j0 < keys; j0 += KEY_BLOCK) {
+        int m = keys - j0 < KEY_BLOCK ? keys - j0 : KEY_BLOCK;
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, m, hd, scale, Q, ldq, K + (size_t)j0 * hd, hd, 0.0f, S,
+                    m);
+        for (int r = 0; r < n; r++) {
+            int visible = first + r + 1 - j0 < m ? first + r + 1 - j0 : m;
+            float rescale = online_softmax_row(S + (size_t)r * m, visible, m, &row_max[r], &row_sum[r]);
+            if (rescale != 1.0f)
+                for (int c = 0; c < hd; c++)
+                    O[(size_t)r * ldo + c] *= rescale;
+        }
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, hd, m, 1.0f, S, m, V + (size_t)j0 * hd, hd, 1.0f, O,
+                    ldo);
+    }
+    for (int r = 0; r < n; r++) {
+        float inv = 1.0f / row_sum[r];
+        for (int c = 0; c < hd; c++)
+            O[(size_t)r * ldo + c] *= inv;
+    }
+}
+
+static void attention_by_tile(ac_kctx *ctx, int n_new, int past, int n_heads, int n_kv, int hd, const float *q,
+                              int ldq, const float *k_cache, const float *v_cache, int cap, float scale, float *out,
+                              int ldout)
+{
+    int group = n_heads / n_kv, tiles = (n_new + QUERY_TILE - 1) / QUERY_TILE;
+    size_t stride = ac_k_attention_workspace(1, n_new, past + n_new) / sizeof(float);
+#pragma omp parallel
+    {
+        float *S = (float *)ctx->workspace + (size_t)omp_get_thread_num() * stride;
+        /* the longest tiles (the last rows see every key) first */
+#pragma omp for collapse(2) schedule(dynamic, 1)
+        for (int t = tiles - 1; t >= 0; t--)
+            for (int h = 0; h < n_heads; h++) {
+                int i0 = t * QUERY_TILE, n = n_new - i0 < QUERY_TILE ? n_new - i0 : QUERY_TILE;
+                size_t kv = (size_t)(h / group) * cap * hd;
+                prefill_tile(n, past + i0, hd, q + (size_t)i0 * ldq + (size_t)h * hd, ldq, k_cache + kv, v_cache + kv,
+                             scale, out + (size_t)i0 * ldout + (size_t)h * hd, ldout, S);
+            }
+    }
+}
+
+void ac_cpu_attention(ac_kctx *ctx, int n_new, int past, int n_heads, int n_kv, int hd, const float *q, int ldq,
+                      const float *k_cache, const float *v_cache, int cap, float scale, float *out, int ldout)
+{
+    if (n_new < TILED_MIN_QUERIES)
+        attention_by_query(ctx, n_new, past, n_heads, n_kv, hd, q, ldq, k_cache, v_cache, cap, scale, out, ldout);
+    else
+        attention_by_tile(ctx, n_new, past, n_heads, n_kv, hd, q, ldq, k_cache, v_cache, cap, scale, out, ldout);
+}
+
+size_t ac_k_attention_workspace(int threads, int queries, int keys)
+{
+    size_t per_thread;
+    if (queries < TILED_MIN_QUERIES)
+        per_thread = (size_t)keys;
+    else
+        per_thread = (size_t)(queries < QUERY_TILE ? queries : QUERY_TILE) * (size_t)(keys < KEY_BLOCK ? keys : KEY_BLOCK);
+    return (size_t)threads * per_thread * sizeof(float);
 }
 
 /* The backward by tiles of query rows, with GEMMs (OpenBLAS, one thread inside each

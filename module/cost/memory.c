@@ -26,13 +26,15 @@ double ac_block_state_bytes(const ac_block_dims *b, const ac_contract_workload *
 
 /* R given the widest block's scratch per token: the runtime's buffers for the widest
  * call, the prefill of the batch (the context is built in chunks no longer than the
- * input), with the attention workspace over the longest sequence, and the logits of the
- * batch. */
+ * input), with the attention workspace of the prefill or of the longest decode step,
+ * and the logits of the batch. */
 double ac_fixed_activation_bytes(const ac_arch *arch, const ac_contract_workload *w, int threads, double scratch_floats)
 {
     int T = (int)(w->batch * w->input_tokens);
-    int longest = (int)(w->cached_tokens + w->input_tokens) + ac_workload_decode_steps(w);
-    ac_activation_plan plan = ac_plan_activations(arch, 0, T, longest, threads);
+    int prompt_keys = (int)(w->cached_tokens + w->input_tokens);
+    int longest = prompt_keys + ac_workload_decode_steps(w);
+    size_t workspace = ac_plan_serving_workspace(threads, (int)w->input_tokens, prompt_keys, longest);
+    ac_activation_plan plan = ac_plan_activations(arch, 0, T, workspace);
     return (double)ac_activation_plan_bytes(&plan) + (double)T * scratch_floats * sizeof(float) +
            (double)w->batch * arch->vocab * sizeof(float);
 }

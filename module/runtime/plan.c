@@ -48,15 +48,21 @@ size_t ac_plan_kv_floats_per_token(const ac_arch *arch)
     return n;
 }
 
-ac_activation_plan ac_plan_activations(const ac_arch *arch, size_t scratch_per_token, int tokens, int longest,
-                                       int threads)
+ac_activation_plan ac_plan_activations(const ac_arch *arch, size_t scratch_per_token, int tokens, size_t workspace)
 {
     size_t T = (size_t)tokens, D = (size_t)arch->hidden;
     ac_activation_plan p;
     p.stream = T * D * sizeof(float);
     p.scratch = (T * scratch_per_token + 1) * sizeof(float);
-    p.workspace = ac_k_attention_workspace(threads, longest);
+    p.workspace = workspace;
     return p;
+}
+
+size_t ac_plan_serving_workspace(int threads, int queries, int keys, int longest)
+{
+    size_t prompt = ac_k_attention_workspace(threads, queries, keys);
+    size_t step = ac_k_attention_workspace(threads, 1, longest);
+    return prompt > step ? prompt : step;
 }
 
 size_t ac_activation_plan_bytes(const ac_activation_plan *plan) { return 3 * plan->stream + plan->scratch + plan->workspace; }

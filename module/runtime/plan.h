@@ -17,16 +17,19 @@ size_t ac_plan_kv_floats_per_token(const ac_arch *arch);
 size_t ac_plan_block_kv_floats_per_token(const ac_block_dims *b);
 size_t ac_plan_block_state_floats(const ac_block_dims *b);
 
-/* What a runtime holds for a forward of `tokens` packed tokens whose longest sequence
- * reaches `longest` positions, with `threads` threads, bytes. */
+/* What a runtime holds for a forward of `tokens` packed tokens with an attention
+ * workspace of `workspace` bytes. */
 typedef struct {
     size_t stream;    /* each of the residual stream, normed input and block output: tokens x hidden */
     size_t scratch;   /* tokens x scratch_per_token, plus one float */
     size_t workspace; /* the attention workspace */
 } ac_activation_plan;
 
-ac_activation_plan ac_plan_activations(const ac_arch *arch, size_t scratch_per_token, int tokens, int longest,
-                                       int threads);
+ac_activation_plan ac_plan_activations(const ac_arch *arch, size_t scratch_per_token, int tokens, size_t workspace);
+/* The attention workspace of serving one kind of request with `threads` threads: the
+ * larger of the prompt's forward (`queries` new tokens reaching `keys` positions) and a
+ * decode step reaching `longest` positions. */
+size_t ac_plan_serving_workspace(int threads, int queries, int keys, int longest);
 size_t ac_activation_plan_bytes(const ac_activation_plan *plan);
 
 #endif

@@ -36,7 +36,7 @@ void ac_runtime_free(ac_runtime *runtime)
 }
 
 static ac_status reserve_tokens(ac_runtime *rt, int T, int n_seqs);
-static ac_status reserve_workspace(ac_runtime *rt, int longest, int backward);
+static ac_status reserve_workspace(ac_runtime *rt, size_t forward_bytes, int backward_longest);
 
 ac_status ac_runtime_reserve_training(ac_runtime *rt, int total_tokens, int n_seqs)
 {
@@ -46,7 +46,11 @@ ac_status ac_runtime_reserve_training(ac_runtime *rt, int total_tokens, int n_se
         rt->capacity_tokens = 0; /* regrow every buffer at the new per-token size */
     }
     ac_status st = reserve_tokens(rt, total_tokens, n_seqs);
-    return st == AC_OK ? reserve_workspace(rt, total_tokens, 1) : st;
+    if (st != AC_OK)
+        return st;
+    /* the training forward's longest sequence is at most the whole batch */
+    return reserve_workspace(rt, ac_k_attention_workspace(omp_get_max_threads(), total_tokens, total_tokens),
+                             total_tokens);
 }
 
 float *ac_scratch(ac_runtime *rt, size_t count)
@@ -71,7 +75,7 @@ static ac_status reserve_tokens(ac_runtime *rt, int T, int n_seqs)
     }
     if (T <= rt->capacity_tokens)
         return AC_OK;
-    ac_activation_plan plan = ac_plan_activations(&rt->model->arch, rt->scratch_per_token, T, 0, 1);
+    ac_activation_plan plan = ac_plan_activations(&rt->model->arch, rt->scratch_per_token, T, 0);
     float *bufs[4] = {malloc(plan.stream), malloc(plan.stream), malloc(plan.stream), malloc(plan.scratch)};
     if (!bufs[0] || !bufs[1] || !bufs[2] || !bufs[3]) {
         for (int i = 0; i < 4; i++)
@@ -90,14 +94,12 @@ static ac_status reserve_tokens(ac_runtime *rt, int T, int n_seqs)
     return AC_OK;
 }
 
-/* Grows the kernel workspace for sequences of up to `longest` tokens (and their
- * backward when training). */
-static ac_status reserve_workspace(ac_runtime *rt, int longest, int backward)
+/* Grows the kernel workspace to forward_bytes, or to what the attention backward needs
+ * for sequences of up to backward_longest tokens (0: no backward) when that is more. */
+static ac_status reserve_workspace(ac_runtime *rt, size_t forward_bytes, int backward_longest)
 {
-    ac_activation_plan plan = ac_plan_activations(&rt->model->arch, rt->scratch_per_token, 0, longest,
-                                                  omp_get_max_threads());
-    size_t need = plan.workspace, tiles = ac_k_attention_backward_workspace(omp_get_max_threads(), longest);
-    if (backward && tiles > need)
+    size_t need = forward_bytes, tiles = ac_k_attention_backward_workspace(omp_get_max_threads(), backward_longest);
+    if (backward_longest && tiles > need)
         need = tiles;
     if (need <= rt->workspace_bytes)
         return AC_OK;
@@ -137,7 +139,7 @@ static ac_status check_batch(const ac_runtime *rt, const ac_batch *batch)
 
 size_t ac_runtime_bytes(const ac_runtime *rt)
 {
-    ac_activation_plan plan = ac_plan_activations(&rt->model->arch, rt->scratch_per_token, rt->capacity_tokens, 0, 1);
+    ac_activation_plan plan = ac_plan_activations(&rt->model->arch, rt->scratch_per_token, rt->capacity_tokens, 0);
     return 3 * plan.stream + (rt->capacity_tokens ? plan.scratch : 0) + rt->workspace_bytes;
 }
 
@@ -150,15 +152,17 @@ ac_status ac_runtime_forward(ac_runtime *rt, const ac_batch *batch, ac_logits_mo
     if (st != AC_OK)
         return st;
     ac_k_flush_denormals();
-    int T = 0, longest = 0;
+    int T = 0;
+    size_t workspace = 0;
     for (int s = 0; s < batch->n_seqs; s++) {
         int after = ac_cache_tokens(batch->caches[s]) + batch->n_tokens[s];
+        size_t need = ac_k_attention_workspace(omp_get_max_threads(), batch->n_tokens[s], after);
         T += batch->n_tokens[s];
-        longest = after > longest ? after : longest;
+        workspace = need > workspace ? need : workspace;
     }
     st = reserve_tokens(rt, T, batch->n_seqs);
     if (st == AC_OK)
-        st = reserve_workspace(rt, longest, 0);
+        st = reserve_workspace(rt, workspace, 0);
     for (int s = 0; st == AC_OK && s < batch->n_seqs; s++)
         st = ac_cache_reserve(batch->caches[s], ac_cache_tokens(batch->caches[s]) + batch->n_tokens[s]);
     if (st != AC_OK)

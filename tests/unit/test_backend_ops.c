@@ -381,7 +381,7 @@ static void op_attention(run *r, const op_case *c)
     const float *k = f32(r, BUF_IN, (size_t)n_kv * cap * hd, -1.0f, 1.0f);
     const float *v = f32(r, BUF_IN, (size_t)n_kv * cap * hd, -1.0f, 1.0f);
     float *out = f32(r, BUF_OUT, (size_t)n_new * ldout, -1.0f, 1.0f);
-    workspace(r, ac_k_attention_workspace(omp_get_max_threads(), past + n_new));
+    workspace(r, ac_k_attention_workspace(omp_get_max_threads(), n_new, past + n_new));
     CALL(r, attention, n_new, past, n_heads, n_kv, hd, q, ldq, k, v, cap, c->f[0], out, ldout);
 }
 

@@ -4,7 +4,8 @@
  * training forward equals the cached inference forward, grad == NULL leaves dxn alone,
  * and gradients accumulate. And the kernel on a sequence long enough for several tiles
  * of query rows and keys (150 tokens: 64 + 64 + 22), padded rows, against a direct
- * double-precision backward written out here. */
+ * double-precision backward written out here; the forward kernel across query tiles and
+ * key blocks behind a long cache, against a direct double-precision forward. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -305,6 +306,74 @@ static void test_kernel_across_tiles(void **state)
     free(rout), free(rdq), free(rdk), free(rdv), free(ws);
 }
 
+/* ---- the forward kernel across query tiles and key blocks, against a direct forward
+ * in double ---- */
+
+enum { FN = 150, FPAST = 300, FCAP = FN + FPAST + 5 };
+
+/* out = softmax(scale q K^T over the visible keys) V for queries at FPAST.., from the
+ * cache layout [kv, cap, hd] */
+static void reference_forward(int n_new, int past, const float *q, const float *k, const float *v, double scale,
+                              double *out)
+{
+    static double p[FCAP];
+    for (int h = 0; h < LH; h++) {
+        int kv = h / (LH / LKV);
+        for (int i = 0; i < n_new; i++) {
+            const float *qi = q + i * LDQ + h * LHD;
+            int visible = past + i + 1;
+            double max = -INFINITY, sum = 0;
+            for (int j = 0; j < visible; j++) {
+                double dot = 0;
+                for (int c = 0; c < LHD; c++)
+                    dot += (double)qi[c] * k[((size_t)kv * FCAP + j) * LHD + c];
+                p[j] = dot * scale;
+                max = fmax(max, p[j]);
+            }
+            for (int j = 0; j < visible; j++)
+                sum += (p[j] = exp(p[j] - max));
+            for (int c = 0; c < LHD; c++) {
+                double o = 0;
+                for (int j = 0; j < visible; j++)
+                    o += p[j] / sum * v[((size_t)kv * FCAP + j) * LHD + c];
+                out[i * LDQ + h * LHD + c] = o;
+            }
+        }
+    }
+}
+
+static void check_forward(int n_new, int past, float spread)
+{
+    float *q = malloc(sizeof(float) * n_new * LDQ), *out = malloc(sizeof(float) * n_new * LDQ);
+    float *k = malloc(sizeof(float) * LKV * FCAP * LHD), *v = malloc(sizeof(float) * LKV * FCAP * LHD);
+    double *want = calloc((size_t)n_new * LDQ, sizeof(double));
+    size_t bytes = ac_k_attention_workspace(omp_get_max_threads(), n_new, past + n_new);
+    void *ws = malloc(bytes);
+    assert_true(q && out && k && v && want && ws);
+    gc_fill(q, n_new * LDQ, -spread, spread, 11);
+    gc_fill(k, LKV * FCAP * LHD, -spread, spread, 12);
+    gc_fill(v, LKV * FCAP * LHD, -1.0f, 1.0f, 13);
+    float scale = 1.0f / sqrtf((float)LHD);
+    ac_kctx ctx = {.workspace = ws, .workspace_bytes = bytes};
+    ac_k_attention(&ctx, n_new, past, LH, LKV, LHD, q, LDQ, k, v, FCAP, scale, out, LDQ);
+    reference_forward(n_new, past, q, k, v, scale, want);
+    assert_close_rows("out", out, want, n_new, LDQ, LH * LHD);
+    free(q), free(out), free(k), free(v), free(want), free(ws);
+}
+
+static void test_forward_kernel_across_tiles(void **state)
+{
+    (void)state;
+    /* three query tiles (64 + 64 + 22) over two key blocks, behind 300 cached keys */
+    check_forward(FN, FPAST, 2.0f);
+    /* peaked rows: a later block's max far above an earlier one's (the rescaling) */
+    check_forward(FN, FPAST, 6.0f);
+    /* a prompt from an empty cache, one short tile, and decode steps */
+    check_forward(FN, 0, 2.0f);
+    check_forward(5, 2, 2.0f);
+    check_forward(1, FPAST, 2.0f);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -312,6 +381,7 @@ int main(void)
         cmocka_unit_test(test_training_forward_matches_cached),
         cmocka_unit_test(test_grad_null_and_accumulation),
         cmocka_unit_test(test_kernel_across_tiles),
+        cmocka_unit_test(test_forward_kernel_across_tiles),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
