@@ -7,8 +7,10 @@
 static double row_logsumexp(const float *x, int V, float inv_tau, float *max_out)
 {
     float max = x[0] * inv_tau;
+    /* a compare, not fmaxf: its NaN rules keep it a call per element */
+#pragma omp simd reduction(max : max)
     for (int v = 1; v < V; v++)
-        max = fmaxf(max, x[v] * inv_tau);
+        max = x[v] * inv_tau > max ? x[v] * inv_tau : max;
     double sum = 0.0;
 #pragma omp simd reduction(+ : sum)
     for (int v = 0; v < V; v++)

@@ -11,9 +11,11 @@ void ac_cpu_rmsnorm(ac_kctx *ctx, int rows, int dim, const float *x, int ldx, co
         const float *xr = x + (size_t)r * ldx;
         float *yr = y + (size_t)r * ldy;
         double sum = 0.0;
+#pragma omp simd reduction(+ : sum)
         for (int i = 0; i < dim; i++)
             sum += (double)xr[i] * xr[i];
         float inv = 1.0f / sqrtf((float)(sum / dim) + eps);
+#pragma omp simd
         for (int i = 0; i < dim; i++)
             yr[i] = w[i] * (xr[i] * inv);
     }
@@ -30,12 +32,14 @@ void ac_cpu_rmsnorm_backward(ac_kctx *ctx, int rows, int dim, const float *x, in
         const float *dyr = dy + (size_t)r * lddy;
         float *dxr = dx + (size_t)r * lddx;
         double sum = 0.0, gx = 0.0;
+#pragma omp simd reduction(+ : sum, gx)
         for (int i = 0; i < dim; i++) {
             sum += (double)xr[i] * xr[i];
             gx += (double)dyr[i] * w[i] * xr[i];
         }
         float inv = 1.0f / sqrtf((float)(sum / dim) + eps);
         float coef = (float)(gx / dim) * inv * inv * inv;
+#pragma omp simd
         for (int i = 0; i < dim; i++)
             dxr[i] = inv * dyr[i] * w[i] - coef * xr[i];
     }
@@ -46,9 +50,11 @@ void ac_cpu_rmsnorm_backward(ac_kctx *ctx, int rows, int dim, const float *x, in
         const float *xr = x + (size_t)r * ldx;
         const float *dyr = dy + (size_t)r * lddy;
         double sum = 0.0;
+#pragma omp simd reduction(+ : sum)
         for (int i = 0; i < dim; i++)
             sum += (double)xr[i] * xr[i];
         float inv = 1.0f / sqrtf((float)(sum / dim) + eps);
+#pragma omp simd
         for (int i = 0; i < dim; i++)
             dw[i] += dyr[i] * xr[i] * inv;
     }

@@ -16,12 +16,14 @@ void ac_cpu_gated_rmsnorm(ac_kctx *ctx, int rows, int dim, int group_size, const
         float *outr = out + (size_t)r * ldout;
         for (int g0 = 0; g0 < dim; g0 += group_size) {
             double sum = 0.0;
+#pragma omp simd reduction(+ : sum)
             for (int i = g0; i < g0 + group_size; i++) {
                 float u = yr[i] * silu(zr[i]);
                 outr[i] = u;
                 sum += (double)u * u;
             }
             float inv = 1.0f / sqrtf((float)(sum / group_size) + eps);
+#pragma omp simd
             for (int i = g0; i < g0 + group_size; i++)
                 outr[i] = w[i] * (outr[i] * inv);
         }
@@ -50,6 +52,7 @@ void ac_cpu_gated_rmsnorm_backward(ac_kctx *ctx, int rows, int dim, int group_si
         for (int g = 0; g < groups; g++) {
             int g0 = g * group_size, g1 = g0 + group_size;
             double sum = 0.0, dot = 0.0;
+#pragma omp simd reduction(+ : sum, dot)
             for (int i = g0; i < g1; i++) {
                 float u = yr[i] * silu(zr[i]);
                 sum += (double)u * u;
@@ -58,6 +61,7 @@ void ac_cpu_gated_rmsnorm_backward(ac_kctx *ctx, int rows, int dim, int group_si
             float inv = 1.0f / sqrtf((float)(sum / group_size) + eps);
             rstd[(size_t)r * groups + g] = inv;
             float k = (float)(dot / group_size) * inv * inv * inv;
+#pragma omp simd
             for (int i = g0; i < g1; i++) {
                 float s = ac_cpu_sigmoid(zr[i]);
                 float sz = silu(zr[i]);
@@ -80,6 +84,7 @@ void ac_cpu_gated_rmsnorm_backward(ac_kctx *ctx, int rows, int dim, int group_si
             const float *zr = z + (size_t)r * ldz;
             const float *gr = dout + (size_t)r * lddout;
             const float *rr = rstd + (size_t)r * groups;
+#pragma omp simd
             for (int c = c0; c < c1; c++)
                 acc[c - c0] += gr[c] * (yr[c] * silu(zr[c])) * rr[c / group_size];
         }
