@@ -40,9 +40,9 @@ static float softmax_row(float *row, int visible, int cols)
     return max + logf(sum);
 }
 
-/* Decode (a few queries): one (head, query) pair at a time, scores over the visible keys
- * in the thread's row of the workspace, a max-shifted softmax in f32, then the weighted
- * sum of values. */
+/* Decode (a few queries): one (head, query) pair at a time, with matrix-vector products
+ * (OpenBLAS, one thread inside each OpenMP task): scores = scale K q over the visible
+ * keys in the thread's row of the workspace, a max-shifted softmax in f32, out = V^T p. */
 static void attention_by_query(ac_kctx *ctx, int n_new, int past, int n_heads, int n_kv, int hd, const float *q,
                                int ldq, const float *k_cache, const float *v_cache, int cap, float scale, float *out,
                                int ldout)
@@ -52,30 +52,17 @@ static void attention_by_query(ac_kctx *ctx, int n_new, int past, int n_heads, i
 #pragma omp parallel
     {
         float *scores = (float *)ctx->workspace + (size_t)omp_get_thread_num() * stride;
-#pragma omp for collapse(2) schedule(dynamic, 4)
+#pragma omp for collapse(2) schedule(dynamic, 1)
         for (int h = 0; h < n_heads; h++)
             for (int i = 0; i < n_new; i++) {
-                const float *qi = q + (size_t)i * ldq + (size_t)h * hd;
                 const float *K = k_cache + (size_t)(h / group) * cap * hd;
                 const float *V = v_cache + (size_t)(h / group) * cap * hd;
                 float *oi = out + (size_t)i * ldout + (size_t)h * hd;
                 int visible = past + i + 1;
-                for (int j = 0; j < visible; j++) {
-                    const float *kj = K + (size_t)j * hd;
-                    float dot = 0.0f;
-#pragma omp simd reduction(+ : dot)
-                    for (int c = 0; c < hd; c++)
-                        dot += qi[c] * kj[c];
-                    scores[j] = dot * scale;
-                }
+                cblas_sgemv(CblasRowMajor, CblasNoTrans, visible, hd, scale, K, hd, q + (size_t)i * ldq + (size_t)h * hd,
+                            1, 0.0f, scores, 1);
                 softmax_row(scores, visible, visible);
-                for (int c = 0; c < hd; c++)
-                    oi[c] = 0.0f;
-                for (int j = 0; j < visible; j++) {
-                    const float *vj = V + (size_t)j * hd;
-                    for (int c = 0; c < hd; c++)
-                        oi[c] += scores[j] * vj[c];
-                }
+                cblas_sgemv(CblasRowMajor, CblasTrans, visible, hd, 1.0f, V, hd, scores, 1, 0.0f, oi, 1);
             }
     }
 }
