@@ -6,7 +6,7 @@ void ac_cpu_rmsnorm(ac_kctx *ctx, int rows, int dim, const float *x, int ldx, co
                     float eps, float *y, int ldy)
 {
     (void)ctx;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if ((long)rows * dim > 16384)
     for (int r = 0; r < rows; r++) {
         const float *xr = x + (size_t)r * ldx;
         float *yr = y + (size_t)r * ldy;
@@ -26,7 +26,7 @@ void ac_cpu_rmsnorm_backward(ac_kctx *ctx, int rows, int dim, const float *x, in
                              const float *dy, int lddy, float *dx, int lddx, float *dw)
 {
     (void)ctx;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if ((long)rows * dim > 16384)
     for (int r = 0; r < rows; r++) {
         const float *xr = x + (size_t)r * ldx;
         const float *dyr = dy + (size_t)r * lddy;

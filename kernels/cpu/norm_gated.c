@@ -9,7 +9,7 @@ void ac_cpu_gated_rmsnorm(ac_kctx *ctx, int rows, int dim, int group_size, const
                           const float *z, int ldz, const float *w, float eps, float *out, int ldout)
 {
     (void)ctx;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if ((long)rows * dim > 16384)
     for (int r = 0; r < rows; r++) {
         const float *yr = y + (size_t)r * ldy;
         const float *zr = z + (size_t)r * ldz;

@@ -204,6 +204,7 @@ const ac_block_ops ac_attention_ops = {
     .slice = attention_slice,
     .scratch_per_token = attention_scratch_per_token,
     .backward_scratch_per_token = attention_backward_scratch_per_token,
+    .saved_per_token = ac_block_nothing_saved,
     .state_floats = ac_block_no_state,
     .kv_heads = attention_kv_heads,
     .kv_head_dim = attention_kv_head_dim,

@@ -63,6 +63,9 @@ typedef struct {
     /* ---- sizes (the runtime's plan and the memory model read the same numbers) ---- */
     size_t (*scratch_per_token)(const ac_arch *arch, const ac_block_dims *b);
     size_t (*backward_scratch_per_token)(const ac_arch *arch, const ac_block_dims *b);
+    /* Floats per token that a training forward keeps for its backward (its projections,
+     * which the backward would otherwise recompute); 0: the backward recomputes all. */
+    size_t (*saved_per_token)(const ac_arch *arch, const ac_block_dims *b);
     /* Floats of one sequence's fixed state (Mamba: conv state then SSM state). */
     size_t (*state_floats)(const ac_block_dims *b);
     /* K and V per cached token: kv_heads rows of head_dim each (0 heads: no KV). */
@@ -74,6 +77,10 @@ typedef struct {
      * may be NULL. Scratch comes from ac_scratch, planned by scratch_per_token. */
     void (*forward)(ac_runtime *rt, int layer, const ac_seqs *seqs, const float *xn, const ac_block_masks *masks,
                     float *out);
+    /* With rt->saved set (a training forward, seqs->caches NULL), forward also keeps
+     * saved_per_token x T floats there, and the backward of the same pass reads them
+     * instead of recomputing them: the same arithmetic on the same inputs, so the
+     * gradients are the same bits either way. */
     /* Training (seqs->caches is NULL). Recomputes what it needs from xn, then, given
      * dout = dL/dout: dxn [T, D] = dL/dxn, overwritten; grad: the layer's weight
      * gradients (+=, NULL: not wanted); mask_grads (+=) for the masks given. */
@@ -102,6 +109,8 @@ ac_status ac_layer_fail(int i, const ac_block_dims *b, const char *fmt, ...) __a
 /* For kinds without KV or fixed state. */
 int ac_block_zero(const ac_block_dims *b);
 size_t ac_block_no_state(const ac_block_dims *b);
+/* For kinds whose backward recomputes everything. */
+size_t ac_block_nothing_saved(const ac_arch *arch, const ac_block_dims *b);
 /* dst rows [d0, d0 + n) of width dcols <- src rows [s0, s0 + n) of width scols, the
  * first min(dcols, scols) columns of each. */
 void ac_copy_rows(float *dst, int dcols, int d0, const float *src, int scols, int s0, int n);

@@ -1,6 +1,6 @@
 /* The driver: embeddings, pre-norm residual blocks (with soft masks and layer gates),
- * final norm and LM head, and the backward of the same in reverse, each block
- * recomputing its internals from its saved input. Inference (with caches), training,
+ * final norm and LM head, and the backward of the same in reverse, each block reading
+ * the internals its forward kept (pass->saved) or recomputing them from its saved input. Inference (with caches), training,
  * distillation and the search's masked passes all run these three functions; only the
  * buffers they are handed differ. */
 #include "runtime/runtime_internal.h"
@@ -36,12 +36,17 @@ static ac_block_mask_grads block_mask_grads(const ac_mask_grads *g, int layer)
     return b;
 }
 
+/* saved: where the block keeps its internals for the backward (NULL: nowhere). */
 static void block_forward(ac_runtime *rt, int layer, const ac_seqs *seqs, const ac_block_masks *m, const float *xn,
-                          float *out)
+                          float *out, float *saved)
 {
     rt->scratch_used = 0;
+    rt->saved = saved;
     ac_block(&rt->model->arch.layers[layer])->forward(rt, layer, seqs, xn, m, out);
+    rt->saved = NULL;
 }
+
+static float *saved_at(const ac_pass *pass, int l) { return pass->saved ? pass->saved[l] : NULL; }
 
 /* The stream entering layer l (l = L: after the last layer). */
 static float *stream_at(const ac_pass *pass, int l, size_t rows_x_d)
@@ -141,7 +146,7 @@ void ac_driver_forward(ac_runtime *rt, const ac_seqs *seqs, const int32_t *const
         if (probe)
             ac_probe_begin(probe, l, site);
         block_input(rt, l, x, T, hidden, rt->xn);
-        block_forward(rt, l, seqs, &bm, rt->xn, rt->mix);
+        block_forward(rt, l, seqs, &bm, rt->xn, rt->mix, pass->keep_inputs ? saved_at(pass, l) : NULL);
         if (pass->outs)
             memcpy(pass->outs + (size_t)l * TD, rt->mix, TD * sizeof(float));
         if (hidden)
@@ -197,7 +202,7 @@ static void gate_and_output_mask_grads(ac_runtime *rt, int l, const ac_seqs *seq
     float gl = pass->masks->layer_gate ? pass->masks->layer_gate[l] : 1.0f;
     const float *out = pass->outs ? pass->outs + (size_t)l * T * D : rt->mix;
     if (!pass->outs)
-        block_forward(rt, l, seqs, bm, rt->xn, rt->mix);
+        block_forward(rt, l, seqs, bm, rt->xn, rt->mix, NULL);
     float dg = 0.0f, *col = buf->column;
     memset(col, 0, (size_t)D * sizeof *col);
     ac_k_column_dot(&rt->kctx, T, D, buf->dx, D, out, D, col);
@@ -253,7 +258,9 @@ void ac_driver_backward(ac_runtime *rt, const ac_seqs *seqs, const int32_t *cons
         if (gate)
             ac_k_scale(k, TD, gate[l], rt->mix);
         rt->scratch_used = 0;
+        rt->saved = saved_at(pass, l);
         ac_block(&a->layers[l])->backward(rt, l, seqs, rt->xn, &bm, rt->mix, buf->dxn, g ? &g->layers[l] : NULL, &bg);
+        rt->saved = NULL;
         if (hidden) {
             if (dhidden)
                 ac_k_column_dot(k, R, D, buf->dxn, D, buf->xn_raw, D, dhidden);

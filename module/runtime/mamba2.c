@@ -25,6 +25,29 @@ static size_t mamba2_scratch_per_token(const ac_arch *arch, const ac_block_dims 
            (size_t)ac_mamba_d_inner(b);
 }
 
+/* A training forward keeps in_proj's output, the conv's and dt: proj | xbc | dt per token
+ * (the backward recomputes only the scan, whose states would take H P N a token). */
+static size_t mamba2_saved_per_token(const ac_arch *arch, const ac_block_dims *b)
+{
+    (void)arch;
+    return (size_t)ac_mamba_in_proj_dim(b) + (size_t)ac_mamba_conv_dim(b) + (size_t)b->mamba_heads;
+}
+
+/* proj, xbc and dt [T rows each] in rt->saved when it is set, else in scratch. */
+static void projections(ac_runtime *rt, const ac_block_dims *b, int T, float **proj, float **xbc, float **dt)
+{
+    size_t nproj = (size_t)ac_mamba_in_proj_dim(b), conv = (size_t)ac_mamba_conv_dim(b);
+    if (rt->saved) {
+        *proj = rt->saved;
+        *xbc = *proj + (size_t)T * nproj;
+        *dt = *xbc + (size_t)T * conv;
+        return;
+    }
+    *proj = ac_scratch(rt, (size_t)T * nproj);
+    *xbc = ac_scratch(rt, (size_t)T * conv);
+    *dt = ac_scratch(rt, (size_t)T * (size_t)b->mamba_heads);
+}
+
 /* Floats of one sequence's conv and SSM state; the cache holds them in this order. */
 static size_t conv_state_floats(const ac_block_dims *b) { return (size_t)ac_mamba_conv_dim(b) * (b->conv_kernel - 1); }
 static size_t ssm_state_floats(const ac_block_dims *b)
@@ -134,9 +157,8 @@ static void mamba2_forward(ac_runtime *rt, int layer, const ac_seqs *seqs, const
     int dI = ac_mamba_d_inner(b), conv = ac_mamba_conv_dim(b), nproj = ac_mamba_in_proj_dim(b);
     const float *mask = masks ? masks->mamba_heads : NULL;
 
-    float *proj = ac_scratch(rt, (size_t)T * nproj); /* z | xBC | dt per row */
-    float *xbc = ac_scratch(rt, (size_t)T * conv);   /* after conv + SiLU: x | B | C */
-    float *dt = ac_scratch(rt, (size_t)T * H);
+    float *proj, *xbc, *dt; /* z | xBC | dt per row; after conv + SiLU: x | B | C; dt */
+    projections(rt, b, T, &proj, &xbc, &dt);
     float *y = ac_scratch(rt, (size_t)T * dI);
     /* training: a fresh state per sequence (planned by ac_runtime_reserve_training) */
     float *conv0 = NULL, *ssm0 = NULL;
@@ -194,9 +216,9 @@ static void mamba2_backward(ac_runtime *rt, int layer, const ac_seqs *seqs, cons
     for (int s = 0; s < seqs->n; s++)
         longest = seqs->len[s] > longest ? seqs->len[s] : longest;
 
-    float *proj = ac_scratch(rt, (size_t)T * nproj);
-    float *xbc = ac_scratch(rt, (size_t)T * conv);
-    float *dt = ac_scratch(rt, (size_t)T * H);
+    int kept = rt->saved != NULL; /* proj, xbc and dt from this pass's forward */
+    float *proj, *xbc, *dt;
+    projections(rt, b, T, &proj, &xbc, &dt);
     float *states = ac_scratch(rt, (size_t)T * hpn);
     float *y = ac_scratch(rt, (size_t)T * dI);                    /* the scan's output */
     float *ym = mask ? ac_scratch(rt, (size_t)T * dI) : y;        /* masked: the norm's input */
@@ -222,16 +244,20 @@ static void mamba2_backward(ac_runtime *rt, int layer, const ac_seqs *seqs, cons
         dconv_b = w->conv_b ? dconv_w + (size_t)conv * K : NULL;
     }
 
-    /* recompute the forward, keeping every state */
-    ac_k_linear(&rt->kctx, T, nproj, D, xn, D, w->in_proj, 0.0f, proj, nproj);
+    /* recompute the forward (the scan only, when the forward kept the rest), keeping
+     * the scan's states */
+    if (!kept)
+        ac_k_linear(&rt->kctx, T, nproj, D, xn, D, w->in_proj, 0.0f, proj, nproj);
     for (int s = 0; s < seqs->n; s++) {
         int o = seqs->offset[s], L = seqs->len[s];
         const float *rows = proj + (size_t)o * nproj;
-        memset(conv0, 0, conv_state_floats(b) * sizeof *conv0);
-        ac_k_conv1d_silu(&rt->kctx, L, conv, K, rows + dI, nproj, w->conv_w, w->conv_b, conv0,
-                         xbc + (size_t)o * conv, conv);
-        ac_k_softplus_dt(&rt->kctx, L, H, rows + dI + conv, nproj, w->dt_bias, a->time_step_min,
-                         dt + (size_t)o * H);
+        if (!kept) {
+            memset(conv0, 0, conv_state_floats(b) * sizeof *conv0);
+            ac_k_conv1d_silu(&rt->kctx, L, conv, K, rows + dI, nproj, w->conv_w, w->conv_b, conv0,
+                             xbc + (size_t)o * conv, conv);
+            ac_k_softplus_dt(&rt->kctx, L, H, rows + dI + conv, nproj, w->dt_bias, a->time_step_min,
+                             dt + (size_t)o * H);
+        }
         const float *xs = xbc + (size_t)o * conv;
         ac_k_ssd_scan_save(&rt->kctx, L, H, P, N, G, xs, conv, xs + dI, xs + dI + G * N, conv, dt + (size_t)o * H,
                            A, w->D, NULL, states + (size_t)o * hpn, y + (size_t)o * dI, dI);
@@ -427,6 +453,7 @@ const ac_block_ops ac_mamba2_ops = {
     .slice = mamba2_slice,
     .scratch_per_token = mamba2_scratch_per_token,
     .backward_scratch_per_token = mamba2_backward_scratch_per_token,
+    .saved_per_token = mamba2_saved_per_token,
     .state_floats = mamba2_state_floats,
     .kv_heads = ac_block_zero,
     .kv_head_dim = ac_block_zero,

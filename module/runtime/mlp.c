@@ -105,6 +105,7 @@ const ac_block_ops ac_mlp_ops = {
     .slice = mlp_slice,
     .scratch_per_token = mlp_scratch_per_token,
     .backward_scratch_per_token = mlp_backward_scratch_per_token,
+    .saved_per_token = ac_block_nothing_saved,
     .state_floats = ac_block_no_state,
     .kv_heads = ac_block_zero,
     .kv_head_dim = ac_block_zero,

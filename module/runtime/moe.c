@@ -360,6 +360,7 @@ const ac_block_ops ac_moe_ops = {
     .slice = moe_slice,
     .scratch_per_token = moe_scratch_per_token,
     .backward_scratch_per_token = moe_backward_scratch_per_token,
+    .saved_per_token = ac_block_nothing_saved,
     .state_floats = ac_block_no_state,
     .kv_heads = ac_block_zero,
     .kv_head_dim = ac_block_zero,

@@ -36,6 +36,7 @@ struct ac_runtime {
     int seqs_capacity;
     struct ac_probe *probe; /* layer timing (autocompress/probe.h); NULL: off */
     const ac_masks *masks;  /* soft masks of every forward (ac_runtime_set_masks); NULL: none */
+    float *saved;           /* the running block's kept forward internals (block.h), NULL: none */
 };
 
 /* Plans the runtime for training on `total_tokens` packed tokens in `n_seqs` sequences:
@@ -56,6 +57,9 @@ typedef struct {
     float *outs;            /* [L, T, D] or NULL: each block's mixer output (before the hidden
                                mask and gate), kept for the gate and hidden-mask gradients,
                                which otherwise recompute it */
+    float *const *saved;    /* [L] or NULL: where a keep_inputs forward keeps each block's
+                               internals for the backward (saved_per_token x T floats each,
+                               NULL for a block that keeps none) */
 } ac_pass;
 
 /* The backward's buffers, [T, D] each but column [D]. */

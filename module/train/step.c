@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "runtime/block.h"
 #include "runtime/runtime_internal.h"
 
 struct ac_train_step {
@@ -16,10 +17,36 @@ struct ac_train_step {
     float *xs;      /* [L + 1, rows, D]: the residual stream entering each layer, and after the last */
     float *outs;    /* [L, rows, D], made at the first step with mask gradients: each block's
                        mixer output, which their backward would otherwise recompute */
+    float *saved_arena; /* every block's kept forward internals (block.h saved_per_token) */
+    float **saved;      /* [L]: each block's part of saved_arena, NULL for a block that keeps none */
     ac_pass_grad_buffers buf; /* the backward's: xn_raw, dx, dxn [rows, D] and column [D] */
     float *logits;  /* [rows, V], then dL/dlogits */
     double *row_loss; /* [rows] */
 };
+
+/* The blocks' kept forward internals: one arena, a slice per block that keeps any. */
+static ac_status alloc_saved(ac_train_step *s)
+{
+    const ac_arch *a = &s->model->arch;
+    size_t total = 0;
+    s->saved = calloc((size_t)a->n_layers, sizeof *s->saved);
+    if (!s->saved)
+        return AC_ERR_NOMEM;
+    for (int l = 0; l < a->n_layers; l++)
+        total += ac_block(&a->layers[l])->saved_per_token(a, &a->layers[l]) * (size_t)s->rows;
+    if (total == 0)
+        return AC_OK;
+    s->saved_arena = malloc(total * sizeof(float));
+    if (!s->saved_arena)
+        return AC_ERR_NOMEM;
+    size_t used = 0;
+    for (int l = 0; l < a->n_layers; l++) {
+        size_t n = ac_block(&a->layers[l])->saved_per_token(a, &a->layers[l]) * (size_t)s->rows;
+        s->saved[l] = n ? s->saved_arena + used : NULL;
+        used += n;
+    }
+    return AC_OK;
+}
 
 ac_status ac_train_step_create(const ac_model *model, int batch, int seq_len, ac_train_step **step)
 {
@@ -45,6 +72,11 @@ ac_status ac_train_step_create(const ac_model *model, int batch, int seq_len, ac
                         .len = calloc((size_t)batch, sizeof(int)), .caches = NULL};
     s->seq_tokens = calloc((size_t)batch, sizeof *s->seq_tokens);
     s->xs = malloc(((size_t)a->n_layers + 1) * rows * D * sizeof(float));
+    if (alloc_saved(s) != AC_OK) {
+        ac_train_step_free(s);
+        return ac_fail(AC_ERR_NOMEM, "train: cannot allocate the kept forward internals for %d x %d tokens", batch,
+                       seq_len);
+    }
     s->buf.xn_raw = malloc(rows * D * sizeof(float));
     s->buf.dx = malloc(rows * D * sizeof(float));
     s->buf.dxn = malloc(rows * D * sizeof(float));
@@ -73,6 +105,8 @@ void ac_train_step_free(ac_train_step *s)
     free(s->seqs.len);
     free(s->seq_tokens);
     free(s->xs);
+    free(s->saved_arena);
+    free(s->saved);
     free(s->outs);
     free(s->buf.xn_raw);
     free(s->buf.dx);
@@ -115,7 +149,7 @@ static void forward(ac_train_step *s, const ac_step_inputs *in, int keep_inputs)
     for (int b = 0; b < s->B; b++)
         s->seq_tokens[b] = in->tokens + (size_t)b * s->T;
     ac_pass pass = {.masks = in->masks, .xs = s->xs, .keep_inputs = keep_inputs,
-                    .outs = keep_inputs && in->mask_grads ? s->outs : NULL};
+                    .outs = keep_inputs && in->mask_grads ? s->outs : NULL, .saved = s->saved};
     ac_driver_forward(s->rt, &s->seqs, s->seq_tokens, &pass);
     ac_driver_logits(s->rt, &s->seqs, &pass, AC_LOGITS_ALL, s->logits);
 }
@@ -147,7 +181,8 @@ static double loss_and_dlogits(ac_train_step *s, const ac_step_inputs *in, int w
 
 static void backward(ac_train_step *s, const ac_step_inputs *in)
 {
-    ac_pass pass = {.masks = in->masks, .xs = s->xs, .keep_inputs = 1, .outs = in->mask_grads ? s->outs : NULL};
+    ac_pass pass = {.masks = in->masks, .xs = s->xs, .keep_inputs = 1, .outs = in->mask_grads ? s->outs : NULL,
+                    .saved = s->saved};
     ac_driver_backward(s->rt, &s->seqs, s->seq_tokens, &pass, s->logits, &s->buf, in->grads, in->mask_grads);
 }
 
