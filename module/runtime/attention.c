@@ -23,6 +23,14 @@ static size_t attention_backward_scratch_per_token(const ac_arch *arch, const ac
     return 4 * q + 4 * kv + 2 * (size_t)b->attn_heads;
 }
 
+/* A training forward keeps q, k and v in rows ([T, nq], [T, nkv] twice), which the
+ * backward would recompute. */
+static size_t attention_saved_per_token(const ac_arch *arch, const ac_block_dims *b)
+{
+    (void)arch;
+    return (size_t)b->attn_heads * b->attn_head_dim + 2 * (size_t)b->attn_kv_heads * b->attn_head_dim;
+}
+
 /* Copies L new rows of K (or V) [L, n_kv*hd] into the cache layout [n_kv, cap, hd]. */
 static void append_kv(float *cache, int cap, int past, int L, int n_kv, int hd, const float *rows)
 {
@@ -42,18 +50,30 @@ static void attention_forward(ac_runtime *rt, int layer, const ac_seqs *seqs, co
     int nH = b->attn_heads, nKV = b->attn_kv_heads, hd = b->attn_head_dim;
     int nq = nH * hd, nkv = nKV * hd;
 
-    float *q = ac_scratch(rt, (size_t)T * nq);
+    float *q = rt->saved ? rt->saved : ac_scratch(rt, (size_t)T * nq);
     float *k = ac_scratch(rt, (size_t)T * nkv);
     float *v = ac_scratch(rt, (size_t)T * nkv);
     float *att = ac_scratch(rt, (size_t)T * nq);
     float scale = 1.0f / sqrtf((float)hd);
     ac_k_linear(&rt->kctx, T, nq, D, xn, D, w->q_proj, 0.0f, q, nq);
     if (!seqs->caches) {
-        /* K and V straight into the cache layout [n_kv, T, hd] of the whole batch: the
-         * sequence at offset o reads it from row o with capacity T. */
-        for (int g = 0; g < nKV; g++) {
-            ac_k_linear(&rt->kctx, T, hd, D, xn, D, w->k_proj + (size_t)g * hd * D, 0.0f, k + (size_t)g * T * hd, hd);
-            ac_k_linear(&rt->kctx, T, hd, D, xn, D, w->v_proj + (size_t)g * hd * D, 0.0f, v + (size_t)g * T * hd, hd);
+        /* K and V in the cache layout [n_kv, T, hd] of the whole batch: the sequence at
+         * offset o reads it from row o with capacity T. Kept in rows for the backward
+         * and copied, or computed straight into that layout. */
+        if (rt->saved) {
+            float *k_rows = q + (size_t)T * nq, *v_rows = k_rows + (size_t)T * nkv;
+            ac_k_linear(&rt->kctx, T, nkv, D, xn, D, w->k_proj, 0.0f, k_rows, nkv);
+            ac_k_linear(&rt->kctx, T, nkv, D, xn, D, w->v_proj, 0.0f, v_rows, nkv);
+            for (int g = 0; g < nKV; g++)
+                for (int t = 0; t < T; t++) {
+                    memcpy(k + ((size_t)g * T + t) * hd, k_rows + (size_t)t * nkv + (size_t)g * hd, (size_t)hd * sizeof *k);
+                    memcpy(v + ((size_t)g * T + t) * hd, v_rows + (size_t)t * nkv + (size_t)g * hd, (size_t)hd * sizeof *v);
+                }
+        } else {
+            for (int g = 0; g < nKV; g++) {
+                ac_k_linear(&rt->kctx, T, hd, D, xn, D, w->k_proj + (size_t)g * hd * D, 0.0f, k + (size_t)g * T * hd, hd);
+                ac_k_linear(&rt->kctx, T, hd, D, xn, D, w->v_proj + (size_t)g * hd * D, 0.0f, v + (size_t)g * T * hd, hd);
+            }
         }
         for (int s = 0; s < seqs->n; s++) {
             int o = seqs->offset[s];
@@ -87,9 +107,10 @@ static void attention_backward(ac_runtime *rt, int layer, const ac_seqs *seqs, c
     int nH = b->attn_heads, nKV = b->attn_kv_heads, hd = b->attn_head_dim;
     int nq = nH * hd, nkv = nKV * hd;
 
-    float *q = ac_scratch(rt, (size_t)T * nq);
-    float *k = ac_scratch(rt, (size_t)T * nkv);
-    float *v = ac_scratch(rt, (size_t)T * nkv);
+    int kept = rt->saved != NULL; /* q, k, v from this pass's forward */
+    float *q = kept ? rt->saved : ac_scratch(rt, (size_t)T * nq);
+    float *k = kept ? q + (size_t)T * nq : ac_scratch(rt, (size_t)T * nkv);
+    float *v = kept ? k + (size_t)T * nkv : ac_scratch(rt, (size_t)T * nkv);
     float *att = ac_scratch(rt, (size_t)T * nq);
     float *datt = ac_scratch(rt, (size_t)T * nq);
     float *dq = ac_scratch(rt, (size_t)T * nq);
@@ -98,9 +119,11 @@ static void attention_backward(ac_runtime *rt, int layer, const ac_seqs *seqs, c
     float *stats = ac_scratch(rt, (size_t)T * 2 * nH);
     float scale = 1.0f / sqrtf((float)hd);
 
-    ac_k_linear(&rt->kctx, T, nq, D, xn, D, w->q_proj, 0.0f, q, nq);
-    ac_k_linear(&rt->kctx, T, nkv, D, xn, D, w->k_proj, 0.0f, k, nkv);
-    ac_k_linear(&rt->kctx, T, nkv, D, xn, D, w->v_proj, 0.0f, v, nkv);
+    if (!kept) {
+        ac_k_linear(&rt->kctx, T, nq, D, xn, D, w->q_proj, 0.0f, q, nq);
+        ac_k_linear(&rt->kctx, T, nkv, D, xn, D, w->k_proj, 0.0f, k, nkv);
+        ac_k_linear(&rt->kctx, T, nkv, D, xn, D, w->v_proj, 0.0f, v, nkv);
+    }
     ac_k_linear_backward(&rt->kctx, T, D, nq, NULL, nq, w->o_proj, dout, D, 0.0f, datt, nq, NULL);
     for (int s = 0; s < seqs->n; s++) {
         size_t o = (size_t)seqs->offset[s];
@@ -204,7 +227,7 @@ const ac_block_ops ac_attention_ops = {
     .slice = attention_slice,
     .scratch_per_token = attention_scratch_per_token,
     .backward_scratch_per_token = attention_backward_scratch_per_token,
-    .saved_per_token = ac_block_nothing_saved,
+    .saved_per_token = attention_saved_per_token,
     .state_floats = ac_block_no_state,
     .kv_heads = attention_kv_heads,
     .kv_head_dim = attention_kv_head_dim,

@@ -64,7 +64,7 @@ typedef struct {
     size_t (*scratch_per_token)(const ac_arch *arch, const ac_block_dims *b);
     size_t (*backward_scratch_per_token)(const ac_arch *arch, const ac_block_dims *b);
     /* Floats per token that a training forward keeps for its backward (its projections,
-     * which the backward would otherwise recompute); 0: the backward recomputes all. */
+     * which the backward would otherwise recompute). */
     size_t (*saved_per_token)(const ac_arch *arch, const ac_block_dims *b);
     /* Floats of one sequence's fixed state (Mamba: conv state then SSM state). */
     size_t (*state_floats)(const ac_block_dims *b);
@@ -109,8 +109,6 @@ ac_status ac_layer_fail(int i, const ac_block_dims *b, const char *fmt, ...) __a
 /* For kinds without KV or fixed state. */
 int ac_block_zero(const ac_block_dims *b);
 size_t ac_block_no_state(const ac_block_dims *b);
-/* For kinds whose backward recomputes everything. */
-size_t ac_block_nothing_saved(const ac_arch *arch, const ac_block_dims *b);
 /* dst rows [d0, d0 + n) of width dcols <- src rows [s0, s0 + n) of width scols, the
  * first min(dcols, scols) columns of each. */
 void ac_copy_rows(float *dst, int dcols, int d0, const float *src, int scols, int s0, int n);

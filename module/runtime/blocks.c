@@ -48,13 +48,6 @@ size_t ac_block_no_state(const ac_block_dims *b)
     return 0;
 }
 
-size_t ac_block_nothing_saved(const ac_arch *arch, const ac_block_dims *b)
-{
-    (void)arch;
-    (void)b;
-    return 0;
-}
-
 void ac_copy_rows(float *dst, int dcols, int d0, const float *src, int scols, int s0, int n)
 {
     int c = dcols < scols ? dcols : scols;

@@ -16,13 +16,22 @@ static size_t mlp_backward_scratch_per_token(const ac_arch *arch, const ac_block
     return 3 * (size_t)b->ffn;
 }
 
+/* A training forward keeps up(x), which the backward would recompute. */
+static size_t mlp_saved_per_token(const ac_arch *arch, const ac_block_dims *b)
+{
+    (void)arch;
+    return (size_t)b->ffn;
+}
+
 static void mlp_forward(ac_runtime *rt, int layer, const ac_seqs *seqs, const float *xn, const ac_block_masks *masks, float *out)
 {
     const ac_arch *a = &rt->model->arch;
     const ac_layer_weights *w = &rt->model->layers[layer];
     int D = a->hidden, T = seqs->total, F = a->layers[layer].ffn;
     float *h = ac_scratch(rt, (size_t)T * F);
-    ac_k_linear(&rt->kctx, T, F, D, xn, D, w->up_proj, 0.0f, h, F);
+    ac_k_linear(&rt->kctx, T, F, D, xn, D, w->up_proj, 0.0f, rt->saved ? rt->saved : h, F);
+    if (rt->saved)
+        memcpy(h, rt->saved, (size_t)T * F * sizeof *h);
     ac_k_relu2(&rt->kctx, (size_t)T * F, h);
     if (masks && masks->ffn)
         ac_k_mul_columns(&rt->kctx, T, F, masks->ffn, h, F);
@@ -36,11 +45,12 @@ static void mlp_backward(ac_runtime *rt, int layer, const ac_seqs *seqs, const f
     const ac_layer_weights *w = &rt->model->layers[layer];
     int D = a->hidden, T = seqs->total, F = a->layers[layer].ffn;
     const float *mask = masks ? masks->ffn : NULL;
-    float *pre = ac_scratch(rt, (size_t)T * F); /* up(x) */
-    float *act = ac_scratch(rt, (size_t)T * F); /* relu2, then masked */
+    float *pre = rt->saved ? rt->saved : ac_scratch(rt, (size_t)T * F); /* up(x), kept by the forward or not */
+    float *act = ac_scratch(rt, (size_t)T * F);                          /* relu2, then masked */
     float *dact = ac_scratch(rt, (size_t)T * F);
 
-    ac_k_linear(&rt->kctx, T, F, D, xn, D, w->up_proj, 0.0f, pre, F);
+    if (!rt->saved)
+        ac_k_linear(&rt->kctx, T, F, D, xn, D, w->up_proj, 0.0f, pre, F);
     memcpy(act, pre, (size_t)T * F * sizeof *act);
     ac_k_relu2(&rt->kctx, (size_t)T * F, act);
     ac_k_linear_backward(&rt->kctx, T, D, F, NULL, F, w->down_proj, dout, D, 0.0f, dact, F, NULL);
@@ -105,7 +115,7 @@ const ac_block_ops ac_mlp_ops = {
     .slice = mlp_slice,
     .scratch_per_token = mlp_scratch_per_token,
     .backward_scratch_per_token = mlp_backward_scratch_per_token,
-    .saved_per_token = ac_block_nothing_saved,
+    .saved_per_token = mlp_saved_per_token,
     .state_floats = ac_block_no_state,
     .kv_heads = ac_block_zero,
     .kv_head_dim = ac_block_zero,

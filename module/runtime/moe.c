@@ -30,6 +30,41 @@ static size_t moe_backward_scratch_per_token(const ac_arch *arch, const ac_block
            4 * (size_t)b->shared_ffn;
 }
 
+/* A training forward keeps the routing (logits [E], idx and weight [k]), the shared
+ * expert's pre-activation [S] and, for each of a token's k (token, expert) pairs in the
+ * order grouped by expert, the expert's pre-activation [I] and output [D]: everything
+ * the backward would recompute with GEMMs. */
+static size_t moe_saved_per_token(const ac_arch *arch, const ac_block_dims *b)
+{
+    size_t k = (size_t)b->top_k;
+    return (size_t)b->n_experts + 2 * k + (size_t)b->shared_ffn + k * (size_t)b->expert_ffn + k * (size_t)arch->hidden;
+}
+
+typedef struct {
+    float *logits, *weight, *pre_shared, *pre, *y; /* [T E], [T k], [T S], [T k I], [T k D] */
+    int32_t *idx;                                  /* [T k] */
+} moe_kept;
+
+/* The parts of rt->saved, or of scratch when nothing is kept: the routing always, the
+ * rest only when kept (the caller's own scratch serves otherwise). */
+static int moe_internals(ac_runtime *rt, const ac_block_dims *b, int T, moe_kept *m)
+{
+    size_t Tk = (size_t)T * b->top_k;
+    float *p = rt->saved;
+    if (!p) {
+        *m = (moe_kept){.logits = ac_scratch(rt, (size_t)T * b->n_experts), .weight = ac_scratch(rt, Tk)};
+        m->idx = (int32_t *)ac_scratch(rt, Tk);
+        return 0;
+    }
+    m->logits = p;
+    m->idx = (int32_t *)(m->logits + (size_t)T * b->n_experts);
+    m->weight = (float *)(m->idx + Tk);
+    m->pre_shared = m->weight + Tk;
+    m->pre = m->pre_shared + (size_t)T * b->shared_ffn;
+    m->y = m->pre + Tk * b->expert_ffn;
+    return 1;
+}
+
 /* Counting sort of the T*k (token, expert) pairs by expert: expert e's tokens are
  * rows[start[e] .. start[e+1]), each with its routing weight (times mask[e] when a mask
  * is given) and, when pair is not NULL, the pair's index t*k+j. */
@@ -84,9 +119,8 @@ static void moe_forward(ac_runtime *rt, int layer, const ac_seqs *seqs, const fl
     const float *m_ffn = masks ? masks->ffn : NULL;
     const float *m_shared = masks ? masks->shared_ffn : NULL;
 
-    float *logits = ac_scratch(rt, (size_t)T * E);
-    int32_t *idx = (int32_t *)ac_scratch(rt, (size_t)T * k);
-    float *weight = ac_scratch(rt, (size_t)T * k);
+    moe_kept kept;
+    int keep = moe_internals(rt, b, T, &kept);
     int32_t *rows = (int32_t *)ac_scratch(rt, (size_t)T * k);
     float *row_weight = ac_scratch(rt, (size_t)T * k);
     float *xe = ac_scratch(rt, (size_t)T * D);
@@ -94,12 +128,14 @@ static void moe_forward(ac_runtime *rt, int layer, const ac_seqs *seqs, const fl
     float *oe = ac_scratch(rt, (size_t)T * D);
     int start[AC_MAX_EXPERTS + 1];
 
-    route(rt, layer, T, xn, masks ? masks->expert_scores : NULL, logits, idx, weight);
-    group_by_expert(T, k, E, idx, weight, m_experts, start, rows, row_weight, NULL);
+    route(rt, layer, T, xn, masks ? masks->expert_scores : NULL, kept.logits, kept.idx, kept.weight);
+    group_by_expert(T, k, E, kept.idx, kept.weight, m_experts, start, rows, row_weight, NULL);
 
     if (S > 0) {
         float *hs = ac_scratch(rt, (size_t)T * S);
-        ac_k_linear(&rt->kctx, T, S, D, xn, D, w->up_proj, 0.0f, hs, S);
+        ac_k_linear(&rt->kctx, T, S, D, xn, D, w->up_proj, 0.0f, keep ? kept.pre_shared : hs, S);
+        if (keep)
+            memcpy(hs, kept.pre_shared, (size_t)T * S * sizeof *hs);
         ac_k_relu2(&rt->kctx, (size_t)T * S, hs);
         if (m_shared)
             ac_k_mul_columns(&rt->kctx, T, S, m_shared, hs, S);
@@ -113,13 +149,16 @@ static void moe_forward(ac_runtime *rt, int layer, const ac_seqs *seqs, const fl
             continue;
         const float *up = w->experts_up + (size_t)e * I * D;
         const float *down = w->experts_down + (size_t)e * D * I;
+        float *pre = keep ? kept.pre + (size_t)start[e] * I : he, *ye = keep ? kept.y + (size_t)start[e] * D : oe;
         ac_k_gather_rows(&rt->kctx, n, D, xn, D, rows + start[e], xe);
-        ac_k_linear(&rt->kctx, n, I, D, xe, D, up, 0.0f, he, I);
+        ac_k_linear(&rt->kctx, n, I, D, xe, D, up, 0.0f, pre, I);
+        if (keep)
+            memcpy(he, pre, (size_t)n * I * sizeof *he);
         ac_k_relu2(&rt->kctx, (size_t)n * I, he);
         if (m_ffn)
             ac_k_mul_columns(&rt->kctx, n, I, m_ffn, he, I);
-        ac_k_linear(&rt->kctx, n, D, I, he, I, down, 0.0f, oe, D);
-        ac_k_scatter_add_rows(&rt->kctx, n, D, oe, rows + start[e], row_weight + start[e], out, D);
+        ac_k_linear(&rt->kctx, n, D, I, he, I, down, 0.0f, ye, D);
+        ac_k_scatter_add_rows(&rt->kctx, n, D, ye, rows + start[e], row_weight + start[e], out, D);
     }
 }
 
@@ -157,10 +196,11 @@ static void moe_backward(ac_runtime *rt, int layer, const ac_seqs *seqs, const f
     float *g_ffn = m_ffn && mask_grads ? mask_grads->ffn : NULL;
     float *g_shared = m_shared && mask_grads ? mask_grads->shared_ffn : NULL;
 
-    float *logits = ac_scratch(rt, (size_t)T * E);
+    moe_kept kept;
+    int keep = moe_internals(rt, b, T, &kept);
+    float *logits = kept.logits, *weight = kept.weight;
+    int32_t *idx = kept.idx;
     float *dlogits = ac_scratch(rt, (size_t)T * E);
-    int32_t *idx = (int32_t *)ac_scratch(rt, (size_t)T * k);
-    float *weight = ac_scratch(rt, (size_t)T * k);
     int32_t *rows = (int32_t *)ac_scratch(rt, (size_t)T * k);
     float *row_weight = ac_scratch(rt, (size_t)T * k);
     int32_t *pair = (int32_t *)ac_scratch(rt, (size_t)T * k);
@@ -181,15 +221,17 @@ static void moe_backward(ac_runtime *rt, int layer, const ac_seqs *seqs, const f
         memset(dshared, 0, (size_t)S * sizeof *dshared);
 
     const float *m_scores = masks ? masks->expert_scores : NULL;
-    route(rt, layer, T, xn, m_scores, logits, idx, weight);
+    if (!keep)
+        route(rt, layer, T, xn, m_scores, logits, idx, weight);
     group_by_expert(T, k, E, idx, weight, NULL, start, rows, row_weight, pair);
 
     /* the shared expert writes dxn; the routed experts and the router add to it */
     if (S > 0) {
-        float *pre_s = ac_scratch(rt, (size_t)T * S);
+        float *pre_s = keep ? kept.pre_shared : ac_scratch(rt, (size_t)T * S);
         float *act_s = ac_scratch(rt, (size_t)T * S);
         float *dact_s = ac_scratch(rt, (size_t)T * S);
-        ac_k_linear(&rt->kctx, T, S, D, xn, D, w->up_proj, 0.0f, pre_s, S);
+        if (!keep)
+            ac_k_linear(&rt->kctx, T, S, D, xn, D, w->up_proj, 0.0f, pre_s, S);
         memcpy(act_s, pre_s, (size_t)T * S * sizeof *act_s);
         ac_k_relu2(&rt->kctx, (size_t)T * S, act_s);
         ac_k_linear_backward(&rt->kctx, T, D, S, NULL, S, w->down_proj, dout, D, 0.0f, dact_s, S, NULL);
@@ -206,24 +248,29 @@ static void moe_backward(ac_runtime *rt, int layer, const ac_seqs *seqs, const f
         const float *up = w->experts_up + (size_t)e * I * D;
         const float *down = w->experts_down + (size_t)e * D * I;
         const int32_t *re = rows + start[e];
+        const float *pre_e = keep ? kept.pre + (size_t)start[e] * I : pre;
         ac_k_gather_rows(&rt->kctx, n, D, xn, D, re, xe);
-        ac_k_linear(&rt->kctx, n, I, D, xe, D, up, 0.0f, pre, I);
-        memcpy(act, pre, (size_t)n * I * sizeof *act);
+        if (!keep)
+            ac_k_linear(&rt->kctx, n, I, D, xe, D, up, 0.0f, pre, I);
+        memcpy(act, pre_e, (size_t)n * I * sizeof *act);
         ac_k_relu2(&rt->kctx, (size_t)n * I, act);
         /* the expert's output y (dact holds the masked activation for the moment) */
-        const float *h = act;
-        if (m_ffn) {
-            memcpy(dact, act, (size_t)n * I * sizeof *dact);
-            ac_k_mul_columns(&rt->kctx, n, I, m_ffn, dact, I);
-            h = dact;
+        const float *y = keep ? kept.y + (size_t)start[e] * D : oe;
+        if (!keep) {
+            const float *h = act;
+            if (m_ffn) {
+                memcpy(dact, act, (size_t)n * I * sizeof *dact);
+                ac_k_mul_columns(&rt->kctx, n, I, m_ffn, dact, I);
+                h = dact;
+            }
+            ac_k_linear(&rt->kctx, n, D, I, h, I, down, 0.0f, oe, D);
         }
-        ac_k_linear(&rt->kctx, n, D, I, h, I, down, 0.0f, oe, D);
         /* routing weight and expert-mask gradients; oe becomes dL/dy */
-        ac_k_moe_combine_backward(&rt->kctx, n, D, dout, D, re, oe, row_weight + start[e], m_experts ? m_experts + e : NULL,
+        ac_k_moe_combine_backward(&rt->kctx, n, D, dout, D, re, y, row_weight + start[e], m_experts ? m_experts + e : NULL,
                                   pair + start[e], dweight, g_experts ? g_experts + e : NULL, oe);
         ac_k_linear_backward(&rt->kctx, n, D, I, NULL, I, down, oe, D, 0.0f, dact, I, NULL);
         /* dL/dx of the gathered rows replaces dL/dy in oe once down's gradient has used it */
-        relu2_mlp_backward(rt, n, D, I, xe, up, pre, act, dact, oe, m_ffn, dffn, oe,
+        relu2_mlp_backward(rt, n, D, I, xe, up, pre_e, act, dact, oe, m_ffn, dffn, oe,
                            grad ? grad->experts_up + (size_t)e * I * D : NULL,
                            grad ? grad->experts_down + (size_t)e * D * I : NULL);
         ac_k_gather_rows_backward(&rt->kctx, n, D, oe, re, dxn, D);
@@ -360,7 +407,7 @@ const ac_block_ops ac_moe_ops = {
     .slice = moe_slice,
     .scratch_per_token = moe_scratch_per_token,
     .backward_scratch_per_token = moe_backward_scratch_per_token,
-    .saved_per_token = ac_block_nothing_saved,
+    .saved_per_token = moe_saved_per_token,
     .state_floats = ac_block_no_state,
     .kv_heads = ac_block_zero,
     .kv_head_dim = ac_block_zero,
