@@ -65,6 +65,15 @@ struct ac_backend {
     /* C[M,N] = A[M,K] @ W[N,K]^T + beta * C: the layout of nn.Linear weights ([out, in]). */
     void (*linear)(ac_kctx *ctx, int M, int N, int K, const float *A, int lda, const float *W, float beta,
                    float *C, int ldc);
+    /* n matrix-vector products in one launch: y_i = W_i x_i, W_i [rows[i], cols[i]]
+     * row-major, x_i [cols[i]], y_i [rows[i]] (one token's projections that read one
+     * input, or the experts it picked). */
+    void (*gemv_batch)(ac_kctx *ctx, int n, const float *const *W, const int *rows, const int *cols,
+                       const float *const *x, float *const *y);
+    /* y = sum_i alpha[i] W_i x_i in one launch, W_i [rows, cols[i]] row-major, x_i
+     * [cols[i]], y [rows] overwritten (a token's experts' down projections, weighted). */
+    void (*gemv_sum)(ac_kctx *ctx, int n, const float *const *W, int rows, const int *cols, const float *const *x,
+                     const float *alpha, float *y);
 
     /* y = x * rsqrt(mean(x^2) + eps) * w per row of `dim`. x and y may alias. */
     void (*rmsnorm)(ac_kctx *ctx, int rows, int dim, const float *x, int ldx, const float *w, float eps, float *y,
@@ -270,6 +279,18 @@ static inline void ac_k_linear(ac_kctx *ctx, int M, int N, int K, const float *A
                                float beta, float *C, int ldc)
 {
     ac_backend_of(ctx)->linear(ctx, M, N, K, A, lda, W, beta, C, ldc);
+}
+
+static inline void ac_k_gemv_batch(ac_kctx *ctx, int n, const float *const *W, const int *rows, const int *cols,
+                                   const float *const *x, float *const *y)
+{
+    ac_backend_of(ctx)->gemv_batch(ctx, n, W, rows, cols, x, y);
+}
+
+static inline void ac_k_gemv_sum(ac_kctx *ctx, int n, const float *const *W, int rows, const int *cols,
+                                 const float *const *x, const float *alpha, float *y)
+{
+    ac_backend_of(ctx)->gemv_sum(ctx, n, W, rows, cols, x, alpha, y);
 }
 
 static inline void ac_k_rmsnorm(ac_kctx *ctx, int rows, int dim, const float *x, int ldx, const float *w,

@@ -30,6 +30,7 @@ double ac_cpu_sum_squares(ac_kctx *ctx, size_t n, const float *x)
     for (int c = 0; c < CHUNKS; c++) {
         double sum = 0.0;
         size_t end = (size_t)(c + 1) * per < n ? (size_t)(c + 1) * per : n;
+#pragma omp simd reduction(+ : sum)
         for (size_t i = (size_t)c * per; i < end; i++)
             sum += (double)x[i] * x[i];
         partial[c] = sum;

@@ -15,6 +15,10 @@ extern "C" {
 
 void ac_cpu_linear(ac_kctx *ctx, int M, int N, int K, const float *A, int lda, const float *W, float beta,
                    float *C, int ldc);
+void ac_cpu_gemv_batch(ac_kctx *ctx, int n, const float *const *W, const int *rows, const int *cols,
+                       const float *const *x, float *const *y);
+void ac_cpu_gemv_sum(ac_kctx *ctx, int n, const float *const *W, int rows, const int *cols, const float *const *x,
+                     const float *alpha, float *y);
 void ac_cpu_rmsnorm(ac_kctx *ctx, int rows, int dim, const float *x, int ldx, const float *w, float eps,
                     float *y, int ldy);
 void ac_cpu_gated_rmsnorm(ac_kctx *ctx, int rows, int dim, int group_size, const float *y, int ldy,

@@ -40,6 +40,30 @@ static void append_kv(float *cache, int cap, int past, int L, int n_kv, int hd, 
                    (size_t)hd * sizeof *cache);
 }
 
+/* A few tokens (decode): q, k and v of every token as one batch of matrix-vector
+ * products, one launch instead of three. */
+enum { QKV_TOKENS_MAX = 4 };
+
+static void qkv_of_tokens(ac_runtime *rt, const ac_layer_weights *w, int T, int D, int nq, int nkv, const float *xn,
+                          float *q, float *k, float *v)
+{
+    const float *W[3 * QKV_TOKENS_MAX], *x[3 * QKV_TOKENS_MAX];
+    float *y[3 * QKV_TOKENS_MAX];
+    int rows[3 * QKV_TOKENS_MAX], cols[3 * QKV_TOKENS_MAX];
+    for (int t = 0; t < T; t++) {
+        const float *proj[3] = {w->q_proj, w->k_proj, w->v_proj};
+        float *dst[3] = {q + (size_t)t * nq, k + (size_t)t * nkv, v + (size_t)t * nkv};
+        for (int j = 0; j < 3; j++) {
+            W[3 * t + j] = proj[j];
+            x[3 * t + j] = xn + (size_t)t * D;
+            y[3 * t + j] = dst[j];
+            rows[3 * t + j] = j ? nkv : nq;
+            cols[3 * t + j] = D;
+        }
+    }
+    ac_k_gemv_batch(&rt->kctx, 3 * T, W, rows, cols, x, y);
+}
+
 static void attention_forward(ac_runtime *rt, int layer, const ac_seqs *seqs, const float *xn, const ac_block_masks *masks, float *out)
 {
     (void)masks; /* attention has no masks of its own */
@@ -55,7 +79,10 @@ static void attention_forward(ac_runtime *rt, int layer, const ac_seqs *seqs, co
     float *v = ac_scratch(rt, (size_t)T * nkv);
     float *att = ac_scratch(rt, (size_t)T * nq);
     float scale = 1.0f / sqrtf((float)hd);
-    ac_k_linear(&rt->kctx, T, nq, D, xn, D, w->q_proj, 0.0f, q, nq);
+    if (seqs->caches && T <= QKV_TOKENS_MAX)
+        qkv_of_tokens(rt, w, T, D, nq, nkv, xn, q, k, v);
+    else
+        ac_k_linear(&rt->kctx, T, nq, D, xn, D, w->q_proj, 0.0f, q, nq);
     if (!seqs->caches) {
         /* K and V in the cache layout [n_kv, T, hd] of the whole batch: the sequence at
          * offset o reads it from row o with capacity T. Kept in rows for the backward
@@ -81,8 +108,10 @@ static void attention_forward(ac_runtime *rt, int layer, const ac_seqs *seqs, co
                            v + (size_t)o * hd, T, scale, att + (size_t)o * nq, nq);
         }
     } else {
-        ac_k_linear(&rt->kctx, T, nkv, D, xn, D, w->k_proj, 0.0f, k, nkv);
-        ac_k_linear(&rt->kctx, T, nkv, D, xn, D, w->v_proj, 0.0f, v, nkv);
+        if (T > QKV_TOKENS_MAX) {
+            ac_k_linear(&rt->kctx, T, nkv, D, xn, D, w->k_proj, 0.0f, k, nkv);
+            ac_k_linear(&rt->kctx, T, nkv, D, xn, D, w->v_proj, 0.0f, v, nkv);
+        }
         for (int s = 0; s < seqs->n; s++) {
             int o = seqs->offset[s], L = seqs->len[s];
             ac_cache_layers *c = &seqs->caches[s]->l;

@@ -109,6 +109,50 @@ static void route(ac_runtime *rt, int layer, int T, const float *xn, const float
                    b->routed_scaling, idx, weight);
 }
 
+/* One token (a decode step): the shared expert's and the chosen experts' up projections
+ * as one batch of matrix-vector products, relu2 and the channel masks, then their down
+ * projections as one weighted sum, in the order of the general path (shared, then by
+ * expert). Two launches instead of one per projection. Needs S + k I floats of scratch,
+ * which the block's plan for one token holds when (k - 1) I <= E + 2 D. */
+static int token_path_fits(const ac_arch *a, const ac_block_dims *b)
+{
+    return (int64_t)(b->top_k - 1) * b->expert_ffn <= (int64_t)b->n_experts + 2 * (int64_t)a->hidden;
+}
+
+static void moe_token(ac_runtime *rt, const ac_layer_weights *w, const ac_block_dims *b, int D, const float *xn,
+                      const ac_block_masks *masks, const int *start, const float *row_weight, float *out)
+{
+    enum { MAX = AC_MAX_EXPERTS + 1 };
+    int E = b->n_experts, I = b->expert_ffn, S = b->shared_ffn, n = 0;
+    const float *up[MAX], *down[MAX], *xs[MAX];
+    float *h[MAX], alpha[MAX];
+    int rows[MAX], in[MAX];
+    float *hidden = ac_scratch(rt, (size_t)S + (size_t)b->top_k * I), *next = hidden;
+    if (S > 0) {
+        up[n] = w->up_proj, down[n] = w->down_proj, rows[n] = S, alpha[n] = 1.0f;
+        h[n] = next, next += S, n++;
+    }
+    for (int e = 0; e < E; e++)
+        if (start[e + 1] > start[e]) {
+            up[n] = w->experts_up + (size_t)e * I * D, down[n] = w->experts_down + (size_t)e * D * I, rows[n] = I;
+            alpha[n] = row_weight[start[e]];
+            h[n] = next, next += I, n++;
+        }
+    for (int i = 0; i < n; i++) {
+        xs[i] = xn;
+        in[i] = D;
+    }
+    ac_k_gemv_batch(&rt->kctx, n, up, rows, in, xs, h);
+    for (int i = 0; i < n; i++) {
+        const float *mask = i == 0 && S > 0 ? (masks ? masks->shared_ffn : NULL) : (masks ? masks->ffn : NULL);
+        ac_k_relu2(&rt->kctx, (size_t)rows[i], h[i]);
+        if (mask)
+            ac_k_mul_columns(&rt->kctx, 1, rows[i], mask, h[i], rows[i]);
+        xs[i] = h[i];
+    }
+    ac_k_gemv_sum(&rt->kctx, n, down, D, rows, xs, alpha, out);
+}
+
 static void moe_forward(ac_runtime *rt, int layer, const ac_seqs *seqs, const float *xn, const ac_block_masks *masks, float *out)
 {
     const ac_arch *a = &rt->model->arch;
@@ -123,13 +167,17 @@ static void moe_forward(ac_runtime *rt, int layer, const ac_seqs *seqs, const fl
     int keep = moe_internals(rt, b, T, &kept);
     int32_t *rows = (int32_t *)ac_scratch(rt, (size_t)T * k);
     float *row_weight = ac_scratch(rt, (size_t)T * k);
-    float *xe = ac_scratch(rt, (size_t)T * D);
-    float *he = ac_scratch(rt, (size_t)T * I);
-    float *oe = ac_scratch(rt, (size_t)T * D);
     int start[AC_MAX_EXPERTS + 1];
 
     route(rt, layer, T, xn, masks ? masks->expert_scores : NULL, kept.logits, kept.idx, kept.weight);
     group_by_expert(T, k, E, kept.idx, kept.weight, m_experts, start, rows, row_weight, NULL);
+    if (T == 1 && !keep && token_path_fits(a, b)) {
+        moe_token(rt, w, b, D, xn, masks, start, row_weight, out);
+        return;
+    }
+    float *xe = ac_scratch(rt, (size_t)T * D);
+    float *he = ac_scratch(rt, (size_t)T * I);
+    float *oe = ac_scratch(rt, (size_t)T * D);
 
     if (S > 0) {
         float *hs = ac_scratch(rt, (size_t)T * S);

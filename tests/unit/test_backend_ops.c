@@ -77,6 +77,8 @@ static const ac_backend reference = {
     .memset_zero = host_zero,
     .sync = host_sync,
     .linear = ac_cpu_linear,
+    .gemv_batch = ac_cpu_gemv_batch,
+    .gemv_sum = ac_cpu_gemv_sum,
     .rmsnorm = ac_cpu_rmsnorm,
     .gated_rmsnorm = ac_cpu_gated_rmsnorm,
     .conv1d_silu = ac_cpu_conv1d_silu,
@@ -311,6 +313,38 @@ static void op_linear(run *r, const op_case *c)
     const float *W = f32(r, BUF_IN, (size_t)N * K, -1.0f, 1.0f);
     float *C = f32(r, BUF_OUT, (size_t)M * ldc, -1.0f, 1.0f);
     CALL(r, linear, M, N, K, A, lda, W, c->f[0], C, ldc);
+}
+
+/* p: n, then rows and cols of each product (up to 3) */
+static void op_gemv_batch(run *r, const op_case *c)
+{
+    enum { MAX = 3 };
+    int n = c->p[0], rows[MAX], cols[MAX];
+    const float *W[MAX], *x[MAX];
+    float *y[MAX];
+    for (int i = 0; i < n; i++) {
+        rows[i] = c->p[1 + 2 * i];
+        cols[i] = c->p[2 + 2 * i];
+        W[i] = f32(r, BUF_IN, (size_t)rows[i] * cols[i], -1.0f, 1.0f);
+        x[i] = f32(r, BUF_IN, (size_t)cols[i], -1.0f, 1.0f);
+        y[i] = f32(r, BUF_OUT, (size_t)rows[i], -1.0f, 1.0f);
+    }
+    CALL(r, gemv_batch, n, W, rows, cols, x, y);
+}
+
+/* p: n rows, then cols of each product (up to 3); f: alpha of each */
+static void op_gemv_sum(run *r, const op_case *c)
+{
+    enum { MAX = 3 };
+    int n = c->p[0], rows = c->p[1], cols[MAX];
+    const float *W[MAX], *x[MAX];
+    for (int i = 0; i < n; i++) {
+        cols[i] = c->p[2 + i];
+        W[i] = f32(r, BUF_IN, (size_t)rows * cols[i], -1.0f, 1.0f);
+        x[i] = f32(r, BUF_IN, (size_t)cols[i], -1.0f, 1.0f);
+    }
+    float *y = f32(r, BUF_OUT, (size_t)rows, -1.0f, 1.0f);
+    CALL(r, gemv_sum, n, W, rows, cols, x, c->f, y);
 }
 
 /* p: rows dim ldx ldy in_place (y = x, ldy = ldx); f: eps */
@@ -771,6 +805,11 @@ static const op_case cases[] = {
     {OP(linear), "M3 N13 K6 lda6 ldc15 beta1 (gemv rows)", TOL_REDUCE, {3, 13, 6, 6, 15}, {1.0f}},
     {OP(linear), "M1 N5 K17 lda19 ldc5 beta0.5 (decode)", TOL_REDUCE, {1, 5, 17, 19, 5}, {0.5f}},
     {OP(linear), "M67 N33 K21 lda21 ldc35 beta0", TOL_REDUCE, {67, 33, 21, 21, 35}, {0.0f}},
+    {OP(linear), "M2 N300 K40 lda41 ldc301 beta1 (gemv rows, threads)", TOL_REDUCE, {2, 300, 40, 41, 301}, {1.0f}},
+    {OP(gemv_batch), "n2 5x3 4x6 (one thread)", TOL_REDUCE, {2, 5, 3, 4, 6}, {0}},
+    {OP(gemv_batch), "n3 256x24 130x24 7x40 (threads)", TOL_REDUCE, {3, 256, 24, 130, 24, 7, 40}, {0}},
+    {OP(gemv_sum), "n2 rows6 cols5,3 (one thread)", TOL_REDUCE, {2, 6, 5, 3}, {1.0f, -0.5f}},
+    {OP(gemv_sum), "n3 rows300 cols40,24,17 (threads)", TOL_REDUCE, {3, 300, 40, 24, 17}, {1.0f, 0.7f, 1.3f}},
     {OP(rmsnorm), "rows5 dim7 ldx9 ldy11", TOL_REDUCE, {5, 7, 9, 11, 0}, {1e-5f}},
     {OP(rmsnorm), "rows3 dim6 ld6 in place", TOL_REDUCE, {3, 6, 6, 6, 1}, {1e-6f}},
     {OP(gated_rmsnorm), "rows5 dim12 group4 ldy13 ldz15 ldout14", TOL_REDUCE, {5, 12, 4, 13, 15, 14, 0}, {1e-5f}},
@@ -1015,6 +1054,12 @@ static int calls[N_OPS];
 COUNTED(linear, (ac_kctx *ctx, int M, int N, int K, const float *A, int lda, const float *W, float beta, float *C,
                  int ldc),
         (ctx, M, N, K, A, lda, W, beta, C, ldc))
+COUNTED(gemv_batch, (ac_kctx *ctx, int n, const float *const *W, const int *rows, const int *cols,
+                     const float *const *x, float *const *y),
+        (ctx, n, W, rows, cols, x, y))
+COUNTED(gemv_sum, (ac_kctx *ctx, int n, const float *const *W, int rows, const int *cols, const float *const *x,
+                   const float *alpha, float *y),
+        (ctx, n, W, rows, cols, x, alpha, y))
 COUNTED(rmsnorm, (ac_kctx *ctx, int rows, int dim, const float *x, int ldx, const float *w, float eps, float *y,
                   int ldy),
         (ctx, rows, dim, x, ldx, w, eps, y, ldy))
@@ -1130,6 +1175,8 @@ static const ac_backend counting = {
     .memset_zero = host_zero,
     .sync = host_sync,
     .linear = counted_linear,
+    .gemv_batch = counted_gemv_batch,
+    .gemv_sum = counted_gemv_sum,
     .rmsnorm = counted_rmsnorm,
     .gated_rmsnorm = counted_gated_rmsnorm,
     .conv1d_silu = counted_conv1d_silu,
@@ -1355,6 +1402,86 @@ static void test_harness_catches_a_wrong_op(void **state)
     expect_only(&faulty, SLOT(add));
 }
 
+/* The CPU's matrix-vector products against sums in double, independently of the harness
+ * (whose reference is the CPU itself): three products of uneven sizes in one batch
+ * (rows split among threads across product boundaries), a weighted sum of two, and
+ * linear's per-row path with beta. */
+static void fill_uniform(float *x, size_t n, uint64_t seed)
+{
+    for (size_t i = 0; i < n; i++) {
+        seed = seed * 6364136223846793005ULL + 1442695040888963407ULL;
+        x[i] = (float)(seed >> 40) / (float)(1 << 23) - 1.0f;
+    }
+}
+
+static void assert_dot_rows(const float *W, int rows, int cols, const float *x, float beta, const float *before,
+                            const float *y)
+{
+    for (int r = 0; r < rows; r++) {
+        double want = before ? (double)beta * before[r] : 0.0, size = 0.0;
+        for (int c = 0; c < cols; c++) {
+            want += (double)W[(size_t)r * cols + c] * x[c];
+            size += fabs((double)W[(size_t)r * cols + c] * x[c]);
+        }
+        if (fabs(y[r] - want) > 1e-6 * size + 1e-7)
+            fail_msg("row %d of %d x %d: %.9g, want %.9g", r, rows, cols, (double)y[r], want);
+    }
+}
+
+static void test_gemv_against_double(void **state)
+{
+    (void)state;
+    enum { N = 3 };
+    int rows[N] = {300, 37, 129}, cols[N] = {40, 40, 17};
+    const float *W[N], *x[N];
+    float *y[N];
+    for (int i = 0; i < N; i++) {
+        float *w = malloc((size_t)rows[i] * cols[i] * sizeof *w), *v = malloc((size_t)cols[i] * sizeof *v);
+        y[i] = malloc((size_t)rows[i] * sizeof *y[i]);
+        assert_true(w && v && y[i]);
+        fill_uniform(w, (size_t)rows[i] * cols[i], 10 + (uint64_t)i);
+        fill_uniform(v, (size_t)cols[i], 20 + (uint64_t)i);
+        W[i] = w;
+        x[i] = v;
+    }
+    ac_kctx ctx = {0};
+    ac_cpu_gemv_batch(&ctx, N, W, rows, cols, x, y);
+    for (int i = 0; i < N; i++)
+        assert_dot_rows(W[i], rows[i], cols[i], x[i], 0.0f, NULL, y[i]);
+
+    /* gemv_sum: 0.7 W[0] x[0] - 1.3 W[0] x[1] (both 300 x 40) */
+    const float *Ws[2] = {W[0], W[0]}, *xs[2] = {x[0], x[1]};
+    int both[2] = {40, 40};
+    float alpha[2] = {0.7f, -1.3f}, *sum = malloc(300 * sizeof *sum);
+    assert_non_null(sum);
+    ac_cpu_gemv_sum(&ctx, 2, Ws, 300, both, xs, alpha, sum);
+    for (int r = 0; r < 300; r++) {
+        double want = 0.0, size = 0.0;
+        for (int c = 0; c < 40; c++) {
+            double a = 0.7 * W[0][r * 40 + c] * x[0][c], b = -1.3 * W[0][r * 40 + c] * x[1][c];
+            want += a + b;
+            size += fabs(a) + fabs(b);
+        }
+        if (fabs(sum[r] - want) > 1e-6 * size + 1e-7)
+            fail_msg("gemv_sum row %d: %.9g, want %.9g", r, (double)sum[r], want);
+    }
+    free(sum);
+
+    /* linear, M = 3 rows of x (lda 41) against W[0], beta 0.5 over C (ldc 310) */
+    float A[3 * 41], C[3 * 310], before[3 * 310];
+    fill_uniform(A, sizeof A / sizeof *A, 30);
+    fill_uniform(C, sizeof C / sizeof *C, 31);
+    memcpy(before, C, sizeof C);
+    ac_cpu_linear(&ctx, 3, rows[0], cols[0], A, 41, W[0], 0.5f, C, 310);
+    for (int m = 0; m < 3; m++)
+        assert_dot_rows(W[0], rows[0], cols[0], A + m * 41, 0.5f, before + m * 310, C + m * 310);
+    for (int i = 0; i < N; i++) {
+        free((void *)W[i]);
+        free((void *)x[i]);
+        free(y[i]);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1364,6 +1491,7 @@ int main(void)
         cmocka_unit_test(test_backends_match_reference),
         cmocka_unit_test(test_dispatchers),
         cmocka_unit_test(test_harness_catches_a_wrong_op),
+        cmocka_unit_test(test_gemv_against_double),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
