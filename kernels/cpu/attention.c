@@ -13,8 +13,9 @@
  * one kind does not (measured: 30% more prefill time for the same shapes). */
 static inline float softmax_exp(float x)
 {
+    /* compares, not fmaxf: its NaN rules keep it a call per element */
     float keep = (float)(x > -60.0f);
-    return keep * ac_cpu_expf(fmaxf(x, -60.0f));
+    return keep * ac_cpu_expf(x > -60.0f ? x : -60.0f);
 }
 
 /* The causal softmax of one row of scores in place: the first `visible` of `cols`
