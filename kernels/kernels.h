@@ -74,6 +74,10 @@ struct ac_backend {
      * [cols[i]], y [rows] overwritten (a token's experts' down projections, weighted). */
     void (*gemv_sum)(ac_kctx *ctx, int n, const float *const *W, int rows, const int *cols, const float *const *x,
                      const float *alpha, float *y);
+    /* n products in one launch: C_i [M[i], N] = A_i [M[i], K] @ W_i [N, K]^T, row strides
+     * lda and ldc (the experts of a batch of tokens). */
+    void (*linear_batch)(ac_kctx *ctx, int n, const int *M, int N, int K, const float *const *A, int lda,
+                         const float *const *W, float *const *C, int ldc);
 
     /* y = x * rsqrt(mean(x^2) + eps) * w per row of `dim`. x and y may alias. */
     void (*rmsnorm)(ac_kctx *ctx, int rows, int dim, const float *x, int ldx, const float *w, float eps, float *y,
@@ -285,6 +289,12 @@ static inline void ac_k_gemv_batch(ac_kctx *ctx, int n, const float *const *W, c
                                    const float *const *x, float *const *y)
 {
     ac_backend_of(ctx)->gemv_batch(ctx, n, W, rows, cols, x, y);
+}
+
+static inline void ac_k_linear_batch(ac_kctx *ctx, int n, const int *M, int N, int K, const float *const *A,
+                                     int lda, const float *const *W, float *const *C, int ldc)
+{
+    ac_backend_of(ctx)->linear_batch(ctx, n, M, N, K, A, lda, W, C, ldc);
 }
 
 static inline void ac_k_gemv_sum(ac_kctx *ctx, int n, const float *const *W, int rows, const int *cols,

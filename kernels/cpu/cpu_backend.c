@@ -45,6 +45,7 @@ const ac_backend ac_cpu_backend = {
     .linear = ac_cpu_linear,
     .gemv_batch = ac_cpu_gemv_batch,
     .gemv_sum = ac_cpu_gemv_sum,
+    .linear_batch = ac_cpu_linear_batch,
     .rmsnorm = ac_cpu_rmsnorm,
     .gated_rmsnorm = ac_cpu_gated_rmsnorm,
     .conv1d_silu = ac_cpu_conv1d_silu,

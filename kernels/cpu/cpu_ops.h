@@ -19,6 +19,8 @@ void ac_cpu_gemv_batch(ac_kctx *ctx, int n, const float *const *W, const int *ro
                        const float *const *x, float *const *y);
 void ac_cpu_gemv_sum(ac_kctx *ctx, int n, const float *const *W, int rows, const int *cols, const float *const *x,
                      const float *alpha, float *y);
+void ac_cpu_linear_batch(ac_kctx *ctx, int n, const int *M, int N, int K, const float *const *A, int lda,
+                         const float *const *W, float *const *C, int ldc);
 void ac_cpu_rmsnorm(ac_kctx *ctx, int rows, int dim, const float *x, int ldx, const float *w, float eps,
                     float *y, int ldy);
 void ac_cpu_gated_rmsnorm(ac_kctx *ctx, int rows, int dim, int group_size, const float *y, int ldy,

@@ -73,6 +73,53 @@ void ac_cpu_gemv_sum(ac_kctx *ctx, int n, const float *const *W, int rows, const
     }
 }
 
+/* The products go to threads whole, each run by one thread with OpenBLAS single-threaded
+ * inside the region: for the small products of experts that see a few tokens each,
+ * OpenBLAS's own threads per product cost more than they save. Largest first, each to
+ * the thread with the least work so far (rows of the same N and K cost alike). */
+enum { LINEAR_BATCH_MAX_THREADS = 64 };
+
+static void assign_products(int n, const int *M, int threads, int *owner)
+{
+    long load[LINEAR_BATCH_MAX_THREADS] = {0};
+    for (int i = 0; i < n; i++)
+        owner[i] = -1;
+    for (int placed = 0; placed < n; placed++) {
+        int big = -1;
+        for (int i = 0; i < n; i++)
+            if (owner[i] < 0 && (big < 0 || M[i] > M[big]))
+                big = i;
+        int least = 0;
+        for (int t = 1; t < threads; t++)
+            if (load[t] < load[least])
+                least = t;
+        owner[big] = least;
+        load[least] += M[big];
+    }
+}
+
+void ac_cpu_linear_batch(ac_kctx *ctx, int n, const int *M, int N, int K, const float *const *A, int lda,
+                         const float *const *W, float *const *C, int ldc)
+{
+    enum { MAX = 1024 };
+    int owner[MAX];
+    long rows = 0;
+    for (int i = 0; i < n; i++)
+        rows += M[i];
+    int parallel = n <= MAX && rows * N * K >= GEMV_PARALLEL_MIN;
+#pragma omp parallel if (parallel)
+    {
+        int me = omp_get_thread_num(), threads = omp_get_num_threads();
+#pragma omp single
+        if (parallel)
+            assign_products(n, M, threads < LINEAR_BATCH_MAX_THREADS ? threads : LINEAR_BATCH_MAX_THREADS, owner);
+        /* single's barrier: every owner is set */
+        for (int i = 0; i < n; i++)
+            if (!parallel || owner[i] == me)
+                ac_cpu_linear(ctx, M[i], N, K, A[i], lda, W[i], 0.0f, C[i], ldc);
+    }
+}
+
 void ac_cpu_linear(ac_kctx *ctx, int M, int N, int K, const float *A, int lda, const float *W,
                    float beta, float *C, int ldc)
 {

@@ -191,22 +191,43 @@ static void moe_forward(ac_runtime *rt, int layer, const ac_seqs *seqs, const fl
     } else {
         memset(out, 0, (size_t)T * D * sizeof *out);
     }
-    for (int e = 0; e < E; e++) {
-        int n = start[e + 1] - start[e];
-        if (n == 0)
-            continue;
-        const float *up = w->experts_up + (size_t)e * I * D;
-        const float *down = w->experts_down + (size_t)e * D * I;
-        float *pre = keep ? kept.pre + (size_t)start[e] * I : he, *ye = keep ? kept.y + (size_t)start[e] * D : oe;
-        ac_k_gather_rows(&rt->kctx, n, D, xn, D, rows + start[e], xe);
-        ac_k_linear(&rt->kctx, n, I, D, xe, D, up, 0.0f, pre, I);
+    /* experts in rounds of consecutive ones whose tokens fit the T rows of xe, he and oe:
+     * their rows are one range of the grouped pairs, so one gather, one batch of up
+     * projections, one of down projections */
+    for (int e0 = 0; e0 < E;) {
+        int e1 = e0;
+        while (e1 < E && start[e1 + 1] - start[e0] <= T)
+            e1++;
+        int p0 = start[e0], n = start[e1] - p0, count = 0;
+        int M[AC_MAX_EXPERTS];
+        const float *up[AC_MAX_EXPERTS], *down[AC_MAX_EXPERTS], *xs[AC_MAX_EXPERTS];
+        float *pre[AC_MAX_EXPERTS], *hs[AC_MAX_EXPERTS], *ys[AC_MAX_EXPERTS];
+        for (int e = e0; e < e1; e++) {
+            if (start[e + 1] == start[e])
+                continue;
+            size_t r = (size_t)(start[e] - p0);
+            M[count] = start[e + 1] - start[e];
+            up[count] = w->experts_up + (size_t)e * I * D;
+            down[count] = w->experts_down + (size_t)e * D * I;
+            xs[count] = xe + r * D;
+            pre[count] = keep ? kept.pre + (size_t)start[e] * I : he + r * I;
+            hs[count] = he + r * I;
+            ys[count] = keep ? kept.y + (size_t)start[e] * D : oe + r * D;
+            count++;
+        }
+        ac_k_gather_rows(&rt->kctx, n, D, xn, D, rows + p0, xe);
+        ac_k_linear_batch(&rt->kctx, count, M, I, D, xs, D, up, pre, I);
         if (keep)
-            memcpy(he, pre, (size_t)n * I * sizeof *he);
+            memcpy(he, kept.pre + (size_t)p0 * I, (size_t)n * I * sizeof *he);
         ac_k_relu2(&rt->kctx, (size_t)n * I, he);
         if (m_ffn)
             ac_k_mul_columns(&rt->kctx, n, I, m_ffn, he, I);
-        ac_k_linear(&rt->kctx, n, D, I, he, I, down, 0.0f, ye, D);
-        ac_k_scatter_add_rows(&rt->kctx, n, D, ye, rows + start[e], row_weight + start[e], out, D);
+        ac_k_linear_batch(&rt->kctx, count, M, D, I, (const float *const *)hs, I, down, ys, D);
+        const float *y = keep ? kept.y + (size_t)p0 * D : oe;
+        for (int e = e0; e < e1; e++) /* a token appears once per expert: distinct rows per call */
+            ac_k_scatter_add_rows(&rt->kctx, start[e + 1] - start[e], D, y + (size_t)(start[e] - p0) * D,
+                                  rows + start[e], row_weight + start[e], out, D);
+        e0 = e1;
     }
 }
 

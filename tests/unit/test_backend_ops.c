@@ -79,6 +79,7 @@ static const ac_backend reference = {
     .linear = ac_cpu_linear,
     .gemv_batch = ac_cpu_gemv_batch,
     .gemv_sum = ac_cpu_gemv_sum,
+    .linear_batch = ac_cpu_linear_batch,
     .rmsnorm = ac_cpu_rmsnorm,
     .gated_rmsnorm = ac_cpu_gated_rmsnorm,
     .conv1d_silu = ac_cpu_conv1d_silu,
@@ -345,6 +346,22 @@ static void op_gemv_sum(run *r, const op_case *c)
     }
     float *y = f32(r, BUF_OUT, (size_t)rows, -1.0f, 1.0f);
     CALL(r, gemv_sum, n, W, rows, cols, x, c->f, y);
+}
+
+/* p: n N K lda ldc, then M of each product (up to 4) */
+static void op_linear_batch(run *r, const op_case *c)
+{
+    enum { MAX = 4 };
+    int n = c->p[0], N = c->p[1], K = c->p[2], lda = c->p[3], ldc = c->p[4], M[MAX];
+    const float *A[MAX], *W[MAX];
+    float *C[MAX];
+    for (int i = 0; i < n; i++) {
+        M[i] = c->p[5 + i];
+        A[i] = f32(r, BUF_IN, (size_t)M[i] * lda + 1, -1.0f, 1.0f);
+        W[i] = f32(r, BUF_IN, (size_t)N * K, -1.0f, 1.0f);
+        C[i] = f32(r, BUF_OUT, (size_t)M[i] * ldc + 1, -1.0f, 1.0f);
+    }
+    CALL(r, linear_batch, n, M, N, K, A, lda, W, C, ldc);
 }
 
 /* p: rows dim ldx ldy in_place (y = x, ldy = ldx); f: eps */
@@ -809,6 +826,9 @@ static const op_case cases[] = {
     {OP(gemv_batch), "n2 5x3 4x6 (one thread)", TOL_REDUCE, {2, 5, 3, 4, 6}, {0}},
     {OP(gemv_batch), "n3 256x24 130x24 7x40 (threads)", TOL_REDUCE, {3, 256, 24, 130, 24, 7, 40}, {0}},
     {OP(gemv_sum), "n2 rows6 cols5,3 (one thread)", TOL_REDUCE, {2, 6, 5, 3}, {1.0f, -0.5f}},
+    {OP(linear_batch), "n2 N5 K3 M4,2 (one thread)", TOL_REDUCE, {2, 5, 3, 3, 6, 4, 2}, {0}},
+    {OP(linear_batch), "n4 N24 K40 lda41 ldc25 M70,3,0,17 (threads)", TOL_REDUCE, {4, 24, 40, 41, 25, 70, 3, 0, 17},
+     {0}},
     {OP(gemv_sum), "n3 rows300 cols40,24,17 (threads)", TOL_REDUCE, {3, 300, 40, 24, 17}, {1.0f, 0.7f, 1.3f}},
     {OP(rmsnorm), "rows5 dim7 ldx9 ldy11", TOL_REDUCE, {5, 7, 9, 11, 0}, {1e-5f}},
     {OP(rmsnorm), "rows3 dim6 ld6 in place", TOL_REDUCE, {3, 6, 6, 6, 1}, {1e-6f}},
@@ -1060,6 +1080,9 @@ COUNTED(gemv_batch, (ac_kctx *ctx, int n, const float *const *W, const int *rows
 COUNTED(gemv_sum, (ac_kctx *ctx, int n, const float *const *W, int rows, const int *cols, const float *const *x,
                    const float *alpha, float *y),
         (ctx, n, W, rows, cols, x, alpha, y))
+COUNTED(linear_batch, (ac_kctx *ctx, int n, const int *M, int N, int K, const float *const *A, int lda,
+                       const float *const *W, float *const *C, int ldc),
+        (ctx, n, M, N, K, A, lda, W, C, ldc))
 COUNTED(rmsnorm, (ac_kctx *ctx, int rows, int dim, const float *x, int ldx, const float *w, float eps, float *y,
                   int ldy),
         (ctx, rows, dim, x, ldx, w, eps, y, ldy))
@@ -1177,6 +1200,7 @@ static const ac_backend counting = {
     .linear = counted_linear,
     .gemv_batch = counted_gemv_batch,
     .gemv_sum = counted_gemv_sum,
+    .linear_batch = counted_linear_batch,
     .rmsnorm = counted_rmsnorm,
     .gated_rmsnorm = counted_gated_rmsnorm,
     .conv1d_silu = counted_conv1d_silu,
@@ -1404,8 +1428,9 @@ static void test_harness_catches_a_wrong_op(void **state)
 
 /* The CPU's matrix-vector products against sums in double, independently of the harness
  * (whose reference is the CPU itself): three products of uneven sizes in one batch
- * (rows split among threads across product boundaries), a weighted sum of two, and
- * linear's per-row path with beta. */
+ * (rows split among threads across product boundaries), a weighted sum of two, a batch
+ * of row-major products of uneven heights (one empty), and linear's per-row path with
+ * beta. */
 static void fill_uniform(float *x, size_t n, uint64_t seed)
 {
     for (size_t i = 0; i < n; i++) {
@@ -1466,6 +1491,28 @@ static void test_gemv_against_double(void **state)
             fail_msg("gemv_sum row %d: %.9g, want %.9g", r, (double)sum[r], want);
     }
     free(sum);
+
+    /* linear_batch: four products (70, 3, 0 and 17 rows, lda 41, ldc 31) of W[0]'s
+     * first 31 rows (31 x 40) */
+    enum { B = 4, LDA = 41, LDC = 31 };
+    int M[B] = {70, 3, 0, 17};
+    const float *As[B], *Wb[B];
+    float *Cs[B];
+    for (int i = 0; i < B; i++) {
+        float *a = malloc(((size_t)M[i] * LDA + 1) * sizeof *a);
+        Cs[i] = malloc(((size_t)M[i] * LDC + 1) * sizeof *Cs[i]);
+        assert_true(a && Cs[i]);
+        fill_uniform(a, (size_t)M[i] * LDA + 1, 40 + (uint64_t)i);
+        As[i] = a;
+        Wb[i] = W[0] + (size_t)i * 40; /* overlapping row windows: a different W for each */
+    }
+    ac_cpu_linear_batch(&ctx, B, M, 31, 40, As, LDA, Wb, Cs, LDC);
+    for (int i = 0; i < B; i++) {
+        for (int m = 0; m < M[i]; m++)
+            assert_dot_rows(Wb[i], 31, 40, As[i] + m * LDA, 0.0f, NULL, Cs[i] + m * LDC);
+        free((void *)As[i]);
+        free(Cs[i]);
+    }
 
     /* linear, M = 3 rows of x (lda 41) against W[0], beta 0.5 over C (ldc 310) */
     float A[3 * 41], C[3 * 310], before[3 * 310];
