@@ -4,6 +4,46 @@
 #include <math.h>
 #include <string.h>
 
+/* A prompt's scan of one head with its state held transposed, [N, P], so that each step
+ * runs along P in vectors with no horizontal sums (the [P, N] layout needs one per
+ * channel for y): s[n][p] = decay s[n][p] + (dt x[p]) B[n] is the same arithmetic as the
+ * step below, so the states are the same bits; y sums over n in another order. */
+enum { SCAN_TRANSPOSED_MIN_T = 8, SCAN_TRANSPOSED_MAX_STATE = 8192 };
+
+static void scan_head_transposed(int T, int P, int N, const float *x, int ldx, const float *B, const float *C,
+                                 int ldbc, const float *dt, int ldt, float A, float Dskip, float *state, float *y,
+                                 int ldy)
+{
+    float sT[SCAN_TRANSPOSED_MAX_STATE], dx[SCAN_TRANSPOSED_MAX_STATE / 8];
+    for (int p = 0; p < P; p++)
+        for (int n = 0; n < N; n++)
+            sT[(size_t)n * P + p] = state[(size_t)p * N + n];
+    for (int t = 0; t < T; t++) {
+        float d = dt[(size_t)t * ldt], decay = ac_cpu_expf(d * A);
+        const float *xt = x + (size_t)t * ldx, *Bt = B + (size_t)t * ldbc, *Ct = C + (size_t)t * ldbc;
+        float *yt = y + (size_t)t * ldy;
+#pragma omp simd
+        for (int p = 0; p < P; p++) {
+            dx[p] = d * xt[p];
+            yt[p] = 0.0f;
+        }
+        for (int n = 0; n < N; n++) {
+            float *row = sT + (size_t)n * P, b = Bt[n], c = Ct[n];
+#pragma omp simd
+            for (int p = 0; p < P; p++) {
+                row[p] = decay * row[p] + dx[p] * b;
+                yt[p] += row[p] * c;
+            }
+        }
+#pragma omp simd
+        for (int p = 0; p < P; p++)
+            yt[p] += Dskip * xt[p];
+    }
+    for (int p = 0; p < P; p++)
+        for (int n = 0; n < N; n++)
+            state[(size_t)p * N + n] = sT[(size_t)n * P + p];
+}
+
 /* The recurrence step by step: exact, and cheap next to the projections at these sizes
  * (H*P*N multiply-adds a token). Heads are independent, so they run in parallel. */
 void ac_cpu_ssd_scan(ac_kctx *ctx, int T, int H, int P, int N, int G, const float *x, int ldx,
@@ -16,6 +56,11 @@ void ac_cpu_ssd_scan(ac_kctx *ctx, int T, int H, int P, int N, int G, const floa
     for (int h = 0; h < H; h++) {
         int g = h / heads_per_group;
         float *s = state + (size_t)h * P * N;
+        if (T >= SCAN_TRANSPOSED_MIN_T && (size_t)P * N <= SCAN_TRANSPOSED_MAX_STATE && P <= SCAN_TRANSPOSED_MAX_STATE / 8) {
+            scan_head_transposed(T, P, N, x + (size_t)h * P, ldx, B + (size_t)g * N, C + (size_t)g * N, ldbc, dt + h, H,
+                                 A[h], Dskip[h], s, y + (size_t)h * P, ldy);
+            continue;
+        }
         for (int t = 0; t < T; t++) {
             float d = dt[(size_t)t * H + h];
             float decay = ac_cpu_expf(d * A[h]);
