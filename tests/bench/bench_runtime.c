@@ -1,7 +1,9 @@
 /* Prefill and decode throughput of the CPU engine.
  *   bench_runtime --make-model DIR          writes a ~10M-parameter random hybrid model
- *   bench_runtime --model DIR --batch B --prompt P --gen G [--repeats R]
- * prints one JSON line: prefill and decode tokens/s (best of R). */
+ *   bench_runtime --model DIR --batch B --prompt P --gen G [--repeats R] [--warmup]
+ * prints one JSON line: prefill and decode tokens/s (best of R); --warmup runs the
+ * workload once untimed first (as llama-bench does), so that a single timed repeat does
+ * not pay for the first touch of the mapped weights and the buffers. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -65,7 +67,7 @@ static int make_model(const char *dir)
     return st != AC_OK;
 }
 
-static int bench(const char *dir, int B, int P, int G, int repeats)
+static int bench(const char *dir, int B, int P, int G, int repeats, int warmup)
 {
     ac_model *m;
     ac_runtime *rt;
@@ -85,7 +87,7 @@ static int bench(const char *dir, int B, int P, int G, int repeats)
     for (int s = 0; s < B; s++)
         ac_cache_create(m, &caches[s]);
     double best_prefill = 1e30, best_decode = 1e30;
-    for (int r = 0; r < repeats; r++) {
+    for (int r = -warmup; r < repeats; r++) {
         for (int s = 0; s < B; s++) {
             ac_cache_clear(caches[s]);
             tokens[s] = prompt + (size_t)s * P;
@@ -104,6 +106,8 @@ static int bench(const char *dir, int B, int P, int G, int repeats)
             ac_runtime_forward(rt, &batch, AC_LOGITS_LAST, logits);
         }
         double t2 = now_s();
+        if (r < 0)
+            continue;
         if (t1 - t0 < best_prefill)
             best_prefill = t1 - t0;
         if (t2 - t1 < best_decode)
@@ -127,7 +131,7 @@ static int bench(const char *dir, int B, int P, int G, int repeats)
 int main(int argc, char **argv)
 {
     const char *model = NULL;
-    int B = 1, P = 128, G = 32, repeats = 3;
+    int B = 1, P = 128, G = 32, repeats = 3, warmup = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--make-model") && i + 1 < argc)
             return make_model(argv[i + 1]);
@@ -141,8 +145,11 @@ int main(int argc, char **argv)
             G = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--repeats") && i + 1 < argc)
             repeats = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--warmup"))
+            warmup = 1;
         else {
-            fprintf(stderr, "usage: bench_runtime --make-model DIR | --model DIR [--batch B] [--prompt P] [--gen G] [--repeats R]\n");
+            fprintf(stderr, "usage: bench_runtime --make-model DIR | --model DIR [--batch B] [--prompt P] [--gen G] [--repeats R] "
+                            "[--warmup]\n");
             return 2;
         }
     }
@@ -150,5 +157,5 @@ int main(int argc, char **argv)
         fprintf(stderr, "bench_runtime: --model DIR is required; sizes must be positive\n");
         return 2;
     }
-    return bench(model, B, P, G, repeats);
+    return bench(model, B, P, G, repeats, warmup);
 }

@@ -3,7 +3,8 @@
 # (examples/parent/prose, f32, batch 1, 2 threads), in one run: prompts of 128, 512 and
 # 2048 tokens, then 32 and 128 generated tokens decoded at that depth (llama-bench -d),
 # llama.cpp with flash attention on and off. The engines alternate round by round;
-# medians of ROUNDS. Both sides get token ids, not text.
+# medians of ROUNDS. Both sides get token ids, not text, and run the workload once untimed
+# before the timed run (llama-bench's warm-up run; bench_runtime --warmup).
 #
 # llama.cpp is the copy vendored in the llama-cpp-python sdist from PyPI, built here
 # (build/llamacpp, outside the library; llama-bench only, minutes on 2 cores); the parent
@@ -40,7 +41,7 @@ fi
 
 ours() { # prompt gen -> "prefill_tok_s decode_tok_s"
   OMP_NUM_THREADS=$threads "$root/build/tests/bench_runtime" --model "$root/examples/parent/prose" --batch 1 \
-    --prompt "$1" --gen "$2" --repeats 1 |
+    --prompt "$1" --gen "$2" --repeats 1 --warmup |
     sed -E 's/.*"prefill_tok_s": ([0-9.]+).*"decode_tok_s": ([0-9.]+).*/\1 \2/'
 }
 theirs() { # prompt gen fa -> "prefill_tok_s decode_tok_s" (llama-bench's mean of its runs)
