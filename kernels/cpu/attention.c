@@ -18,11 +18,12 @@ static inline float softmax_exp(float x)
     return keep * ac_cpu_expf(x > -60.0f ? x : -60.0f);
 }
 
-/* The causal softmax of one row of scores in place: the first `visible` of `cols`
- * entries, zeros after them; returns the log normaliser. */
-static float softmax_row(float *row, int visible, int cols)
+/* row[j] = exp(row[j] - max) for the first `visible` (>= 0) of `cols` entries, zeros
+ * after them, with max the largest of `floor` and those entries (in *max_out); returns
+ * the sum of the exps. */
+static float exp_shifted_row(float *row, int visible, int cols, float floor, float *max_out)
 {
-    float max = -INFINITY;
+    float max = floor;
 #pragma omp simd reduction(max : max)
     for (int j = 0; j < visible; j++)
         max = row[j] > max ? row[j] : max;
@@ -32,12 +33,21 @@ static float softmax_row(float *row, int visible, int cols)
         row[j] = softmax_exp(row[j] - max);
         sum += row[j];
     }
+    for (int j = visible; j < cols; j++)
+        row[j] = 0.0f;
+    *max_out = max;
+    return sum;
+}
+
+/* The causal softmax of one row of scores in place: the first `visible` of `cols`
+ * entries, zeros after them; returns the log normaliser. */
+static float softmax_row(float *row, int visible, int cols)
+{
+    float max, sum = exp_shifted_row(row, visible, cols, -INFINITY, &max);
     float inv = 1.0f / sum;
 #pragma omp simd
     for (int j = 0; j < visible; j++)
         row[j] *= inv;
-    for (int j = visible; j < cols; j++)
-        row[j] = 0.0f;
     return max + logf(sum);
 }
 
@@ -80,28 +90,12 @@ static void attention_by_query(ac_kctx *ctx, int n_new, int past, int n_heads, i
  * than they compute). */
 #define TILED_MIN_QUERIES 4
 
-/* Scores of row r over one block (m keys, the first `visible` of them causal-visible)
- * turned into unnormalised probabilities against the row's updated max; returns the
- * factor that rescales what the row accumulated before this block. */
+/* Scores of row r over one block (m keys, the first `visible` (>= 0) of them
+ * causal-visible) turned into unnormalised probabilities against the row's updated max;
+ * returns the factor that rescales what the row accumulated before this block. */
 static float online_softmax_row(float *row, int visible, int m, float *row_max, float *row_sum)
 {
-    if (visible <= 0) {
-        for (int j = 0; j < m; j++)
-            row[j] = 0.0f;
-        return 1.0f;
-    }
-    float max = *row_max;
-#pragma omp simd reduction(max : max)
-    for (int j = 0; j < visible; j++)
-        max = row[j] > max ? row[j] : max;
-    float sum = 0.0f;
-#pragma omp simd reduction(+ : sum)
-    for (int j = 0; j < visible; j++) {
-        row[j] = softmax_exp(row[j] - max);
-        sum += row[j];
-    }
-    for (int j = visible; j < m; j++)
-        row[j] = 0.0f;
+    float max, sum = exp_shifted_row(row, visible, m, *row_max, &max);
     float rescale = softmax_exp(*row_max - max); /* 0 for the first block (-inf) */
     *row_sum = *row_sum * rescale + sum;
     *row_max = max;
@@ -125,6 +119,7 @@ static void prefill_tile(int n, int first, int hd, const float *Q, int ldq, cons
                     m);
         for (int r = 0; r < n; r++) {
             int visible = first + r + 1 - j0 < m ? first + r + 1 - j0 : m;
+            visible = visible > 0 ? visible : 0;
             float rescale = online_softmax_row(S + (size_t)r * m, visible, m, &row_max[r], &row_sum[r]);
             if (rescale != 1.0f)
                 for (int c = 0; c < hd; c++)

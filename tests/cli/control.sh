@@ -20,6 +20,12 @@ source "$src/tests/server/serve_lib.sh"
 tmp=$serve_tmp
 export AUTOCOMPRESS_ADMIN_TOKEN=control-test-token
 model="$src/examples/parent/prose"
+# Memory targets with room under AddressSanitizer: its allocator (quarantine, shadow and
+# redzones) made a job's measured peak 7-8 MB larger than a plain build's in 3 of 4
+# full-suite runs (37-38 MB where the plain build measures 30.4 MB, 31.1 predicted), which
+# no prediction can follow; tests/cli/measure.sh skips its memory check there too.
+ratio=0.8 live_ratio=0.85
+if grep -qa __asan_init "$ac"; then ratio=0.95 live_ratio=0.95; fi
 
 "$ac" tokenize --tokenizer "$src/examples/data/tokenizer.json" --out "$tmp/data" --format lines --val-percent 10 \
   --progress off "$src/tests/fixtures/tokenizer/lines.txt" >/dev/null
@@ -27,7 +33,7 @@ cat >"$tmp/mem.cfg" <<EOF
 name = "control-test";
 hardware = { device = "cpu"; threads = 1; };
 workload = { batch = 1; cached_tokens = 0; input_tokens = 64; output_tokens = 8; };
-targets = { memory_ratio = 0.8; };
+targets = { memory_ratio = $ratio; };
 search_space = {
   hidden_sizes = [256, 128];
   mamba_heads = { values = [8]; scope = "per_layer"; remove = true; };
@@ -127,11 +133,11 @@ EOF
 
 # ---- from the live workload; one job at a time; kill -9 of its child; resume ----
 # (the tables are for the contract's workload, so this job profiles the live one)
-[ "$(api POST /admin/recompress "{\"from_live\": true, \"targets\": {\"memory_ratio\": 0.85}, \"profile_repeats\": 1}")" = 202 ] ||
+[ "$(api POST /admin/recompress "{\"from_live\": true, \"targets\": {\"memory_ratio\": $live_ratio}, \"profile_repeats\": 1}")" = 202 ] ||
   fail "from_live: $(cat "$tmp/resp")"
 id=$(field id)
 [ "$id" = job-0002 ] || fail "the second job is $id"
-grep -q "memory_ratio = 0.85" "$tmp/jobs/$id/contract.cfg" && ! grep -q "input_tokens = 64" "$tmp/jobs/$id/contract.cfg" ||
+grep -q "memory_ratio = $live_ratio" "$tmp/jobs/$id/contract.cfg" && ! grep -q "input_tokens = 64" "$tmp/jobs/$id/contract.cfg" ||
   fail "the live contract: $(cat "$tmp/jobs/$id/contract.cfg")"
 [ "$(api POST /admin/recompress "{\"contract_path\": \"$tmp/mem.cfg\"}")" = 409 ] || fail "a second job at once: $(cat "$tmp/resp")"
 wait_job "$id" "j['stage'] in ('search', 'prune', 'distill') and j['pid'] > 0"

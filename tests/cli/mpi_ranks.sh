@@ -64,7 +64,10 @@ search=(search --model "$tmp/teacher" --contract "$tmp/tiny.cfg" --tables "$tmp/
 "$ac" "${search[@]}" --out "$tmp/s1" >/dev/null || fail "one-process search exited $?"
 "${mpi[@]}" "$ac" "${search[@]}" --out "$tmp/s2" >"$tmp/s2.log" || fail "2-rank search exited $?: $(cat "$tmp/s2.log")"
 compare routers "$tmp/s1/search_state.bin" "$tmp/s2/search_state.bin" 1e-6 || fail "2-rank router logits"
-compare weights "$tmp/s1/weights/model.safetensors" "$tmp/s2/weights/model.safetensors" 1e-6 || fail "2-rank weights"
+# the weights learn at lr 1e-4 under AdamW, whose normalised step turns the ranks' other
+# rounding (~1e-7 of a gradient) into up to ~2e-6 after the search's 9 steps under ASan; a
+# rank whose share were lost or counted twice would be off by ~1e-4 a step
+compare weights "$tmp/s1/weights/model.safetensors" "$tmp/s2/weights/model.safetensors" 1e-5 || fail "2-rank weights"
 cmp -s "$tmp/s1/arch.json" "$tmp/s2/arch.json" || fail "the 2-rank search chose another architecture"
 
 # ---- profile: runs shared out over the ranks, the tables merged ----
