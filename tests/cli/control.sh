@@ -20,12 +20,16 @@ source "$src/tests/server/serve_lib.sh"
 tmp=$serve_tmp
 export AUTOCOMPRESS_ADMIN_TOKEN=control-test-token
 model="$src/examples/parent/prose"
-# Memory targets with room under AddressSanitizer: its allocator (quarantine, shadow and
-# redzones) made a job's measured peak 7-8 MB larger than a plain build's in 3 of 4
-# full-suite runs (37-38 MB where the plain build measures 30.4 MB, 31.1 predicted), which
-# no prediction can follow; tests/cli/measure.sh skips its memory check there too.
+# Under AddressSanitizer a job's measured memory peak depended on the sanitizer's
+# quarantine, which keeps freed blocks from reuse so that later allocations take fresh
+# pages: the same model under the same contract measured 41.5 and 47.8 MB in one run
+# (41.3 predicted), and jobs missed targets the plain build meets within 0.2% of the
+# prediction. Without the quarantine here (use-after-free is still caught by the other
+# tests' full quarantine), freed memory is reused as in the plain build.
 ratio=0.8 live_ratio=0.85
-if grep -qa __asan_init "$ac"; then ratio=0.95 live_ratio=0.95; fi
+if grep -qa __asan_init "$ac"; then
+  export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}quarantine_size_mb=0"
+fi
 
 "$ac" tokenize --tokenizer "$src/examples/data/tokenizer.json" --out "$tmp/data" --format lines --val-percent 10 \
   --progress off "$src/tests/fixtures/tokenizer/lines.txt" >/dev/null
