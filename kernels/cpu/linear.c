@@ -10,6 +10,17 @@ enum { GEMV_MAX_ROWS = 4 };
  * threads none below 9216 either); rows go to threads in blocks of this many. */
 enum { GEMV_PARALLEL_MIN = 9216, GEMV_ROW_BLOCK = 16 };
 
+/* The calling thread's share [*first, *last) of `total` rows: whole blocks of
+ * GEMV_ROW_BLOCK, as even as they go. */
+static void thread_rows(long total, long *first, long *last)
+{
+    int threads = omp_get_num_threads(), me = omp_get_thread_num();
+    long blocks = (total + GEMV_ROW_BLOCK - 1) / GEMV_ROW_BLOCK;
+    *first = blocks * me / threads * GEMV_ROW_BLOCK;
+    *last = blocks * (me + 1) / threads * GEMV_ROW_BLOCK;
+    *last = *last < total ? *last : total;
+}
+
 /* y_i = W_i x_i + beta y_i for n products in one parallel region: the rows of all of them,
  * end to end, split evenly among the threads in blocks of GEMV_ROW_BLOCK, each thread
  * running OpenBLAS's gemv on its slices (single-threaded inside the region). One region
@@ -26,10 +37,8 @@ static void gemv_slices(int n, const float *const *W, const int *rows, const int
     }
 #pragma omp parallel if (work >= GEMV_PARALLEL_MIN)
     {
-        int threads = omp_get_num_threads(), me = omp_get_thread_num();
-        long blocks = (total_rows + GEMV_ROW_BLOCK - 1) / GEMV_ROW_BLOCK;
-        long first = blocks * me / threads * GEMV_ROW_BLOCK, last = blocks * (me + 1) / threads * GEMV_ROW_BLOCK;
-        long base = 0;
+        long first, last, base = 0;
+        thread_rows(total_rows, &first, &last);
         for (int i = 0; i < n; i++) {
             long lo = first > base ? first : base, hi = last < base + rows[i] ? last : base + rows[i];
             if (lo < hi)
@@ -63,10 +72,8 @@ void ac_cpu_gemv_sum(ac_kctx *ctx, int n, const float *const *W, int rows, const
     }
 #pragma omp parallel if (work >= GEMV_PARALLEL_MIN)
     {
-        int threads = omp_get_num_threads(), me = omp_get_thread_num();
-        long blocks = (rows + GEMV_ROW_BLOCK - 1) / GEMV_ROW_BLOCK;
-        long first = blocks * me / threads * GEMV_ROW_BLOCK, last = blocks * (me + 1) / threads * GEMV_ROW_BLOCK;
-        last = last < rows ? last : rows;
+        long first, last;
+        thread_rows(rows, &first, &last);
         for (int i = 0; first < last && i < n; i++)
             cblas_sgemv(CblasRowMajor, CblasNoTrans, (int)(last - first), cols[i], alpha[i],
                         W[i] + (size_t)first * cols[i], cols[i], x[i], 1, i ? 1.0f : 0.0f, y + first, 1);
