@@ -59,6 +59,13 @@ struct ac_backend {
     void (*memset_zero)(void *p, size_t bytes);
     /* Waits until every op queued on ctx's stream has finished (a no-op on the CPU). */
     void (*sync)(ac_kctx *ctx);
+    /* NULL when the backend can run on this machine, else why not ("no CUDA device: ...");
+     * a backend's other members may be called only when this is NULL. */
+    const char *(*unavailable)(void);
+    /* The first failure of an op, allocation or copy since the last call, naming the op
+     * and the device's reason (NULL: none), and forgets it. Ops return nothing: a caller
+     * checks here after a sync, where an accelerator reports what went wrong. */
+    const char *(*take_error)(void);
 
     /* ---- forward ops ---- */
 
@@ -143,6 +150,8 @@ struct ac_backend {
     /* out[c] += sum_r a[r, c] * b[r, c] (a column mask's gradient). */
     void (*column_dot)(ac_kctx *ctx, int rows, int cols, const float *a, int lda, const float *b, int ldb,
                        float *out);
+    /* y = -exp(x) (Mamba2's A from A_log); y may alias x. */
+    void (*neg_exp)(ac_kctx *ctx, int n, const float *x, float *y);
 
     /* ---- backward ops: gradients for training. "+=" marks an accumulated output. ---- */
 
@@ -270,11 +279,16 @@ static inline const ac_backend *ac_backend_of(const ac_kctx *ctx)
 }
 
 /* The compiled-in backends (kernels/backend.c): "cpu" always, "cuda" when built with
- * AC_HAVE_CUDA. ac_backend_find returns NULL for a name not compiled in; ac_backend_at
- * returns NULL outside 0..ac_backend_count()-1. */
+ * AC_HAVE_CUDA (listed even where there is no GPU: ask its `unavailable`).
+ * ac_backend_find returns NULL for a name not compiled in; ac_backend_at returns NULL
+ * outside 0..ac_backend_count()-1. */
 const ac_backend *ac_backend_find(const char *name);
 int ac_backend_count(void);
 const ac_backend *ac_backend_at(int i);
+
+/* The backend to compute on, by name ("cpu", "cuda"): NULL with why in msg (cap bytes)
+ * when it is not compiled in or cannot run on this machine. */
+const ac_backend *ac_backend_select(const char *name, char *msg, size_t cap);
 
 /* ---- the ops: each runs ac_backend_of(ctx)'s member of the same name (documented in
  * struct ac_backend above) ---- */
@@ -386,6 +400,11 @@ static inline void ac_k_column_dot(ac_kctx *ctx, int rows, int cols, const float
                                    int ldb, float *out)
 {
     ac_backend_of(ctx)->column_dot(ctx, rows, cols, a, lda, b, ldb, out);
+}
+
+static inline void ac_k_neg_exp(ac_kctx *ctx, int n, const float *x, float *y)
+{
+    ac_backend_of(ctx)->neg_exp(ctx, n, x, y);
 }
 
 static inline void ac_k_linear_backward(ac_kctx *ctx, int M, int N, int K, const float *A, int lda,

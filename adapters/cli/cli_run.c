@@ -1,4 +1,4 @@
-/* autocompress logits / generate: run a checkpoint on token ids with the CPU engine. */
+/* autocompress logits / generate: run a checkpoint on token ids, on the CPU or a GPU. */
 #include "cli.h"
 #include "cli_args.h"
 #include "cli_opts.h"
@@ -19,6 +19,7 @@ typedef struct {
     const char *prompt;         /* text, encoded with the tokenizer */
     const char *tokenizer_path; /* default: MODEL/tokenizer.json */
     const char *out_path;
+    const char *device; /* "cpu" (default) or "cuda" */
     int max_tokens;
     double temperature;
     double top_p;
@@ -36,7 +37,8 @@ static int report(const char *command, ac_status st)
     CLI_REQUIRED("model", &(a)->model_dir, "DIR", "the checkpoint"),                           \
     CLI_TEXT("ids", &(a)->ids_text, "1,2,3", "the input as token ids"),                        \
     CLI_TEXT("prompt", &(a)->prompt, "TEXT", "the input as text, encoded with the tokenizer"), \
-    CLI_TEXT("tokenizer", &(a)->tokenizer_path, "FILE", "tokenizer.json for --prompt (default: DIR/tokenizer.json)")
+    CLI_TEXT("tokenizer", &(a)->tokenizer_path, "FILE", "tokenizer.json for --prompt (default: DIR/tokenizer.json)"), \
+    CLI_TEXT("device", &(a)->device, "cpu|cuda", "where the model runs (default: cpu)")
 
 /* Parses and checks that exactly one input was given. */
 static int parse_input(const cli_spec *spec, int argc, char **argv, const run_args *a)
@@ -54,7 +56,7 @@ static int parse_logits_args(int argc, char **argv, run_args *a)
         CLI_TEXT("out", &a->out_path, "FILE.npy", "write the logits here instead of printing each position's argmax"),
     };
     const cli_spec spec = {"logits", NULL,
-                           "Runs the checkpoint on the input with the CPU engine and prints the logits'\n"
+                           "Runs the checkpoint on the input (on --device) and prints the logits'\n"
                            "shape [tokens, vocab]. With --out the logits go to a float32 .npy file;\n"
                            "without it each position's argmax token is printed instead.\n"
                            "Exit status: 0 on success, 1 when the model cannot be loaded or run, 2 on a\n"
@@ -73,7 +75,7 @@ static int parse_generate_args(int argc, char **argv, run_args *a)
         CLI_NUMBER("seed", CLI_U64, &a->seed, "S", "seed of the sampling", 0, INT64_MAX),
     };
     const cli_spec spec = {"generate", NULL,
-                           "Feeds the input to the checkpoint (CPU engine) and generates --max-tokens more\n"
+                           "Feeds the input to the checkpoint (on --device) and generates --max-tokens more\n"
                            "tokens one at a time, greedy or sampled. With --ids the new ids are printed\n"
                            "comma-separated; with --prompt the decoded text is printed as it is made, and\n"
                            "generation stops early at <|endoftext|>.\n"
@@ -125,6 +127,13 @@ static ac_status run_state_open(const run_args *a, run_state *r)
     }
     if (st == AC_OK)
         st = ac_model_load(a->model_dir, &r->model);
+    if (st == AC_OK && a->device && strcmp(a->device, "cpu") != 0) {
+        ac_model *host = r->model;
+        st = ac_model_to_device(host, a->device, &r->model);
+        if (st != AC_OK)
+            r->model = NULL;
+        ac_model_free(host);
+    }
     if (st == AC_OK)
         st = ac_runtime_create(r->model, &r->runtime);
     if (st == AC_OK)

@@ -15,6 +15,7 @@
 typedef struct {
     const char *model, *config, *port_file;
     const char *host;
+    const char *device;
     int port, slots, threads; /* -1: not given */
 } serve_args;
 
@@ -30,6 +31,7 @@ static int parse_args(int argc, char **argv, serve_args *a)
                    256),
         CLI_NUMBER("threads", CLI_INT, &a->threads, "N", "engine threads, 0: all cores (default: the config's, else 0)",
                    0, 1024),
+        CLI_TEXT("device", &a->device, "cpu|cuda", "where the models run (default: the config's, else cpu)"),
         CLI_TEXT("port-file", &a->port_file, "FILE", "write the bound port here once listening"),
     };
     const cli_spec spec = {"serve", NULL,
@@ -44,6 +46,8 @@ static int parse_args(int argc, char **argv, serve_args *a)
     int rc = cli_parse(&spec, argc, argv, NULL);
     if (rc == CLI_PARSED && a->host && strlen(a->host) >= sizeof((srv_config *)0)->host)
         rc = cli_usage_error(&spec, "--host is too long");
+    if (rc == CLI_PARSED && a->device && strlen(a->device) >= sizeof((srv_config *)0)->device)
+        rc = cli_usage_error(&spec, "--device is too long");
     return rc;
 }
 
@@ -63,6 +67,8 @@ static int configure(const serve_args *a, srv_config *c)
         c->slots = a->slots;
     if (a->threads >= 0)
         c->threads = a->threads;
+    if (a->device)
+        snprintf(c->device, sizeof c->device, "%s", a->device);
     srv_config_apply_env(c);
     return CLI_PARSED;
 }

@@ -4,6 +4,7 @@
 #include "cli_opts.h"
 
 #include <stdio.h>
+#include <string.h>
 
 #include "autocompress/config_json.h"
 #include "autocompress/model.h"
@@ -13,6 +14,7 @@ typedef struct {
     ac_train_params p;
     ac_comm_params comm;
     const char *config, *model_dir, *teacher_dir;
+    const char *device; /* "cpu" (default) or "cuda" */
     uint64_t init_seed;
     float init_std;
 } train_args;
@@ -43,6 +45,7 @@ static train_args default_train_args(void)
                100000000),                                                                                          \
     CLI_CUSTOM("progress", &(a)->p.progress, "auto|bar|json|off", "progress on stderr (default: auto)",             \
                cli_parse_progress),                                                                                 \
+    CLI_TEXT("device", &(a)->device, "cpu|cuda", "where the models train (default: cpu)"),                         \
     CLI_COMM_OPTS(&(a)->comm)
 
 #define TRAINING_EXIT_STATUS                                                              \
@@ -104,6 +107,24 @@ static ac_status initial_model(const train_args *a, ac_model **model)
     return st;
 }
 
+/* The student and the teacher (if any) copied to `device`, their host copies freed. */
+static ac_status move_to_device(const char *device, ac_model **model, ac_model **teacher)
+{
+    ac_model **models[2] = {model, teacher};
+    for (int i = 0; i < 2; i++) {
+        if (!*models[i])
+            continue;
+        ac_model *host = *models[i];
+        ac_status st = ac_model_to_device(host, device, models[i]);
+        if (st != AC_OK)
+            *models[i] = NULL;
+        ac_model_free(host);
+        if (st != AC_OK)
+            return st;
+    }
+    return AC_OK;
+}
+
 static int run_training(const char *command, train_args *a)
 {
     ac_model *model = NULL, *teacher = NULL;
@@ -112,6 +133,8 @@ static int run_training(const char *command, train_args *a)
         st = initial_model(a, &model);
     if (st == AC_OK && a->teacher_dir)
         st = ac_model_load(a->teacher_dir, &teacher);
+    if (st == AC_OK && a->device && strcmp(a->device, "cpu") != 0)
+        st = move_to_device(a->device, &model, &teacher);
     ac_train_report report;
     a->p.teacher = teacher;
     if (st == AC_OK)

@@ -68,6 +68,7 @@ typedef struct {
     int max_connections;
     double drain_timeout_s;  /* SIGTERM: how long in-flight completions may take to finish */
     int threads;             /* engine threads (0: all cores) */
+    char device[16];         /* where models run: "cpu" (default) or "cuda" */
     char model_name[SRV_NAME_MAX]; /* the id in /v1/models; default the directory's name */
     char admin_token[256];   /* empty: admin endpoints disabled */
     int prefix_reuse;        /* reuse a slot's cache when a prompt extends it */
@@ -102,10 +103,10 @@ typedef struct srv_model {
     ac_live_profile *live; /* in-situ profile of its steps, or NULL (profiling off) */
 } srv_model;
 
-/* Loads a checkpoint directory (config.json, weights, tokenizer.json) and validates it:
- * a forward on a probe prompt must give finite logits. Runs on a thread of its own
- * (srv_model.c says why); the caller waits. */
-ac_status srv_model_load(const char *path, const char *name, srv_model **model);
+/* Loads a checkpoint directory (config.json, weights, tokenizer.json) onto `device`
+ * ("cpu", "cuda") and validates it: a forward on a probe prompt must give finite
+ * logits. Runs on a thread of its own (srv_model.c says why); the caller waits. */
+ac_status srv_model_load(const char *path, const char *name, const char *device, srv_model **model);
 void srv_model_free(srv_model *model);
 
 /* ---- text helpers (srv_text.c) ---- */

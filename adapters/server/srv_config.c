@@ -7,7 +7,7 @@
  *   context_tokens = 4096;     default_max_tokens = 16;
  *   max_tokens_limit = 0;      max_prompt_tokens = 0;     (0: the context)
  *   max_body_bytes = 1048576;  max_connections = 64;    drain_timeout_s = 30.0;
- *   threads = 0;               model_name = "prose";
+ *   threads = 0;               model_name = "prose";     device = "cpu";   ("cuda": the GPU)
  *   admin_token = "...";       prefix_reuse = true;
  *   control = { jobs_dir = "autocompress-jobs"; data = "DIR"; tables = "FILE";
  *               parent = "DIR"; contract = "FILE"; threads = 1; nice = 10;
@@ -27,6 +27,7 @@ void srv_config_defaults(srv_config *c)
     memset(c, 0, sizeof *c);
     snprintf(c->host, sizeof c->host, "127.0.0.1");
     c->port = 8080;
+    snprintf(c->device, sizeof c->device, "cpu");
     c->slots = 8;
     c->max_queue = 256;
     c->prefill_chunk = 256;
@@ -206,6 +207,8 @@ static ac_status read_setting(const char *path, const config_setting_t *s, srv_c
     }
     if (!strcmp(name, "profile_tables"))
         return read_string(path, s, c->profile_tables, sizeof c->profile_tables);
+    if (!strcmp(name, "device"))
+        return read_string(path, s, c->device, sizeof c->device);
     if (!strcmp(name, "model_name"))
         return read_string(path, s, c->model_name, sizeof c->model_name);
     if (!strcmp(name, "admin_token"))

@@ -35,6 +35,18 @@ static void cpu_sync(ac_kctx *ctx)
     (void)ctx;
 }
 
+/* The CPU is always there. */
+static const char *cpu_unavailable(void)
+{
+    return NULL;
+}
+
+/* The CPU's ops cannot fail on valid shapes, and a failed allocation returns NULL. */
+static const char *cpu_take_error(void)
+{
+    return NULL;
+}
+
 const ac_backend ac_cpu_backend = {
     .name = "cpu",
     .alloc = cpu_alloc,
@@ -42,6 +54,8 @@ const ac_backend ac_cpu_backend = {
     .copy = cpu_copy,
     .memset_zero = cpu_memset_zero,
     .sync = cpu_sync,
+    .unavailable = cpu_unavailable,
+    .take_error = cpu_take_error,
     .linear = ac_cpu_linear,
     .gemv_batch = ac_cpu_gemv_batch,
     .gemv_sum = ac_cpu_gemv_sum,
@@ -60,6 +74,7 @@ const ac_backend ac_cpu_backend = {
     .add = ac_cpu_add,
     .mul_columns = ac_cpu_mul_columns,
     .column_dot = ac_cpu_column_dot,
+    .neg_exp = ac_cpu_neg_exp,
     .linear_backward = ac_cpu_linear_backward,
     .rmsnorm_backward = ac_cpu_rmsnorm_backward,
     .relu2_backward = ac_cpu_relu2_backward,

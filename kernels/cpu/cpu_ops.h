@@ -47,6 +47,7 @@ void ac_cpu_add(ac_kctx *ctx, size_t n, const float *x, float *y);
 void ac_cpu_mul_columns(ac_kctx *ctx, int rows, int cols, const float *mask, float *x, int ldx);
 void ac_cpu_column_dot(ac_kctx *ctx, int rows, int cols, const float *a, int lda, const float *b, int ldb,
                        float *out);
+void ac_cpu_neg_exp(ac_kctx *ctx, int n, const float *x, float *y);
 
 /* ---- backward ---- */
 

@@ -37,6 +37,14 @@ void ac_cpu_column_dot(ac_kctx *ctx, int rows, int cols, const float *a, int lda
             out[c] += a[(size_t)r * lda + c] * b[(size_t)r * ldb + c];
 }
 
+/* glibc's expf, not cpu_math.h's: it runs once per head per block, off the hot loops. */
+void ac_cpu_neg_exp(ac_kctx *ctx, int n, const float *x, float *y)
+{
+    (void)ctx;
+    for (int i = 0; i < n; i++)
+        y[i] = -expf(x[i]);
+}
+
 void ac_cpu_add(ac_kctx *ctx, size_t n, const float *x, float *y)
 {
     (void)ctx;

@@ -1,5 +1,6 @@
 /* The weight arena: one allocation, laid out parameter by parameter in checkpoint order. */
 #include "model/model_internal.h"
+#include "kernels/kernels.h"
 #include "runtime/block.h"
 
 #include <stdarg.h>
@@ -94,8 +95,138 @@ void ac_model_free(ac_model *model)
     ac_arch_free(&model->arch);
     free(model->layers);
     free(model->params);
-    free(model->arena);
+    if (model->backend)
+        model->backend->free(model->arena);
+    else
+        free(model->arena);
     free(model);
+}
+
+/* The model's structure (arch, layer and parameter tables) without an arena. */
+static ac_status model_shell(const ac_arch *arch, ac_model **model, ac_layout *sizes)
+{
+    ac_model *m = calloc(1, sizeof *m);
+    if (!m)
+        return ac_fail(AC_ERR_NOMEM, "model: out of memory");
+    ac_status st = ac_arch_copy(&m->arch, arch);
+    if (st != AC_OK) {
+        free(m);
+        return st;
+    }
+    m->layers = calloc((size_t)arch->n_layers, sizeof *m->layers);
+    *sizes = (ac_layout){.model = m};
+    if (m->layers)
+        layout_model(sizes);
+    m->params = m->layers ? calloc(sizes->n_params ? sizes->n_params : 1, sizeof *m->params) : NULL;
+    if (!m->params) {
+        ac_model_free(m);
+        return ac_fail(AC_ERR_NOMEM, "model: out of memory for %d layers", arch->n_layers);
+    }
+    *model = m;
+    return AC_OK;
+}
+
+/* Points every weight of m into its arena. */
+static void place_weights(ac_model *m, const ac_layout *sizes)
+{
+    m->arena_count = sizes->offset;
+    m->n_params = sizes->n_params;
+    ac_layout l = {.model = m};
+    layout_model(&l);
+}
+
+/* Which way a copy from a model's memory (src, NULL: the host's) into be's (NULL: the
+ * host's) goes; the backend that makes it is the device's. */
+static ac_copy_kind copy_kind_between(const ac_backend *src, const ac_backend *be)
+{
+    return src && be ? AC_COPY_DEVICE_TO_DEVICE : src ? AC_COPY_DEVICE_TO_HOST : AC_COPY_HOST_TO_DEVICE;
+}
+
+ac_status ac_model_to_backend(const ac_model *model, const ac_backend *be, ac_model **out)
+{
+    const ac_backend *src = model->backend;
+    if (src && be && src != be)
+        return ac_fail(AC_ERR_UNSUPPORTED, "model: cannot copy from %s to %s directly (copy to the host first)",
+                       src->name, be->name);
+    const ac_backend *mem = be ? be : &ac_cpu_backend; /* the CPU's alloc is malloc, as ac_model_free expects */
+    const ac_backend *mover = src ? src : mem;
+    ac_model *m = NULL;
+    ac_layout sizes;
+    ac_status st = model_shell(&model->arch, &m, &sizes);
+    if (st != AC_OK)
+        return st;
+    size_t bytes = model->arena_count * sizeof(float);
+    m->arena = mem->alloc(bytes);
+    if (!m->arena) {
+        const char *why = mem->take_error();
+        ac_model_free(m);
+        return ac_fail(AC_ERR_NOMEM, "model: cannot allocate %.1f MiB of weights on %s%s%s",
+                       (double)bytes / (1 << 20), mem->name, why ? ": " : "", why ? why : "");
+    }
+    m->backend = be;
+    place_weights(m, &sizes);
+    mover->copy(m->arena, model->arena, bytes, copy_kind_between(src, be));
+    const char *why = mover->take_error();
+    if (why) {
+        ac_model_free(m);
+        return ac_fail(AC_ERR_DEVICE, "model: copying the weights from %s to %s: %s", src ? src->name : "the host",
+                       mem->name, why);
+    }
+    *out = m;
+    return AC_OK;
+}
+
+ac_status ac_model_create_on(const ac_arch *arch, const ac_backend *be, ac_model **out)
+{
+    if (!be)
+        return ac_model_create(arch, out);
+    ac_status st = ac_arch_validate(arch);
+    ac_model *m = NULL;
+    ac_layout sizes;
+    if (st == AC_OK)
+        st = model_shell(arch, &m, &sizes);
+    if (st != AC_OK)
+        return st;
+    size_t bytes = sizes.offset * sizeof(float);
+    m->arena = be->alloc(bytes);
+    if (!m->arena) {
+        ac_model_free(m);
+        return ac_fail(AC_ERR_NOMEM, "model: cannot allocate %.1f MiB of weights on %s", (double)bytes / (1 << 20),
+                       be->name);
+    }
+    m->backend = be;
+    place_weights(m, &sizes);
+    be->memset_zero(m->arena, bytes);
+    *out = m;
+    return AC_OK;
+}
+
+ac_status ac_model_to_device(const ac_model *model, const char *device, ac_model **out)
+{
+    char why[256];
+    const ac_backend *be = ac_backend_select(device, why, sizeof why);
+    if (!be)
+        return ac_fail(AC_ERR_UNSUPPORTED, "model: %s", why);
+    return ac_model_to_backend(model, be == &ac_cpu_backend ? NULL : be, out);
+}
+
+void ac_model_zero(ac_model *model)
+{
+    const ac_backend *be = model->backend ? model->backend : &ac_cpu_backend;
+    be->memset_zero(model->arena, model->arena_count * sizeof(float));
+}
+
+const char *ac_model_device(const ac_model *model)
+{
+    return model->backend ? model->backend->name : ac_cpu_backend.name;
+}
+
+ac_status ac_model_check_host(const ac_model *model, const char *what)
+{
+    if (!model->backend)
+        return AC_OK;
+    return ac_fail(AC_ERR_UNSUPPORTED, "model: %s needs the weights in host memory; this copy is on %s", what,
+                   model->backend->name);
 }
 
 const ac_arch *ac_model_arch(const ac_model *model) { return &model->arch; }

@@ -33,6 +33,7 @@ typedef struct {
 
 struct ac_model {
     ac_arch arch;
+    const struct ac_backend *backend; /* whose memory holds the arena; NULL: the host's */
     float *arena;
     size_t arena_count;
     float *embeddings; /* [V, D] */
@@ -45,6 +46,17 @@ struct ac_model {
 
 /* The arena's layout, built in two passes: the first only counts, the second assigns
  * each pointer slot and records the parameter's name and shape (model.c). */
+/* A copy of model with its weights in be's memory (be NULL: the host's), from the host
+ * or from be itself; ac_model_to_device by backend rather than name. */
+ac_status ac_model_to_backend(const ac_model *model, const struct ac_backend *be, ac_model **out);
+
+/* A model of `arch` with every weight zero in be's memory (NULL: the host's). */
+ac_status ac_model_create_on(const ac_arch *arch, const struct ac_backend *be, ac_model **out);
+
+/* AC_OK when the model's weights are in host memory; otherwise fails naming `what`
+ * (an operation that reads or writes weights from the host: saving, slicing, pruning). */
+ac_status ac_model_check_host(const ac_model *model, const char *what);
+
 typedef struct ac_layout ac_layout;
 void ac_layout_param(ac_layout *l, float **slot, int ndim, const int64_t *shape, const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));

@@ -307,7 +307,22 @@ static int keep_f32(const char *name)
            ends_with(name, ".gate.weight") || !strcmp(name, "norm_f.weight");
 }
 
+static ac_status save_host_model(const ac_model *model, const char *dir, ac_dtype dtype);
+
+/* A model on a device is written from a host copy. */
 ac_status ac_model_save(const ac_model *model, const char *dir, ac_dtype dtype)
+{
+    if (!model->backend)
+        return save_host_model(model, dir, dtype);
+    ac_model *host = NULL;
+    ac_status st = ac_model_to_backend(model, NULL, &host);
+    if (st == AC_OK)
+        st = save_host_model(host, dir, dtype);
+    ac_model_free(host);
+    return st;
+}
+
+static ac_status save_host_model(const ac_model *model, const char *dir, ac_dtype dtype)
 {
     if (dtype != AC_DTYPE_F32 && dtype != AC_DTYPE_BF16)
         return ac_fail(AC_ERR_UNSUPPORTED, "%s: checkpoints are saved as F32 or BF16, not %s", dir,

@@ -9,6 +9,9 @@ ac_status ac_model_slice(const ac_model *parent, const ac_arch *arch, const int 
                          ac_model **out)
 {
     *out = NULL;
+    ac_status host = ac_model_check_host(parent, "slicing");
+    if (host != AC_OK)
+        return host;
     if (parent->arch.vocab != arch->vocab)
         return ac_fail(AC_ERR_INVALID, "slice: vocabulary %d differs from the parent's %d", arch->vocab,
                        parent->arch.vocab);

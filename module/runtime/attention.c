@@ -31,13 +31,13 @@ static size_t attention_saved_per_token(const ac_arch *arch, const ac_block_dims
     return (size_t)b->attn_heads * b->attn_head_dim + 2 * (size_t)b->attn_kv_heads * b->attn_head_dim;
 }
 
-/* Copies L new rows of K (or V) [L, n_kv*hd] into the cache layout [n_kv, cap, hd]. */
-static void append_kv(float *cache, int cap, int past, int L, int n_kv, int hd, const float *rows)
+/* Copies L rows of K (or V) [L, n_kv*hd] into the cache layout [n_kv, cap, hd] from row
+ * `past` on: per KV head, a gather of rows 0..L-1 (where the ops run). */
+static void rows_to_heads(ac_runtime *rt, float *cache, int cap, int past, int L, int n_kv, int hd, const float *rows)
 {
-    for (int t = 0; t < L; t++)
-        for (int j = 0; j < n_kv; j++)
-            memcpy(cache + ((size_t)j * cap + past + t) * hd, rows + ((size_t)t * n_kv + j) * hd,
-                   (size_t)hd * sizeof *cache);
+    for (int j = 0; j < n_kv; j++)
+        ac_k_gather_rows(&rt->kctx, L, hd, rows + (size_t)j * hd, n_kv * hd, rt->iota,
+                         cache + ((size_t)j * cap + past) * hd);
 }
 
 /* A few tokens (decode): q, k and v of every token as one batch of matrix-vector
@@ -91,11 +91,8 @@ static void attention_forward(ac_runtime *rt, int layer, const ac_seqs *seqs, co
             float *k_rows = q + (size_t)T * nq, *v_rows = k_rows + (size_t)T * nkv;
             ac_k_linear(&rt->kctx, T, nkv, D, xn, D, w->k_proj, 0.0f, k_rows, nkv);
             ac_k_linear(&rt->kctx, T, nkv, D, xn, D, w->v_proj, 0.0f, v_rows, nkv);
-            for (int g = 0; g < nKV; g++)
-                for (int t = 0; t < T; t++) {
-                    memcpy(k + ((size_t)g * T + t) * hd, k_rows + (size_t)t * nkv + (size_t)g * hd, (size_t)hd * sizeof *k);
-                    memcpy(v + ((size_t)g * T + t) * hd, v_rows + (size_t)t * nkv + (size_t)g * hd, (size_t)hd * sizeof *v);
-                }
+            rows_to_heads(rt, k, T, 0, T, nKV, hd, k_rows);
+            rows_to_heads(rt, v, T, 0, T, nKV, hd, v_rows);
         } else {
             for (int g = 0; g < nKV; g++) {
                 ac_k_linear(&rt->kctx, T, hd, D, xn, D, w->k_proj + (size_t)g * hd * D, 0.0f, k + (size_t)g * T * hd, hd);
@@ -115,8 +112,8 @@ static void attention_forward(ac_runtime *rt, int layer, const ac_seqs *seqs, co
         for (int s = 0; s < seqs->n; s++) {
             int o = seqs->offset[s], L = seqs->len[s];
             ac_cache_layers *c = &seqs->caches[s]->l;
-            append_kv(c->k[layer], c->capacity, c->tokens, L, nKV, hd, k + (size_t)o * nkv);
-            append_kv(c->v[layer], c->capacity, c->tokens, L, nKV, hd, v + (size_t)o * nkv);
+            rows_to_heads(rt, c->k[layer], c->capacity, c->tokens, L, nKV, hd, k + (size_t)o * nkv);
+            rows_to_heads(rt, c->v[layer], c->capacity, c->tokens, L, nKV, hd, v + (size_t)o * nkv);
             ac_k_attention(&rt->kctx, L, c->tokens, nH, nKV, hd, q + (size_t)o * nq, nq, c->k[layer],
                            c->v[layer], c->capacity, scale, att + (size_t)o * nq, nq);
         }

@@ -66,6 +66,10 @@ typedef struct {
     /* Floats per token that a training forward keeps for its backward (its projections,
      * which the backward would otherwise recompute). */
     size_t (*saved_per_token)(const ac_arch *arch, const ac_block_dims *b);
+    /* Floats per token of host memory the forward reads back from a device's memory to
+     * decide on the host (the MoE's routing: which expert gets which token); NULL: none.
+     * On the CPU the forward reads its scratch in place and none is allocated. */
+    size_t (*host_per_token)(const ac_block_dims *b);
     /* Floats of one sequence's fixed state (Mamba: conv state then SSM state). */
     size_t (*state_floats)(const ac_block_dims *b);
     /* K and V per cached token: kv_heads rows of head_dim each (0 heads: no KV). */

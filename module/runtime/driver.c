@@ -59,9 +59,12 @@ static void embed(ac_runtime *rt, const ac_seqs *seqs, const int32_t *const *tok
     const ac_model *m = rt->model;
     int D = m->arch.hidden;
     for (int s = 0; s < seqs->n; s++)
-        for (int t = 0; t < seqs->len[s]; t++)
-            memcpy(pass->xs + (size_t)(seqs->offset[s] + t) * D, m->embeddings + (size_t)tokens[s][t] * D,
-                   (size_t)D * sizeof(float));
+        memcpy(rt->ids_host + seqs->offset[s], tokens[s], (size_t)seqs->len[s] * sizeof *rt->ids_host);
+    ac_backend_of(&rt->kctx)->copy(rt->ids, rt->ids_host, (size_t)seqs->total * sizeof *rt->ids,
+                                   AC_COPY_HOST_TO_DEVICE);
+    for (int s = 0; s < seqs->n; s++)
+        ac_k_gather_rows(&rt->kctx, seqs->len[s], D, m->embeddings, D, rt->ids + seqs->offset[s],
+                         pass->xs + (size_t)seqs->offset[s] * D);
     if (pass->masks && pass->masks->hidden)
         ac_k_mul_columns(&rt->kctx, seqs->total, D, pass->masks->hidden, pass->xs, D);
 }
@@ -148,13 +151,13 @@ void ac_driver_forward(ac_runtime *rt, const ac_seqs *seqs, const int32_t *const
         block_input(rt, l, x, T, hidden, rt->xn);
         block_forward(rt, l, seqs, &bm, rt->xn, rt->mix, pass->keep_inputs ? saved_at(pass, l) : NULL);
         if (pass->outs)
-            memcpy(pass->outs + (size_t)l * TD, rt->mix, TD * sizeof(float));
+            ac_rt_copy(rt, pass->outs + (size_t)l * TD, rt->mix, TD);
         if (hidden)
             ac_k_mul_columns(&rt->kctx, T, D, hidden, rt->mix, D);
         if (gate)
             ac_k_scale(&rt->kctx, TD, gate[l], rt->mix);
         if (next != x)
-            memcpy(next, x, TD * sizeof(float));
+            ac_rt_copy(rt, next, x, TD);
         ac_k_add(&rt->kctx, TD, rt->mix, next);
         if (probe)
             ac_probe_end(probe, l, site);
@@ -169,7 +172,7 @@ static void final_norm(ac_runtime *rt, int rows, const float *x, const float *hi
     int D = m->arch.hidden;
     width_norm(rt, rows, x, m->norm_f, hidden, raw ? raw : rt->xn);
     if (raw)
-        memcpy(rt->xn, raw, (size_t)rows * D * sizeof(float));
+        ac_rt_copy(rt, rt->xn, raw, (size_t)rows * D);
     if (hidden)
         ac_k_mul_columns(&rt->kctx, rows, D, hidden, rt->xn, D);
 }
@@ -183,8 +186,10 @@ void ac_driver_logits(ac_runtime *rt, const ac_seqs *seqs, const ac_pass *pass, 
     int rows = mode == AC_LOGITS_ALL ? seqs->total : seqs->n;
     if (mode == AC_LOGITS_LAST) {
         for (int s = 0; s < seqs->n; s++)
-            memcpy(rt->mix + (size_t)s * D, last + (size_t)(seqs->offset[s] + seqs->len[s] - 1) * D,
-                   (size_t)D * sizeof(float));
+            rt->ids_host[s] = seqs->offset[s] + seqs->len[s] - 1;
+        ac_backend_of(&rt->kctx)->copy(rt->ids, rt->ids_host, (size_t)seqs->n * sizeof *rt->ids,
+                                       AC_COPY_HOST_TO_DEVICE);
+        ac_k_gather_rows(&rt->kctx, seqs->n, D, last, D, rt->ids, rt->mix);
         last = rt->mix;
     }
     final_norm(rt, rows, last, hidden, NULL);
@@ -204,7 +209,7 @@ static void gate_and_output_mask_grads(ac_runtime *rt, int l, const ac_seqs *seq
     if (!pass->outs)
         block_forward(rt, l, seqs, bm, rt->xn, rt->mix, NULL);
     float dg = 0.0f, *col = buf->column;
-    memset(col, 0, (size_t)D * sizeof *col);
+    ac_rt_zero(rt, col, (size_t)D);
     ac_k_column_dot(&rt->kctx, T, D, buf->dx, D, out, D, col);
     for (int c = 0; c < D; c++) {
         dg += col[c] * (hidden ? hidden[c] : 1.0f);
@@ -246,13 +251,13 @@ void ac_driver_backward(ac_runtime *rt, const ac_seqs *seqs, const int32_t *cons
         ac_block_masks bm = block_masks(masks, l);
         ac_block_mask_grads bg = block_mask_grads(mask_grads, l);
         width_norm(rt, R, x, m->layers[l].norm, hidden, buf->xn_raw);
-        memcpy(rt->xn, buf->xn_raw, TD * sizeof(float));
+        ac_rt_copy(rt, rt->xn, buf->xn_raw, TD);
         if (hidden)
             ac_k_mul_columns(k, R, D, hidden, rt->xn, D);
         if (dgate || dhidden)
             gate_and_output_mask_grads(rt, l, seqs, &bm, pass, buf, dhidden, dgate);
         /* dout = dx * gate * hidden, in rt->mix */
-        memcpy(rt->mix, buf->dx, TD * sizeof(float));
+        ac_rt_copy(rt, rt->mix, buf->dx, TD);
         if (hidden)
             ac_k_mul_columns(k, R, D, hidden, rt->mix, D);
         if (gate)

@@ -18,11 +18,13 @@
 #include <math.h>
 #include <string.h>
 
+/* proj, xbc, dt and y a token, and A [H] (-exp(A_log), made where the ops run), which
+ * one token's share covers whatever T is. */
 static size_t mamba2_scratch_per_token(const ac_arch *arch, const ac_block_dims *b)
 {
     (void)arch;
     return (size_t)ac_mamba_in_proj_dim(b) + (size_t)ac_mamba_conv_dim(b) + (size_t)b->mamba_heads +
-           (size_t)ac_mamba_d_inner(b);
+           (size_t)ac_mamba_d_inner(b) + (size_t)b->mamba_heads;
 }
 
 /* A training forward keeps in_proj's output, the conv's and dt: proj | xbc | dt per token
@@ -61,7 +63,8 @@ static size_t mamba2_state_floats(const ac_block_dims *b) { return conv_state_fl
  * the scan backward's work (2 H N a token plus H P N). Fixed-size buffers are counted per
  * token too, which covers them for any T >= 1: the conv weight and bias gradients summed
  * over sequences (conv (K + 1)), and the zero states of the training forward (conv (K-1)
- * + H P N), so the training reservation also plans ac_mamba2_forward without caches. */
+ * + H P N), so the training reservation also plans ac_mamba2_forward without caches; and
+ * A, dA and dD (3 H). */
 static size_t mamba2_backward_scratch_per_token(const ac_arch *arch, const ac_block_dims *b)
 {
     (void)arch;
@@ -69,7 +72,7 @@ static size_t mamba2_backward_scratch_per_token(const ac_arch *arch, const ac_bl
     size_t nproj = (size_t)ac_mamba_in_proj_dim(b), conv = (size_t)ac_mamba_conv_dim(b);
     size_t dI = (size_t)ac_mamba_d_inner(b), hpn = ssm_state_floats(b);
     return 2 * nproj + 2 * conv + 2 * H + 5 * dI + G + hpn + 2 * H * N + hpn + conv * (b->conv_kernel + 1) +
-           conv_state_floats(b) + hpn;
+           conv_state_floats(b) + hpn + 3 * H;
 }
 
 /* The width each group's gated norm keeps under a head mask: P * the sum of its heads'
@@ -166,9 +169,8 @@ static void mamba2_forward(ac_runtime *rt, int layer, const ac_seqs *seqs, const
         conv0 = ac_scratch(rt, conv_state_floats(b));
         ssm0 = ac_scratch(rt, ssm_state_floats(b));
     }
-    float A[AC_MAX_MAMBA_HEADS];
-    for (int h = 0; h < H; h++)
-        A[h] = -expf(w->A_log[h]);
+    float *A = ac_scratch(rt, (size_t)H);
+    ac_k_neg_exp(&rt->kctx, H, w->A_log, A);
 
     ac_k_linear(&rt->kctx, T, nproj, D, xn, D, w->in_proj, 0.0f, proj, nproj);
     for (int s = 0; s < seqs->n; s++) {
@@ -178,8 +180,8 @@ static void mamba2_forward(ac_runtime *rt, int layer, const ac_seqs *seqs, const
             conv_state = seqs->caches[s]->l.state[layer];
             ssm_state = conv_state + conv_state_floats(b);
         } else {
-            memset(conv0, 0, conv_state_floats(b) * sizeof *conv0);
-            memset(ssm0, 0, ssm_state_floats(b) * sizeof *ssm0);
+            ac_rt_zero(rt, conv0, conv_state_floats(b));
+            ac_rt_zero(rt, ssm0, ssm_state_floats(b));
         }
         const float *rows = proj + (size_t)o * nproj;
         ac_k_conv1d_silu(&rt->kctx, L, conv, b->conv_kernel, rows + dI, nproj, w->conv_w, w->conv_b,
@@ -233,14 +235,13 @@ static void mamba2_backward(ac_runtime *rt, int layer, const ac_seqs *seqs, cons
     /* Gradients that sum over sequences go to zeroed buffers first and into grad once,
      * so a gradient arena holds the same sums whatever it held before (twice = 2x). */
     float *dconv_w = NULL, *dconv_b = NULL;
-    float A[AC_MAX_MAMBA_HEADS], dA[AC_MAX_MAMBA_HEADS], dD[AC_MAX_MAMBA_HEADS];
-    for (int h = 0; h < H; h++) {
-        A[h] = -expf(w->A_log[h]);
-        dA[h] = dD[h] = 0.0f;
-    }
+    float *A = ac_scratch(rt, (size_t)H), *dA = ac_scratch(rt, (size_t)H), *dD = ac_scratch(rt, (size_t)H);
+    ac_k_neg_exp(&rt->kctx, H, w->A_log, A);
+    ac_rt_zero(rt, dA, (size_t)H);
+    ac_rt_zero(rt, dD, (size_t)H);
     if (grad) {
         dconv_w = ac_scratch(rt, (size_t)conv * (K + 1));
-        memset(dconv_w, 0, (size_t)conv * (K + 1) * sizeof *dconv_w);
+        ac_rt_zero(rt, dconv_w, (size_t)conv * (K + 1));
         dconv_b = w->conv_b ? dconv_w + (size_t)conv * K : NULL;
     }
 
@@ -252,7 +253,7 @@ static void mamba2_backward(ac_runtime *rt, int layer, const ac_seqs *seqs, cons
         int o = seqs->offset[s], L = seqs->len[s];
         const float *rows = proj + (size_t)o * nproj;
         if (!kept) {
-            memset(conv0, 0, conv_state_floats(b) * sizeof *conv0);
+            ac_rt_zero(rt, conv0, conv_state_floats(b));
             ac_k_conv1d_silu(&rt->kctx, L, conv, K, rows + dI, nproj, w->conv_w, w->conv_b, conv0,
                              xbc + (size_t)o * conv, conv);
             ac_k_softplus_dt(&rt->kctx, L, H, rows + dI + conv, nproj, w->dt_bias, a->time_step_min,
@@ -263,7 +264,7 @@ static void mamba2_backward(ac_runtime *rt, int layer, const ac_seqs *seqs, cons
                            A, w->D, NULL, states + (size_t)o * hpn, y + (size_t)o * dI, dI);
     }
     if (mask) {
-        memcpy(ym, y, (size_t)T * dI * sizeof *ym);
+        ac_rt_copy(rt, ym, y, (size_t)T * dI);
         ac_k_mul_heads(&rt->kctx, T, H, P, mask, ym, dI);
     }
     float width[AC_MAX_MAMBA_HEADS];
@@ -275,7 +276,7 @@ static void mamba2_backward(ac_runtime *rt, int layer, const ac_seqs *seqs, cons
     /* the width's gradient needs the norm output after nrm turns into its gradient */
     float *out_kept = widened && dmask ? ac_scratch(rt, (size_t)T * dI) : NULL;
     if (out_kept)
-        memcpy(out_kept, nrm, (size_t)T * dI * sizeof *out_kept);
+        ac_rt_copy(rt, out_kept, nrm, (size_t)T * dI);
 
     /* out_proj: the weight gradient reads the norm output, which then becomes its gradient */
     if (grad)
@@ -305,10 +306,9 @@ static void mamba2_backward(ac_runtime *rt, int layer, const ac_seqs *seqs, cons
     ac_k_softplus_dt_backward(&rt->kctx, T, H, proj + dI + conv, nproj, w->dt_bias, a->time_step_min, ddt,
                               dproj + dI + conv, nproj, grad ? grad->dt_bias : NULL);
     if (grad) {
-        for (int h = 0; h < H; h++) {
-            grad->A_log[h] += dA[h] * A[h]; /* A = -exp(A_log): dA_log = dA * A */
-            grad->D[h] += dD[h];
-        }
+        ac_k_mul_columns(&rt->kctx, 1, H, A, dA, H); /* A = -exp(A_log): dA_log = dA * A */
+        ac_k_add(&rt->kctx, (size_t)H, dA, grad->A_log);
+        ac_k_add(&rt->kctx, (size_t)H, dD, grad->D);
         ac_k_add(&rt->kctx, (size_t)conv * K, dconv_w, grad->conv_w);
         if (dconv_b)
             ac_k_add(&rt->kctx, (size_t)conv, dconv_b, grad->conv_b);

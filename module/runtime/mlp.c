@@ -31,7 +31,7 @@ static void mlp_forward(ac_runtime *rt, int layer, const ac_seqs *seqs, const fl
     float *h = ac_scratch(rt, (size_t)T * F);
     ac_k_linear(&rt->kctx, T, F, D, xn, D, w->up_proj, 0.0f, rt->saved ? rt->saved : h, F);
     if (rt->saved)
-        memcpy(h, rt->saved, (size_t)T * F * sizeof *h);
+        ac_rt_copy(rt, h, rt->saved, (size_t)T * F);
     ac_k_relu2(&rt->kctx, (size_t)T * F, h);
     if (masks && masks->ffn)
         ac_k_mul_columns(&rt->kctx, T, F, masks->ffn, h, F);
@@ -51,7 +51,7 @@ static void mlp_backward(ac_runtime *rt, int layer, const ac_seqs *seqs, const f
 
     if (!rt->saved)
         ac_k_linear(&rt->kctx, T, F, D, xn, D, w->up_proj, 0.0f, pre, F);
-    memcpy(act, pre, (size_t)T * F * sizeof *act);
+    ac_rt_copy(rt, act, pre, (size_t)T * F);
     ac_k_relu2(&rt->kctx, (size_t)T * F, act);
     ac_k_linear_backward(&rt->kctx, T, D, F, NULL, F, w->down_proj, dout, D, 0.0f, dact, F, NULL);
     if (mask && mask_grads && mask_grads->ffn) /* d mask[c] = sum_t dact[t,c] relu2(pre)[t,c] */

@@ -45,6 +45,10 @@ typedef struct {
     int32_t *idx;                                  /* [T k] */
 } moe_kept;
 
+/* On a device, the routing read back to the host and the grouping made from it there:
+ * idx and weight [T k] as route() chose; rows, row_weight and pair [T k] by expert. */
+static size_t moe_host_per_token(const ac_block_dims *b) { return 5 * (size_t)b->top_k; }
+
 /* The parts of rt->saved, or of scratch when nothing is kept: the routing always, the
  * rest only when kept (the caller's own scratch serves otherwise). */
 static int moe_internals(ac_runtime *rt, const ac_block_dims *b, int T, moe_kept *m)
@@ -87,6 +91,34 @@ static void group_by_expert(int T, int k, int E, const int32_t *idx, const float
                 pair[fill[e]] = t * k + j;
             fill[e]++;
         }
+}
+
+/* group_by_expert of the routing in kept, made on the host, which launches each
+ * expert's products: on the CPU in place; from a device, the routing is read back first
+ * and the grouping (rows, row_weight, and pair when not NULL) sent to the device's
+ * buffers, unless `send` is 0 (a decode step's path reads it on the host only). Returns
+ * the host's row_weight. */
+static const float *group_on_host(ac_runtime *rt, int T, int k, int E, const moe_kept *kept, const float *mask,
+                                  int *start, int32_t *rows, float *row_weight, int32_t *pair, int send)
+{
+    if (!rt->host) {
+        group_by_expert(T, k, E, kept->idx, kept->weight, mask, start, rows, row_weight, pair);
+        return row_weight;
+    }
+    const ac_backend *be = ac_backend_of(&rt->kctx);
+    size_t Tk = (size_t)T * k, bytes = Tk * sizeof(float);
+    int32_t *h_idx = (int32_t *)rt->host, *h_rows = h_idx + 2 * Tk, *h_pair = h_idx + 4 * Tk;
+    float *h_weight = rt->host + Tk, *h_row_weight = rt->host + 3 * Tk;
+    be->copy(h_idx, kept->idx, bytes, AC_COPY_DEVICE_TO_HOST);
+    be->copy(h_weight, kept->weight, bytes, AC_COPY_DEVICE_TO_HOST);
+    group_by_expert(T, k, E, h_idx, h_weight, mask, start, h_rows, h_row_weight, pair ? h_pair : NULL);
+    if (send) {
+        be->copy(rows, h_rows, bytes, AC_COPY_HOST_TO_DEVICE);
+        be->copy(row_weight, h_row_weight, bytes, AC_COPY_HOST_TO_DEVICE);
+        if (pair)
+            be->copy(pair, h_pair, bytes, AC_COPY_HOST_TO_DEVICE);
+    }
+    return h_row_weight;
 }
 
 /* Router logits [T, E] of xn (score-masked when m_scores is given) and the top-k:
@@ -170,9 +202,10 @@ static void moe_forward(ac_runtime *rt, int layer, const ac_seqs *seqs, const fl
     int start[AC_MAX_EXPERTS + 1];
 
     route(rt, layer, T, xn, masks ? masks->expert_scores : NULL, kept.logits, kept.idx, kept.weight);
-    group_by_expert(T, k, E, kept.idx, kept.weight, m_experts, start, rows, row_weight, NULL);
-    if (T == 1 && !keep && token_path_fits(a, b)) {
-        moe_token(rt, w, b, D, xn, masks, start, row_weight, out);
+    int one_token = T == 1 && !keep && token_path_fits(a, b);
+    const float *host_weight = group_on_host(rt, T, k, E, &kept, m_experts, start, rows, row_weight, NULL, !one_token);
+    if (one_token) {
+        moe_token(rt, w, b, D, xn, masks, start, host_weight, out);
         return;
     }
     float *xe = ac_scratch(rt, (size_t)T * D);
@@ -183,13 +216,13 @@ static void moe_forward(ac_runtime *rt, int layer, const ac_seqs *seqs, const fl
         float *hs = ac_scratch(rt, (size_t)T * S);
         ac_k_linear(&rt->kctx, T, S, D, xn, D, w->up_proj, 0.0f, keep ? kept.pre_shared : hs, S);
         if (keep)
-            memcpy(hs, kept.pre_shared, (size_t)T * S * sizeof *hs);
+            ac_rt_copy(rt, hs, kept.pre_shared, (size_t)T * S);
         ac_k_relu2(&rt->kctx, (size_t)T * S, hs);
         if (m_shared)
             ac_k_mul_columns(&rt->kctx, T, S, m_shared, hs, S);
         ac_k_linear(&rt->kctx, T, D, S, hs, S, w->down_proj, 0.0f, out, D);
     } else {
-        memset(out, 0, (size_t)T * D * sizeof *out);
+        ac_rt_zero(rt, out, (size_t)T * D);
     }
     /* experts in rounds of consecutive ones whose tokens fit the T rows of xe, he and oe:
      * their rows are one range of the grouped pairs, so one gather, one batch of up
@@ -218,7 +251,7 @@ static void moe_forward(ac_runtime *rt, int layer, const ac_seqs *seqs, const fl
         ac_k_gather_rows(&rt->kctx, n, D, xn, D, rows + p0, xe);
         ac_k_linear_batch(&rt->kctx, count, M, I, D, xs, D, up, pre, I);
         if (keep)
-            memcpy(he, kept.pre + (size_t)p0 * I, (size_t)n * I * sizeof *he);
+            ac_rt_copy(rt, he, kept.pre + (size_t)p0 * I, (size_t)n * I);
         ac_k_relu2(&rt->kctx, (size_t)n * I, he);
         if (m_ffn)
             ac_k_mul_columns(&rt->kctx, n, I, m_ffn, he, I);
@@ -285,14 +318,14 @@ static void moe_backward(ac_runtime *rt, int layer, const ac_seqs *seqs, const f
     float *dffn = g_ffn ? ac_scratch(rt, (size_t)I) : NULL;
     float *dshared = g_shared && S > 0 ? ac_scratch(rt, (size_t)S) : NULL;
     if (dffn)
-        memset(dffn, 0, (size_t)I * sizeof *dffn);
+        ac_rt_zero(rt, dffn, (size_t)I);
     if (dshared)
-        memset(dshared, 0, (size_t)S * sizeof *dshared);
+        ac_rt_zero(rt, dshared, (size_t)S);
 
     const float *m_scores = masks ? masks->expert_scores : NULL;
     if (!keep)
         route(rt, layer, T, xn, m_scores, logits, idx, weight);
-    group_by_expert(T, k, E, idx, weight, NULL, start, rows, row_weight, pair);
+    group_on_host(rt, T, k, E, &kept, NULL, start, rows, row_weight, pair, 1);
 
     /* the shared expert writes dxn; the routed experts and the router add to it */
     if (S > 0) {
@@ -301,13 +334,13 @@ static void moe_backward(ac_runtime *rt, int layer, const ac_seqs *seqs, const f
         float *dact_s = ac_scratch(rt, (size_t)T * S);
         if (!keep)
             ac_k_linear(&rt->kctx, T, S, D, xn, D, w->up_proj, 0.0f, pre_s, S);
-        memcpy(act_s, pre_s, (size_t)T * S * sizeof *act_s);
+        ac_rt_copy(rt, act_s, pre_s, (size_t)T * S);
         ac_k_relu2(&rt->kctx, (size_t)T * S, act_s);
         ac_k_linear_backward(&rt->kctx, T, D, S, NULL, S, w->down_proj, dout, D, 0.0f, dact_s, S, NULL);
         relu2_mlp_backward(rt, T, D, S, xn, w->up_proj, pre_s, act_s, dact_s, dout, m_shared, dshared, dxn,
                            grad ? grad->up_proj : NULL, grad ? grad->down_proj : NULL);
     } else {
-        memset(dxn, 0, (size_t)T * D * sizeof *dxn);
+        ac_rt_zero(rt, dxn, (size_t)T * D);
     }
 
     for (int e = 0; e < E; e++) {
@@ -321,14 +354,14 @@ static void moe_backward(ac_runtime *rt, int layer, const ac_seqs *seqs, const f
         ac_k_gather_rows(&rt->kctx, n, D, xn, D, re, xe);
         if (!keep)
             ac_k_linear(&rt->kctx, n, I, D, xe, D, up, 0.0f, pre, I);
-        memcpy(act, pre_e, (size_t)n * I * sizeof *act);
+        ac_rt_copy(rt, act, pre_e, (size_t)n * I);
         ac_k_relu2(&rt->kctx, (size_t)n * I, act);
         /* the expert's output y (dact holds the masked activation for the moment) */
         const float *y = keep ? kept.y + (size_t)start[e] * D : oe;
         if (!keep) {
             const float *h = act;
             if (m_ffn) {
-                memcpy(dact, act, (size_t)n * I * sizeof *dact);
+                ac_rt_copy(rt, dact, act, (size_t)n * I);
                 ac_k_mul_columns(&rt->kctx, n, I, m_ffn, dact, I);
                 h = dact;
             }
@@ -477,6 +510,7 @@ const ac_block_ops ac_moe_ops = {
     .scratch_per_token = moe_scratch_per_token,
     .backward_scratch_per_token = moe_backward_scratch_per_token,
     .saved_per_token = moe_saved_per_token,
+    .host_per_token = moe_host_per_token,
     .state_floats = ac_block_no_state,
     .kv_heads = ac_block_zero,
     .kv_head_dim = ac_block_zero,

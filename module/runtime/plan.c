@@ -14,6 +14,17 @@ size_t ac_plan_scratch_per_token(const ac_arch *arch)
     return widest;
 }
 
+size_t ac_plan_host_per_token(const ac_arch *arch)
+{
+    size_t most = 0;
+    for (int i = 0; i < arch->n_layers; i++) {
+        const ac_block_ops *k = ac_block(&arch->layers[i]);
+        size_t need = k->host_per_token ? k->host_per_token(&arch->layers[i]) : 0;
+        most = need > most ? need : most;
+    }
+    return most;
+}
+
 size_t ac_plan_backward_scratch_per_token(const ac_arch *arch)
 {
     size_t widest = ac_plan_scratch_per_token(arch);
@@ -55,6 +66,7 @@ ac_activation_plan ac_plan_activations(const ac_arch *arch, size_t scratch_per_t
     p.stream = T * D * sizeof(float);
     p.scratch = (T * scratch_per_token + 1) * sizeof(float);
     p.workspace = workspace;
+    p.staging = T * 3 * sizeof(int32_t);
     return p;
 }
 
@@ -65,4 +77,7 @@ size_t ac_plan_serving_workspace(int threads, int queries, int keys, int longest
     return prompt > step ? prompt : step;
 }
 
-size_t ac_activation_plan_bytes(const ac_activation_plan *plan) { return 3 * plan->stream + plan->scratch + plan->workspace; }
+size_t ac_activation_plan_bytes(const ac_activation_plan *plan)
+{
+    return 3 * plan->stream + plan->scratch + plan->workspace + plan->staging;
+}

@@ -11,6 +11,8 @@
 /* Per-token scratch floats of the widest block: its forward, or its backward. */
 size_t ac_plan_scratch_per_token(const ac_arch *arch);
 size_t ac_plan_backward_scratch_per_token(const ac_arch *arch);
+/* Host floats per token of the block that reads back the most (block table's host_per_token). */
+size_t ac_plan_host_per_token(const ac_arch *arch);
 /* Floats of one sequence's fixed state (every layer's), and of K plus V per token. */
 size_t ac_plan_state_floats(const ac_arch *arch);
 size_t ac_plan_kv_floats_per_token(const ac_arch *arch);
@@ -23,6 +25,8 @@ typedef struct {
     size_t stream;    /* each of the residual stream, normed input and block output: tokens x hidden */
     size_t scratch;   /* tokens x scratch_per_token, plus one float */
     size_t workspace; /* the attention workspace */
+    size_t staging;   /* tokens x (token ids, row indices, their host copy); on a device, the
+                         blocks' host_per_token floats are host memory beside these */
 } ac_activation_plan;
 
 ac_activation_plan ac_plan_activations(const ac_arch *arch, size_t scratch_per_token, int tokens, size_t workspace);

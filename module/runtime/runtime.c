@@ -16,6 +16,7 @@ ac_status ac_runtime_create(const ac_model *model, ac_runtime **runtime)
     if (!rt)
         return ac_fail(AC_ERR_NOMEM, "runtime: out of memory");
     rt->model = model;
+    rt->kctx.backend = model->backend;
     rt->scratch_per_token = ac_plan_scratch_per_token(&model->arch);
     *runtime = rt;
     return AC_OK;
@@ -25,11 +26,16 @@ void ac_runtime_free(ac_runtime *runtime)
 {
     if (!runtime)
         return;
-    free(runtime->x);
-    free(runtime->xn);
-    free(runtime->mix);
-    free(runtime->scratch);
-    free(runtime->workspace);
+    const ac_backend *be = ac_backend_of(&runtime->kctx);
+    be->free(runtime->x);
+    be->free(runtime->xn);
+    be->free(runtime->mix);
+    be->free(runtime->scratch);
+    be->free(runtime->workspace);
+    be->free(runtime->ids);
+    be->free(runtime->iota);
+    be->free(runtime->logits);
+    free(runtime->ids_host);
     free(runtime->offset);
     free(runtime->len);
     free(runtime);
@@ -76,16 +82,35 @@ static ac_status reserve_tokens(ac_runtime *rt, int T, int n_seqs)
     if (T <= rt->capacity_tokens)
         return AC_OK;
     ac_activation_plan plan = ac_plan_activations(&rt->model->arch, rt->scratch_per_token, T, 0);
-    float *bufs[4] = {malloc(plan.stream), malloc(plan.stream), malloc(plan.stream), malloc(plan.scratch)};
-    if (!bufs[0] || !bufs[1] || !bufs[2] || !bufs[3]) {
+    const ac_backend *be = ac_backend_of(&rt->kctx);
+    float *bufs[4] = {be->alloc(plan.stream), be->alloc(plan.stream), be->alloc(plan.stream), be->alloc(plan.scratch)};
+    int32_t *ids = be->alloc((size_t)T * sizeof *ids), *iota = be->alloc((size_t)T * sizeof *iota);
+    size_t host_floats = rt->model->backend ? (size_t)T * ac_plan_host_per_token(&rt->model->arch) : 0;
+    int32_t *ids_host = malloc((size_t)T * sizeof *ids_host + host_floats * sizeof(float));
+    if (!bufs[0] || !bufs[1] || !bufs[2] || !bufs[3] || !ids || !iota || !ids_host) {
         for (int i = 0; i < 4; i++)
-            free(bufs[i]);
-        return ac_fail(AC_ERR_NOMEM, "runtime: cannot allocate activations for %d tokens", T);
+            be->free(bufs[i]);
+        be->free(ids);
+        be->free(iota);
+        free(ids_host);
+        const char *why = be->take_error();
+        return ac_fail(AC_ERR_NOMEM, "runtime: cannot allocate activations for %d tokens on %s%s%s", T, be->name,
+                       why ? ": " : "", why ? why : "");
     }
-    free(rt->x);
-    free(rt->xn);
-    free(rt->mix);
-    free(rt->scratch);
+    be->free(rt->x);
+    be->free(rt->xn);
+    be->free(rt->mix);
+    be->free(rt->scratch);
+    be->free(rt->ids);
+    be->free(rt->iota);
+    free(rt->ids_host);
+    for (int t = 0; t < T; t++)
+        ids_host[t] = t;
+    be->copy(iota, ids_host, (size_t)T * sizeof *iota, AC_COPY_HOST_TO_DEVICE);
+    rt->ids = ids;
+    rt->iota = iota;
+    rt->ids_host = ids_host;
+    rt->host = host_floats ? (float *)(ids_host + T) : NULL;
     rt->x = bufs[0];
     rt->xn = bufs[1];
     rt->mix = bufs[2];
@@ -103,14 +128,31 @@ static ac_status reserve_workspace(ac_runtime *rt, size_t forward_bytes, int bac
         need = tiles;
     if (need <= rt->workspace_bytes)
         return AC_OK;
-    void *grown = malloc(need);
+    const ac_backend *be = ac_backend_of(&rt->kctx);
+    void *grown = be->alloc(need);
     if (!grown)
-        return ac_fail(AC_ERR_NOMEM, "runtime: cannot allocate %zu bytes of attention workspace", need);
-    free(rt->workspace);
+        return ac_fail(AC_ERR_NOMEM, "runtime: cannot allocate %zu bytes of attention workspace on %s", need,
+                       be->name);
+    be->free(rt->workspace);
     rt->workspace = grown;
     rt->workspace_bytes = need;
     rt->kctx.workspace = grown;
     rt->kctx.workspace_bytes = need;
+    return AC_OK;
+}
+
+/* On a device, the logits of `count` floats are made in its memory first. */
+static ac_status reserve_logits(ac_runtime *rt, size_t count)
+{
+    if (!rt->model->backend || count <= rt->logits_count)
+        return AC_OK;
+    const ac_backend *be = rt->model->backend;
+    float *grown = be->alloc(count * sizeof *grown);
+    if (!grown)
+        return ac_fail(AC_ERR_NOMEM, "runtime: cannot allocate %zu logits on %s", count, be->name);
+    be->free(rt->logits);
+    rt->logits = grown;
+    rt->logits_count = count;
     return AC_OK;
 }
 
@@ -140,7 +182,7 @@ static ac_status check_batch(const ac_runtime *rt, const ac_batch *batch)
 size_t ac_runtime_bytes(const ac_runtime *rt)
 {
     ac_activation_plan plan = ac_plan_activations(&rt->model->arch, rt->scratch_per_token, rt->capacity_tokens, 0);
-    return 3 * plan.stream + (rt->capacity_tokens ? plan.scratch : 0) + rt->workspace_bytes;
+    return 3 * plan.stream + (rt->capacity_tokens ? plan.scratch + plan.staging : 0) + rt->workspace_bytes;
 }
 
 void ac_runtime_set_probe(ac_runtime *runtime, ac_probe *probe) { runtime->probe = probe; }
@@ -151,6 +193,9 @@ ac_status ac_runtime_forward(ac_runtime *rt, const ac_batch *batch, ac_logits_mo
     ac_status st = check_batch(rt, batch);
     if (st != AC_OK)
         return st;
+    if (rt->masks && rt->model->backend)
+        return ac_fail(AC_ERR_UNSUPPORTED, "forward: soft masks run on the CPU only; this model is on %s",
+                       rt->model->backend->name);
     ac_k_flush_denormals();
     int T = 0;
     size_t workspace = 0;
@@ -163,6 +208,9 @@ ac_status ac_runtime_forward(ac_runtime *rt, const ac_batch *batch, ac_logits_mo
     st = reserve_tokens(rt, T, batch->n_seqs);
     if (st == AC_OK)
         st = reserve_workspace(rt, workspace, 0);
+    int logit_rows = mode == AC_LOGITS_ALL ? T : mode == AC_LOGITS_LAST ? batch->n_seqs : 0;
+    if (st == AC_OK)
+        st = reserve_logits(rt, (size_t)logit_rows * rt->model->arch.vocab);
     for (int s = 0; st == AC_OK && s < batch->n_seqs; s++)
         st = ac_cache_reserve(batch->caches[s], ac_cache_tokens(batch->caches[s]) + batch->n_tokens[s]);
     if (st != AC_OK)
@@ -180,7 +228,11 @@ ac_status ac_runtime_forward(ac_runtime *rt, const ac_batch *batch, ac_logits_mo
     if (mode != AC_LOGITS_NONE) {
         if (rt->probe)
             ac_probe_begin(rt->probe, -1, AC_SITE_LM_HEAD);
-        ac_driver_logits(rt, &seqs, &pass, mode, logits);
+        const ac_backend *be = rt->model->backend;
+        ac_driver_logits(rt, &seqs, &pass, mode, be ? rt->logits : logits);
+        if (be)
+            be->copy(logits, rt->logits, (size_t)logit_rows * rt->model->arch.vocab * sizeof *logits,
+                     AC_COPY_DEVICE_TO_HOST);
         if (rt->probe)
             ac_probe_end(rt->probe, -1, AC_SITE_LM_HEAD);
     }

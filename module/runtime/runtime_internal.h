@@ -15,6 +15,13 @@ typedef struct {
     float **state;     /* per layer: the kind's fixed state (state_floats), NULL without */
 } ac_cache_layers;
 
+/* The backend whose memory holds the model's weights, and so its runtime's and caches'
+ * buffers. */
+static inline const ac_backend *ac_model_backend(const ac_model *model)
+{
+    return model->backend ? model->backend : &ac_cpu_backend;
+}
+
 struct ac_cache {
     const ac_model *model;
     ac_cache_layers l;
@@ -32,8 +39,17 @@ struct ac_runtime {
     size_t scratch_used;
     void *workspace;       /* kernel workspace (attention scores), grown to the longest sequence */
     size_t workspace_bytes;
+    int32_t *ids;          /* [T] row indices in the backend's memory: the batch's token
+                              ids, then the rows whose logits are wanted */
+    int32_t *ids_host;     /* [T] their host staging, followed by */
+    float *host;           /* on a device: [T, host_per_token], what blocks read back to the
+                              host (block.h); NULL on the CPU, whose memory is the host's */
+    int32_t *iota;         /* [T] 0, 1, ..., T-1 in the backend's memory: row indices that
+                              copy rows from one layout to another (ac_k_gather_rows) */
     int *offset, *len;     /* [n_seqs] */
     int seqs_capacity;
+    float *logits;         /* on a device: the logits before they go to the caller's memory */
+    size_t logits_count;
     struct ac_probe *probe; /* layer timing (autocompress/probe.h); NULL: off */
     const ac_masks *masks;  /* soft masks of every forward (ac_runtime_set_masks); NULL: none */
     float *saved;           /* the running block's kept forward internals (block.h), NULL: none */
@@ -42,6 +58,18 @@ struct ac_runtime {
 /* Plans the runtime for training on `total_tokens` packed tokens in `n_seqs` sequences:
  * scratch grows to the largest backward need of any block. */
 ac_status ac_runtime_reserve_training(ac_runtime *rt, int total_tokens, int n_seqs);
+
+/* dst = src and p = 0, n floats, in the memory where the runtime's ops run (a block's
+ * buffers may be a device's, which the host may not touch). */
+static inline void ac_rt_copy(ac_runtime *rt, float *dst, const float *src, size_t n)
+{
+    ac_backend_of(&rt->kctx)->copy(dst, src, n * sizeof *dst, AC_COPY_DEVICE_TO_DEVICE);
+}
+
+static inline void ac_rt_zero(ac_runtime *rt, float *p, size_t n)
+{
+    ac_backend_of(&rt->kctx)->memset_zero(p, n * sizeof *p);
+}
 
 /* Bump allocation from the runtime's scratch, planned at create time per token. */
 float *ac_scratch(ac_runtime *rt, size_t count);

@@ -9,10 +9,10 @@
 struct ac_adamw {
     ac_adamw_params p;
     size_t count;
-    float *m; /* [count] then v [count], in the model arena's layout */
+    float *m; /* [count] then v [count], in the model arena's layout, where its weights are */
     float *v;
     int steps;
-    ac_kctx kctx;
+    ac_kctx kctx; /* the model's backend */
 };
 
 ac_adamw_params ac_adamw_default_params(void)
@@ -41,11 +41,16 @@ ac_status ac_adamw_create(const ac_model *model, const ac_adamw_params *params, 
         return ac_fail(AC_ERR_NOMEM, "adamw: out of memory");
     o->p = *params;
     o->count = model->arena_count;
-    o->m = calloc(2 * o->count + 1, sizeof(float));
+    o->kctx.backend = model->backend;
+    const ac_backend *be = ac_backend_of(&o->kctx);
+    size_t bytes = (2 * o->count + 1) * sizeof(float);
+    o->m = be->alloc(bytes);
     if (!o->m) {
         free(o);
-        return ac_fail(AC_ERR_NOMEM, "adamw: cannot allocate moments for %zu weights", model->arena_count);
+        return ac_fail(AC_ERR_NOMEM, "adamw: cannot allocate moments for %zu weights on %s", model->arena_count,
+                       be->name);
     }
+    be->memset_zero(o->m, bytes);
     o->v = o->m + o->count;
     *opt = o;
     return AC_OK;
@@ -55,7 +60,7 @@ void ac_adamw_free(ac_adamw *opt)
 {
     if (!opt)
         return;
-    free(opt->m);
+    ac_backend_of(&opt->kctx)->free(opt->m);
     free(opt);
 }
 
@@ -63,6 +68,8 @@ ac_status ac_adamw_step(ac_adamw *o, ac_model *model, ac_model *grads, double *g
 {
     if (model->arena_count != o->count || grads->arena_count != o->count)
         return ac_fail(AC_ERR_INVALID, "adamw: the model or its gradients do not match the optimizer's layout");
+    if (model->backend != o->kctx.backend || grads->backend != o->kctx.backend)
+        return ac_fail(AC_ERR_INVALID, "adamw: the model, its gradients and the moments must be on one device");
     double norm = sqrt(ac_k_sum_squares(&o->kctx, o->count, grads->arena));
     if (grad_norm)
         *grad_norm = norm;

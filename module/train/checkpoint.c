@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "autocompress/safetensors.h"
+#include "kernels/kernels.h"
 #include "model/model_internal.h"
 
 static const char *const checkpoint_files[] = {"config.json", "model.safetensors", "optimizer.safetensors", "state.json"};
@@ -43,14 +44,28 @@ static void remove_checkpoint_dir(const char *dir)
     rmdir(dir);
 }
 
+/* The moments in host memory: themselves on the CPU, a copy from a device (*staged, for
+ * the caller to free). */
+static float *moments_on_host(const ac_model *model, ac_adamw *opt, size_t *n, float **staged)
+{
+    float *m = ac_adamw_moments(opt, n);
+    *staged = NULL;
+    if (!model->backend)
+        return m;
+    *staged = malloc(2 * *n * sizeof(float) + 1);
+    if (*staged)
+        model->backend->copy(*staged, m, 2 * *n * sizeof(float), AC_COPY_DEVICE_TO_HOST);
+    return *staged;
+}
+
 static ac_status write_optimizer(const char *path, const ac_model *model, ac_adamw *opt)
 {
     size_t n;
-    float *m = ac_adamw_moments(opt, &n);
+    float *staged, *m = moments_on_host(model, opt, &n, &staged);
     ac_safetensors_writer *w;
     ac_status st = ac_safetensors_writer_init(&w);
     char (*names)[112] = calloc(2 * model->n_params, sizeof *names);
-    if (!names)
+    if (!names || !m)
         st = ac_fail(AC_ERR_NOMEM, "checkpoint: out of memory");
     for (size_t i = 0; st == AC_OK && i < model->n_params; i++) {
         const ac_param *p = &model->params[i];
@@ -65,6 +80,7 @@ static ac_status write_optimizer(const char *path, const ac_model *model, ac_ada
         st = ac_safetensors_writer_write(w, path);
     ac_safetensors_writer_free(w);
     free(names);
+    free(staged);
     return st;
 }
 
@@ -147,7 +163,9 @@ static ac_status read_optimizer(const char *path, const ac_model *model, ac_adam
     if (st != AC_OK)
         return st;
     size_t n;
-    float *m = ac_adamw_moments(opt, &n);
+    float *staged, *m = moments_on_host(model, opt, &n, &staged);
+    if (!m)
+        st = ac_fail(AC_ERR_NOMEM, "checkpoint: out of memory");
     for (size_t i = 0; st == AC_OK && i < model->n_params; i++) {
         const ac_param *p = &model->params[i];
         size_t offset = (size_t)(p->data - model->arena);
@@ -161,6 +179,9 @@ static ac_status read_optimizer(const char *path, const ac_model *model, ac_adam
                 memcpy(m + (which ? n : 0) + offset, t->data, p->count * sizeof(float));
         }
     }
+    if (st == AC_OK && staged)
+        model->backend->copy(ac_adamw_moments(opt, &n), staged, 2 * n * sizeof(float), AC_COPY_HOST_TO_DEVICE);
+    free(staged);
     ac_safetensors_close(file);
     return st;
 }

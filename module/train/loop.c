@@ -13,6 +13,7 @@
 #include "autocompress/log.h"
 #include "autocompress/tokens.h"
 #include "model/model_internal.h"
+#include "model/model_internal.h"
 #include "train/checkpoint.h"
 
 ac_train_params ac_train_default_params(void)
@@ -109,6 +110,20 @@ typedef struct {
     int64_t positions; /* the global batch's positions that the loss is a mean over */
     FILE *log;
 } loop_state;
+
+/* The run computes where the model's weights are: the teacher must be there too, and
+ * ranks exchange gradients through host memory only, so a device run is one rank. */
+static ac_status check_devices(const loop_state *s)
+{
+    const ac_model *m = s->model, *t = s->p->teacher;
+    if (t && t->backend != m->backend)
+        return ac_fail(AC_ERR_INVALID, "distill: the teacher is on %s, the student on %s", ac_model_device(t),
+                       ac_model_device(m));
+    if (m->backend && ac_comm_size(s->p->comm) > 1)
+        return ac_fail(AC_ERR_UNSUPPORTED, "train: %d ranks on %s: ranks exchange gradients in host memory, so a run "
+                       "on a device is one rank", ac_comm_size(s->p->comm), ac_model_device(m));
+    return AC_OK;
+}
 
 /* This rank's inputs and targets from the global batch's first n windows (the rest are
  * padding), and the positions its loss is a mean over: the counted targets of the whole
@@ -223,6 +238,13 @@ static ac_status resume_or_start(loop_state *s, ac_model **model, const char *ru
     st = ac_checkpoint_load(found, &resumed, &state);
     if (st != AC_OK)
         return ac_fail_context(st, "resuming from %s", found);
+    if ((*model)->backend) { /* the run continues on the device it was given */
+        ac_model *host = resumed;
+        st = ac_model_to_backend(host, (*model)->backend, &resumed);
+        ac_model_free(host);
+        if (st != AC_OK)
+            return st;
+    }
     if (strcmp(state.run, run) != 0) {
         ac_model_free(resumed);
         return ac_fail(AC_ERR_INVALID, "%s was written by a run with other settings (%s); this run has %s: use another "
@@ -260,7 +282,7 @@ static ac_status allocate(loop_state *s)
     s->targets = malloc(rows * sizeof(int32_t));
     if (!s->window || !s->inputs || !s->targets)
         return ac_fail(AC_ERR_NOMEM, "train: out of memory");
-    ac_status st = ac_model_create(&s->model->arch, &s->grads);
+    ac_status st = ac_model_create_on(&s->model->arch, s->model->backend, &s->grads);
     if (st == AC_OK)
         st = ac_train_step_create(s->model, s->rows, s->p->seq_len, &s->step);
     if (st == AC_OK && s->p->teacher)
@@ -285,7 +307,7 @@ static ac_status train_steps(loop_state *s, int start, const char *run, ac_train
         double loss = NAN, norm = NAN, val = NAN;
         if (st == AC_OK) {
             split_windows(s, p->batch);
-            memset(g, 0, n * sizeof *g);
+            ac_model_zero(s->grads);
             st = step_inputs(s, &in);
         }
         if (st == AC_OK) {
@@ -362,6 +384,8 @@ ac_status ac_train_run(ac_model **model, const ac_train_params *params, ac_train
     if (st == AC_OK)
         st = resume_or_start(&s, model, run, &start);
     s.model = *model;
+    if (st == AC_OK)
+        st = check_devices(&s);
     if (st == AC_OK)
         st = open_data(&s);
     if (st == AC_OK)

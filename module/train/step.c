@@ -1,5 +1,8 @@
 /* The training step: the driver's forward with every layer's input kept, the loss
- * (cross-entropy or distillation), then the driver's backward (runtime/driver.c). */
+ * (cross-entropy or distillation), then the driver's backward (runtime/driver.c).
+ * Buffers live where the model's weights do; on a device, the inputs the caller gives in
+ * host memory (targets, teacher logits) are copied in, and the losses and the logits
+ * ac_train_step_logits returns are copied out. */
 #include "autocompress/train.h"
 
 #include <stdlib.h>
@@ -22,7 +25,14 @@ struct ac_train_step {
     ac_pass_grad_buffers buf; /* the backward's: xn_raw, dx, dxn [rows, D] and column [D] */
     float *logits;  /* [rows, V], then dL/dlogits */
     double *row_loss; /* [rows] */
+    /* on a device only (NULL on the CPU, whose memory is the host's): */
+    int32_t *targets;     /* [rows] the step's targets, copied in */
+    float *teacher;       /* [rows, V] the teacher's logits, copied in (made at the first KD step) */
+    double *row_loss_host; /* [rows] */
+    float *logits_host;    /* [rows, V] the logits of the last loss-only forward */
 };
+
+static const ac_backend *step_backend(const ac_train_step *s) { return ac_model_backend(s->model); }
 
 /* The blocks' kept forward internals: one arena, a slice per block that keeps any. */
 static ac_status alloc_saved(ac_train_step *s)
@@ -36,7 +46,7 @@ static ac_status alloc_saved(ac_train_step *s)
         total += ac_block(&a->layers[l])->saved_per_token(a, &a->layers[l]) * (size_t)s->rows;
     if (total == 0)
         return AC_OK;
-    s->saved_arena = malloc(total * sizeof(float));
+    s->saved_arena = step_backend(s)->alloc(total * sizeof(float));
     if (!s->saved_arena)
         return AC_ERR_NOMEM;
     size_t used = 0;
@@ -71,20 +81,28 @@ ac_status ac_train_step_create(const ac_model *model, int batch, int seq_len, ac
     s->seqs = (ac_seqs){.n = batch, .total = (int)rows, .offset = calloc((size_t)batch, sizeof(int)),
                         .len = calloc((size_t)batch, sizeof(int)), .caches = NULL};
     s->seq_tokens = calloc((size_t)batch, sizeof *s->seq_tokens);
-    s->xs = malloc(((size_t)a->n_layers + 1) * rows * D * sizeof(float));
+    const ac_backend *be = step_backend(s);
+    s->xs = be->alloc(((size_t)a->n_layers + 1) * rows * D * sizeof(float));
     if (alloc_saved(s) != AC_OK) {
         ac_train_step_free(s);
         return ac_fail(AC_ERR_NOMEM, "train: cannot allocate the kept forward internals for %d x %d tokens", batch,
                        seq_len);
     }
-    s->buf.xn_raw = malloc(rows * D * sizeof(float));
-    s->buf.dx = malloc(rows * D * sizeof(float));
-    s->buf.dxn = malloc(rows * D * sizeof(float));
-    s->buf.column = malloc(D * sizeof(float));
-    s->logits = malloc(rows * (size_t)a->vocab * sizeof(float));
-    s->row_loss = malloc(rows * sizeof(double));
+    s->buf.xn_raw = be->alloc(rows * D * sizeof(float));
+    s->buf.dx = be->alloc(rows * D * sizeof(float));
+    s->buf.dxn = be->alloc(rows * D * sizeof(float));
+    s->buf.column = be->alloc(D * sizeof(float));
+    s->logits = be->alloc(rows * (size_t)a->vocab * sizeof(float));
+    s->row_loss = be->alloc(rows * sizeof(double));
+    int on_host = model->backend == NULL;
+    if (!on_host) {
+        s->targets = be->alloc(rows * sizeof(int32_t));
+        s->row_loss_host = malloc(rows * sizeof(double));
+        s->logits_host = malloc(rows * (size_t)a->vocab * sizeof(float));
+    }
     if (!s->seqs.offset || !s->seqs.len || !s->seq_tokens || !s->xs || !s->buf.xn_raw || !s->buf.dx || !s->buf.dxn ||
-        !s->buf.column || !s->logits || !s->row_loss) {
+        !s->buf.column || !s->logits || !s->row_loss ||
+        (!on_host && (!s->targets || !s->row_loss_host || !s->logits_host))) {
         ac_train_step_free(s);
         return ac_fail(AC_ERR_NOMEM, "train: cannot allocate activations for %d x %d tokens", batch, seq_len);
     }
@@ -100,24 +118,29 @@ void ac_train_step_free(ac_train_step *s)
 {
     if (!s)
         return;
+    const ac_backend *be = step_backend(s);
     ac_runtime_free(s->rt);
     free(s->seqs.offset);
     free(s->seqs.len);
     free(s->seq_tokens);
-    free(s->xs);
-    free(s->saved_arena);
+    be->free(s->xs);
+    be->free(s->saved_arena);
     free(s->saved);
-    free(s->outs);
-    free(s->buf.xn_raw);
-    free(s->buf.dx);
-    free(s->buf.dxn);
-    free(s->buf.column);
-    free(s->logits);
-    free(s->row_loss);
+    be->free(s->outs);
+    be->free(s->buf.xn_raw);
+    be->free(s->buf.dx);
+    be->free(s->buf.dxn);
+    be->free(s->buf.column);
+    be->free(s->logits);
+    be->free(s->row_loss);
+    be->free(s->targets);
+    be->free(s->teacher);
+    free(s->row_loss_host);
+    free(s->logits_host);
     free(s);
 }
 
-const float *ac_train_step_logits(const ac_train_step *s) { return s->logits; }
+const float *ac_train_step_logits(const ac_train_step *s) { return s->logits_host ? s->logits_host : s->logits; }
 
 static ac_status check_inputs(const ac_train_step *s, const ac_step_inputs *in)
 {
@@ -138,6 +161,12 @@ static ac_status check_inputs(const ac_train_step *s, const ac_step_inputs *in)
     }
     if (in->grads && in->grads->arena_count != s->model->arena_count)
         return ac_fail(AC_ERR_INVALID, "train: the gradient model's layout differs from the model's");
+    if (in->grads && in->grads->backend != s->model->backend)
+        return ac_fail(AC_ERR_INVALID, "train: the gradients are on %s, the model on %s", ac_model_device(in->grads),
+                       ac_model_device(s->model));
+    if (s->model->backend && (in->masks || in->mask_grads))
+        return ac_fail(AC_ERR_UNSUPPORTED, "train: soft masks run on the CPU only; this model is on %s",
+                       s->model->backend->name);
     return AC_OK;
 }
 
@@ -161,7 +190,10 @@ static double loss_and_dlogits(ac_train_step *s, const ac_step_inputs *in, int w
 {
     int V = s->model->arch.vocab, R = s->rows, counted = R;
     ac_kctx *k = &s->rt->kctx;
+    const ac_backend *be = step_backend(s);
     float *dlogits = want_grad ? s->logits : NULL;
+    const int32_t *targets = in->targets;
+    const float *teacher = in->teacher_logits;
     if (!in->teacher_logits) {
         counted = 0;
         for (int i = 0; i < R; i++)
@@ -169,14 +201,40 @@ static double loss_and_dlogits(ac_train_step *s, const ac_step_inputs *in, int w
     }
     int64_t over = in->loss_positions > 0 ? in->loss_positions : counted;
     float scale = over ? 1.0f / (float)over : 0.0f;
-    if (in->teacher_logits)
-        ac_k_kd_loss(k, R, V, s->logits, in->teacher_logits, in->kd_tau, scale, dlogits, s->row_loss);
+    if (s->model->backend) { /* the inputs into the device's memory, where the ops run */
+        if (targets) {
+            be->copy(s->targets, targets, (size_t)R * sizeof *targets, AC_COPY_HOST_TO_DEVICE);
+            targets = s->targets;
+        } else {
+            be->copy(s->teacher, teacher, (size_t)R * V * sizeof *teacher, AC_COPY_HOST_TO_DEVICE);
+            teacher = s->teacher;
+        }
+    }
+    if (teacher)
+        ac_k_kd_loss(k, R, V, s->logits, teacher, in->kd_tau, scale, dlogits, s->row_loss);
     else
-        ac_k_cross_entropy(k, R, V, s->logits, in->targets, scale, dlogits, s->row_loss);
+        ac_k_cross_entropy(k, R, V, s->logits, targets, scale, dlogits, s->row_loss);
+    const double *row_loss = s->row_loss;
+    if (s->row_loss_host) {
+        be->copy(s->row_loss_host, s->row_loss, (size_t)R * sizeof *row_loss, AC_COPY_DEVICE_TO_HOST);
+        row_loss = s->row_loss_host;
+    }
     double sum = 0.0;
     for (int i = 0; i < R; i++)
-        sum += s->row_loss[i];
+        sum += row_loss[i];
     return over ? sum / (double)over : 0.0;
+}
+
+/* On a device, where the teacher's logits are copied in (made at the first KD step). */
+static ac_status reserve_teacher(ac_train_step *s)
+{
+    if (s->teacher)
+        return AC_OK;
+    const ac_backend *be = step_backend(s);
+    s->teacher = be->alloc((size_t)s->rows * s->model->arch.vocab * sizeof(float));
+    if (!s->teacher)
+        return ac_fail(AC_ERR_NOMEM, "train: cannot allocate the teacher's logits on %s", be->name);
+    return AC_OK;
 }
 
 static void backward(ac_train_step *s, const ac_step_inputs *in)
@@ -194,7 +252,12 @@ ac_status ac_train_step_loss(ac_train_step *s, const ac_step_inputs *in, double 
     ac_k_flush_denormals();
     forward(s, in, 0);
     /* keep the logits readable: the loss needs no gradient buffer */
+    if (in->teacher_logits && s->model->backend && (st = reserve_teacher(s)) != AC_OK)
+        return st;
     *loss = loss_and_dlogits(s, in, 0);
+    if (s->logits_host)
+        step_backend(s)->copy(s->logits_host, s->logits, (size_t)s->rows * s->model->arch.vocab * sizeof(float),
+                              AC_COPY_DEVICE_TO_HOST);
     return AC_OK;
 }
 
@@ -205,10 +268,12 @@ ac_status ac_train_step_run(ac_train_step *s, const ac_step_inputs *in, double *
         return st;
     if (in->masks && in->mask_grads && !s->outs) {
         const ac_arch *a = &s->model->arch;
-        s->outs = malloc((size_t)a->n_layers * s->rows * a->hidden * sizeof(float));
+        s->outs = step_backend(s)->alloc((size_t)a->n_layers * s->rows * a->hidden * sizeof(float));
         if (!s->outs)
             return ac_fail(AC_ERR_NOMEM, "train: out of memory for the block outputs of a masked step");
     }
+    if (in->teacher_logits && s->model->backend && (st = reserve_teacher(s)) != AC_OK)
+        return st;
     ac_k_flush_denormals();
     forward(s, in, 1);
     *loss = loss_and_dlogits(s, in, 1);

@@ -31,5 +31,9 @@ expect 1 "is not an IPv4 or IPv6 address" --model "$model" --host example.org --
 expect 1 "$tmp/missing/config.json" --model "$tmp/missing" --port 0
 printf 'profile_tables = "%s/none.json";\n' "$tmp" >"$tmp/tables.cfg"
 expect 1 "$tmp/none.json" --model "$model" --port 0 --config "$tmp/tables.cfg"
+expect 1 '"tpu": not in this build' --model "$model" --port 0 --device tpu
+printf 'device = "tpu";\n' >"$tmp/device.cfg"
+expect 1 '"tpu": not in this build' --model "$model" --port 0 --config "$tmp/device.cfg"
+expect 2 "--device is too long" --model "$model" --port 0 --device cuda-cuda-cuda-cuda
 expect 1 "cannot write the port file" --model "$model" --port 0 --port-file "$tmp/no/such/dir/port"
 echo "serve_args: ok"

@@ -94,6 +94,7 @@ static const ac_backend reference = {
     .add = ac_cpu_add,
     .mul_columns = ac_cpu_mul_columns,
     .column_dot = ac_cpu_column_dot,
+    .neg_exp = ac_cpu_neg_exp,
     .linear_backward = ac_cpu_linear_backward,
     .rmsnorm_backward = ac_cpu_rmsnorm_backward,
     .relu2_backward = ac_cpu_relu2_backward,
@@ -535,6 +536,15 @@ static void op_column_dot(run *r, const op_case *c)
     CALL(r, column_dot, rows, cols, a, lda, b, ldb, out);
 }
 
+/* p: n aliased */
+static void op_neg_exp(run *r, const op_case *c)
+{
+    int n = c->p[0];
+    float *x = f32(r, c->p[1] ? BUF_OUT : BUF_IN, (size_t)n, -4.0f, 2.0f);
+    float *y = c->p[1] ? x : f32(r, BUF_OUT, (size_t)n, -1.0f, 1.0f);
+    CALL(r, neg_exp, n, x, y);
+}
+
 /* p: M N K lda lddc ldda has_dA has_dW; f: beta_dA */
 static void op_linear_backward(run *r, const op_case *c)
 {
@@ -860,6 +870,8 @@ static const op_case cases[] = {
     {OP(add), "n70001 (threads)", TOL_ELEM, {70001}, {0}},
     {OP(mul_columns), "rows5 cols7 ldx9", TOL_ELEM, {5, 7, 9}, {0}},
     {OP(column_dot), "rows6 cols5 lda7 ldb8", TOL_REDUCE, {6, 5, 7, 8}, {0}},
+    {OP(neg_exp), "n9", TOL_ELEM, {9, 0}, {0}},
+    {OP(neg_exp), "n5 in place", TOL_ELEM, {5, 1}, {0}},
     {OP(linear_backward), "M5 N7 K6 lda8 lddc9 ldda10 dA dW", TOL_REDUCE, {5, 7, 6, 8, 9, 10, 1, 1}, {0.0f}},
     {OP(linear_backward), "M3 N4 K5 dW only", TOL_REDUCE, {3, 4, 5, 5, 4, 5, 0, 1}, {0.0f}},
     {OP(linear_backward), "M1 N6 K3 dA beta1 only", TOL_REDUCE, {1, 6, 3, 3, 6, 4, 1, 0}, {1.0f}},
@@ -926,6 +938,9 @@ static void execute(run *r, const op_case *c, const ac_backend *be, int dispatch
     r->rng = seed;
     c->fn(r, c);
     be->sync(&r->ctx);
+    const char *failure = be->take_error ? be->take_error() : NULL;
+    if (failure)
+        fail_msg("%s on %s: %s", c->op, be->name, failure);
     for (int i = 0; i < r->n_buf; i++) {
         buffer *b = &r->buf[i];
         size_t bytes = b->count * type_size(b->type);
@@ -1125,6 +1140,7 @@ COUNTED(mul_columns, (ac_kctx *ctx, int rows, int cols, const float *mask, float
 COUNTED(column_dot, (ac_kctx *ctx, int rows, int cols, const float *a, int lda, const float *b, int ldb,
                      float *out),
         (ctx, rows, cols, a, lda, b, ldb, out))
+COUNTED(neg_exp, (ac_kctx *ctx, int n, const float *x, float *y), (ctx, n, x, y))
 COUNTED(linear_backward, (ac_kctx *ctx, int M, int N, int K, const float *A, int lda, const float *W,
                           const float *dC, int lddc, float beta_dA, float *dA, int ldda, float *dW),
         (ctx, M, N, K, A, lda, W, dC, lddc, beta_dA, dA, ldda, dW))
@@ -1215,6 +1231,7 @@ static const ac_backend counting = {
     .add = counted_add,
     .mul_columns = counted_mul_columns,
     .column_dot = counted_column_dot,
+    .neg_exp = counted_neg_exp,
     .linear_backward = counted_linear_backward,
     .rmsnorm_backward = counted_rmsnorm_backward,
     .relu2_backward = counted_relu2_backward,
@@ -1267,6 +1284,24 @@ static void wrong_add(ac_kctx *ctx, size_t n, const float *x, float *y)
 
 /* ---- tests ---- */
 
+/* The backend named on the command line (NULL: every compiled-in backend). */
+static const char *only;
+
+/* The i-th compiled-in backend when this run covers it and it can run on this machine,
+ * else NULL (saying why). */
+static const ac_backend *usable_backend(int i)
+{
+    const ac_backend *be = ac_backend_at(i);
+    if (only && strcmp(be->name, only) != 0)
+        return NULL;
+    const char *why = be->unavailable();
+    if (why) {
+        printf("  %s: skipped: %s\n", be->name, why);
+        return NULL;
+    }
+    return be;
+}
+
 static void test_registry(void **state)
 {
     (void)state;
@@ -1290,7 +1325,8 @@ static void test_registry(void **state)
         assert_ptr_equal(ac_backend_find(be->name), be); /* names are unique */
         ac_kctx named = {.backend = be};
         assert_ptr_equal(ac_backend_of(&named), be);
-        assert_true(be->alloc && be->free && be->copy && be->memset_zero && be->sync);
+        assert_true(be->alloc && be->free && be->copy && be->memset_zero && be->sync && be->unavailable &&
+                    be->take_error);
         for (int s = 0; s < N_OPS; s++) {
             any_fn op;
             memcpy(&op, (const char *)be + offsetof(ac_backend, linear) + (size_t)s * sizeof op, sizeof op);
@@ -1305,7 +1341,9 @@ static void test_memory(void **state)
     (void)state;
     enum { N = 37 };
     for (int i = 0; i < ac_backend_count(); i++) {
-        const ac_backend *be = ac_backend_at(i);
+        const ac_backend *be = usable_backend(i);
+        if (!be)
+            continue;
         float host[N], back[N];
         for (int j = 0; j < N; j++)
             host[j] = (float)j * 0.5f - 3.0f;
@@ -1370,7 +1408,10 @@ static void test_backends_match_reference(void **state)
     (void)state;
     int failed[N_OPS];
     for (int i = 0; i < ac_backend_count(); i++) {
-        target t = backend_target(ac_backend_at(i), 0);
+        const ac_backend *be = usable_backend(i);
+        if (!be)
+            continue;
+        target t = backend_target(be, 0);
         assert_int_equal(check_target(&t, failed, 0), 0);
     }
 }
@@ -1384,7 +1425,10 @@ static void test_dispatchers(void **state)
                            .ctx_backend = NULL, .exact = 1};
     assert_int_equal(check_target(&null_backend, failed, 1), 0);
     for (int i = 0; i < ac_backend_count(); i++) {
-        target t = backend_target(ac_backend_at(i), 1);
+        const ac_backend *be = usable_backend(i);
+        if (!be)
+            continue;
+        target t = backend_target(be, 1);
         t.label = "ac_k_* (backend named)";
         assert_int_equal(check_target(&t, failed, 1), 0);
     }
@@ -1529,9 +1573,11 @@ static void test_gemv_against_double(void **state)
     }
 }
 
-int main(void)
+/* With no argument: every backend that can run here (the CPU at least). With a backend's
+ * name: that one alone, exit code 77 (a skip) when this machine cannot run it. */
+int main(int argc, char **argv)
 {
-    const struct CMUnitTest tests[] = {
+    const struct CMUnitTest all[] = {
         cmocka_unit_test(test_registry),
         cmocka_unit_test(test_memory),
         cmocka_unit_test(test_every_op_has_a_case),
@@ -1540,5 +1586,19 @@ int main(void)
         cmocka_unit_test(test_harness_catches_a_wrong_op),
         cmocka_unit_test(test_gemv_against_double),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    const struct CMUnitTest one_backend[] = {
+        cmocka_unit_test(test_registry),
+        cmocka_unit_test(test_memory),
+        cmocka_unit_test(test_backends_match_reference),
+        cmocka_unit_test(test_dispatchers),
+    };
+    if (argc < 2)
+        return cmocka_run_group_tests(all, NULL, NULL);
+    char why[256];
+    if (!ac_backend_select(argv[1], why, sizeof why)) {
+        printf("%s\n", why);
+        return ac_backend_find(argv[1]) ? 77 : 1;
+    }
+    only = argv[1];
+    return cmocka_run_group_tests(one_backend, NULL, NULL);
 }

@@ -44,6 +44,17 @@ void ac_model_init_random(ac_model *model, uint64_t seed, float std);
 ac_status ac_model_slice(const ac_model *parent, const ac_arch *arch, const int *parent_layer, uint64_t seed,
                          ac_model **out);
 
+/* A copy of model whose weights live on `device` ("cpu": host memory; "cuda": the GPU's
+ * memory, one arena), from the host or from that device: the runtime and training steps
+ * compute where their model's weights are. Fails naming the device when it is not in
+ * this build or not on this machine, or its memory is short. Saving a model on a device
+ * stages it through the host; slicing and pruning need the host copy. */
+ac_status ac_model_to_device(const ac_model *model, const char *device, ac_model **out);
+/* Every weight zero, where the weights live (a gradient accumulator between steps). */
+void ac_model_zero(ac_model *model);
+/* "cpu" for a model in host memory, else its device's name. */
+const char *ac_model_device(const ac_model *model);
+
 const ac_arch *ac_model_arch(const ac_model *model);
 /* Every parameter in checkpoint order; routed experts appear one tensor per expert. */
 size_t ac_model_param_count(const ac_model *model);

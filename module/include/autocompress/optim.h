@@ -32,7 +32,8 @@ void ac_adamw_free(ac_adamw *opt);
  * goes to *grad_norm (may be NULL). The step counter advances. */
 ac_status ac_adamw_step(ac_adamw *opt, ac_model *model, ac_model *grads, double *grad_norm);
 int ac_adamw_steps_done(const ac_adamw *opt);
-/* The moments, named like the model's parameters, for checkpoints: m then v. */
+/* The moments, named like the model's parameters, for checkpoints: m then v, in the
+ * memory of the model's device (host memory for a model on the CPU). */
 float *ac_adamw_moments(ac_adamw *opt, size_t *count_each);
 void ac_adamw_set_steps_done(ac_adamw *opt, int steps);
 

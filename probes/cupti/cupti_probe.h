@@ -1,0 +1,41 @@
+/* The CUPTI probe: device time per site, for the CUDA backend (built only with AC_CUDA).
+ * How it tags work with sites, eagerly and under CUDA graphs, is told at the top of
+ * cupti_probe.c; the attribution itself is plain C in attribute.h. */
+#ifndef AUTOCOMPRESS_CUPTI_PROBE_H
+#define AUTOCOMPRESS_CUPTI_PROBE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "autocompress/probe.h"
+#include "probes/cupti/attribute.h"
+
+/* Enables CUPTI's Activity API for this process and returns a probe that turns its
+ * records into spans. One at a time per process (CUPTI's buffers are process-wide);
+ * create it before any graph whose replays it should split is captured.
+ * AC_ERR_UNSUPPORTED when another is active, when CUPTI at run time is not the version
+ * this was built against, or when another tool holds CUPTI's callbacks. */
+ac_status ac_cupti_probe_create(ac_probe **probe);
+
+/* The detail behind the spans of the last successful collect: per occurrence the sum of
+ * its records' durations (what a span's end - start is), its first start and last end,
+ * its record count; and the work no site took (unattributed) or CUPTI could not time.
+ * Valid until the next collect or reset. */
+const ac_cupti_attribution *ac_cupti_probe_attribution(const ac_probe *probe);
+
+/* The element-wise maximum of the memory samples since the last reset, with `resident`
+ * the device memory in use (cudaMemGetInfo: total - free) when each sample was taken. */
+ac_memory_sample ac_cupti_probe_memory_peak(const ac_probe *probe);
+
+/* Appends a buffer of CUPTI activity records to the log: external-correlation records of
+ * the probe's own kind as links; kernels, memcpys and memsets as records; other kinds
+ * (API records) are skipped. Calls cuptiActivityGetNextRecord, which needs libcupti but
+ * no GPU. AC_ERR_INVALID when bytes after the last whole record show a truncated one. */
+ac_status ac_cupti_parse_buffer(const uint8_t *buf, size_t valid, ac_cupti_log *log);
+
+/* The external correlation kind the probe pushes its ids under (a
+ * CUpti_ExternalCorrelationKind): CUSTOM2, clear of the CUSTOM0 and CUSTOM1 that other
+ * in-process profilers (PyTorch's Kineto) use. */
+#define AC_CUPTI_EXTERNAL_KIND 5
+
+#endif
