@@ -1,0 +1,171 @@
+/* The model on the CUDA backend against the CPU engine, on a GPU (exit 77, a skip, with
+ * the reason, without one): a hybrid model's prefill and decode logits within 1e-4 of the
+ * logit scale (f32, TF32 off: the sums differ in order only), greedy generation the
+ * same tokens, and a training step's loss and weight gradients within 1e-3 of their
+ * scale (the backward sums longer chains: the scan's and attention's over the sequence). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "autocompress/model.h"
+#include "autocompress/runtime.h"
+#include "autocompress/sample.h"
+#include "autocompress/train.h"
+#include "kernels/kernels.h"
+#include "model/model_internal.h"
+
+enum { V = 64, D = 32, L = 6, PROMPT = 40, GEN = 16, B = 2, T = 24 };
+
+static const ac_backend *cuda;
+
+static ac_model *make_model(void)
+{
+    const char *pattern = "M*E-ME";
+    ac_arch a = {.vocab = V, .hidden = D, .norm_eps = 1e-5f, .use_conv_bias = 1, .chunk_size = 8,
+                 .time_step_min = 1e-3f};
+    assert_int_equal(ac_arch_alloc_layers(&a, L), AC_OK);
+    for (int i = 0; i < L; i++) {
+        a.layers[i] = (ac_block_dims){.mamba_heads = 4, .mamba_head_dim = 8, .mamba_groups = 2, .ssm_state = 8,
+                                      .conv_kernel = 4, .attn_heads = 4, .attn_kv_heads = 2, .attn_head_dim = 8,
+                                      .ffn = 48, .n_experts = 8, .top_k = 2, .expert_ffn = 16, .shared_ffn = 24,
+                                      .n_group = 1, .topk_group = 1, .norm_topk_prob = 1, .routed_scaling = 2.0f};
+        a.layers[i].kind = pattern[i] == 'M' ? AC_BLOCK_MAMBA : pattern[i] == '*' ? AC_BLOCK_ATTENTION
+                           : pattern[i] == '-' ? AC_BLOCK_MLP : AC_BLOCK_MOE;
+    }
+    ac_model *m;
+    assert_int_equal(ac_model_create(&a, &m), AC_OK);
+    ac_arch_free(&a);
+    ac_model_init_random(m, 3, 0.2f);
+    return m;
+}
+
+/* max |a - b| / max |a| */
+static double relative(const float *a, const float *b, size_t n)
+{
+    double worst = 0.0, scale = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        worst = fmax(worst, fabs((double)a[i] - b[i]));
+        scale = fmax(scale, fabs((double)a[i]));
+    }
+    return scale > 0.0 ? worst / scale : worst;
+}
+
+/* The prompt's logits, then GEN greedy tokens with each step's logits. */
+static void generate(const ac_model *m, float *prompt_logits, float *step_logits, int32_t *tokens)
+{
+    ac_runtime *rt;
+    ac_cache *c;
+    assert_int_equal(ac_runtime_create(m, &rt), AC_OK);
+    assert_int_equal(ac_cache_create(m, &c), AC_OK);
+    int32_t prompt[PROMPT];
+    for (int t = 0; t < PROMPT; t++)
+        prompt[t] = (t * 17 + 5) % V;
+    const int32_t *seq[1] = {prompt};
+    int n[1] = {PROMPT};
+    ac_batch b = {.n_seqs = 1, .tokens = seq, .n_tokens = n, .caches = &c};
+    assert_int_equal(ac_runtime_forward(rt, &b, AC_LOGITS_ALL, prompt_logits), AC_OK);
+    int32_t next = ac_argmax(prompt_logits + (size_t)(PROMPT - 1) * V, V);
+    for (int g = 0; g < GEN; g++) {
+        tokens[g] = next;
+        const int32_t *one[1] = {&tokens[g]};
+        int ones[1] = {1};
+        ac_batch d = {.n_seqs = 1, .tokens = one, .n_tokens = ones, .caches = &c};
+        assert_int_equal(ac_runtime_forward(rt, &d, AC_LOGITS_LAST, step_logits + (size_t)g * V), AC_OK);
+        next = ac_argmax(step_logits + (size_t)g * V, V);
+    }
+    ac_cache_free(c);
+    ac_runtime_free(rt);
+}
+
+static void test_logits_and_generation(void **state)
+{
+    (void)state;
+    ac_model *host = make_model(), *dev;
+    assert_int_equal(ac_model_to_backend(host, cuda, &dev), AC_OK);
+    float *pw = malloc(PROMPT * V * sizeof *pw), *pg = malloc(PROMPT * V * sizeof *pg);
+    float *sw = malloc(GEN * V * sizeof *sw), *sg = malloc(GEN * V * sizeof *sg);
+    int32_t tw[GEN], tg[GEN];
+    assert_true(pw && pg && sw && sg);
+    generate(host, pw, sw, tw);
+    generate(dev, pg, sg, tg);
+    assert_null(cuda->take_error());
+    double prefill = relative(pw, pg, (size_t)PROMPT * V), decode = relative(sw, sg, (size_t)GEN * V);
+    printf("  logits: prefill %.2e, decode %.2e of the logit scale\n", prefill, decode);
+    assert_true(prefill < 1e-4);
+    assert_true(decode < 1e-4);
+    assert_memory_equal(tw, tg, sizeof tw);
+    free(pw);
+    free(pg);
+    free(sw);
+    free(sg);
+    ac_model_free(dev);
+    ac_model_free(host);
+}
+
+/* One cross-entropy step's loss and weight gradients. */
+static double step_grads(const ac_model *m, float *grads_out)
+{
+    ac_model *grads, *back;
+    assert_int_equal(ac_model_create_on(&m->arch, m->backend, &grads), AC_OK);
+    ac_train_step *s;
+    assert_int_equal(ac_train_step_create(m, B, T, &s), AC_OK);
+    int32_t tokens[B * T], targets[B * T];
+    for (int i = 0; i < B * T; i++) {
+        tokens[i] = (i * 7 + 1) % V;
+        targets[i] = (i * 11 + 3) % V;
+    }
+    ac_step_inputs in = {.tokens = tokens, .targets = targets, .grads = grads};
+    double loss;
+    assert_int_equal(ac_train_step_run(s, &in, &loss), AC_OK);
+    assert_int_equal(ac_model_to_backend(grads, NULL, &back), AC_OK);
+    size_t n;
+    const float *g = ac_model_arena(back, &n);
+    memcpy(grads_out, g, n * sizeof *grads_out);
+    ac_model_free(back);
+    ac_train_step_free(s);
+    ac_model_free(grads);
+    return loss;
+}
+
+static void test_training_step(void **state)
+{
+    (void)state;
+    ac_model *host = make_model(), *dev;
+    assert_int_equal(ac_model_to_backend(host, cuda, &dev), AC_OK);
+    size_t n;
+    ac_model_arena(host, &n);
+    float *gw = malloc(n * sizeof *gw), *gg = malloc(n * sizeof *gg);
+    assert_true(gw && gg);
+    double want = step_grads(host, gw), got = step_grads(dev, gg);
+    assert_null(cuda->take_error());
+    double grads = relative(gw, gg, n);
+    printf("  training step: loss %.6f vs %.6f, gradients %.2e of their scale\n", want, got, grads);
+    assert_true(fabs(want - got) < 1e-4 * want);
+    assert_true(grads < 1e-3);
+    free(gw);
+    free(gg);
+    ac_model_free(dev);
+    ac_model_free(host);
+}
+
+int main(void)
+{
+    char why[256];
+    cuda = ac_backend_select("cuda", why, sizeof why);
+    if (!cuda) {
+        printf("test_cuda_model: skipped: %s\n", why);
+        return 77;
+    }
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_logits_and_generation),
+        cmocka_unit_test(test_training_step),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
