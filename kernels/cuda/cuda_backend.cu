@@ -115,6 +115,16 @@ static void cuda_memset_zero(void *p, size_t bytes)
         ac_cuda_check("memset_zero");
 }
 
+extern "C" size_t ac_cuda_bytes_in_use(void)
+{
+    size_t free_bytes = 0, total = 0;
+    if (cudaMemGetInfo(&free_bytes, &total) != cudaSuccess) {
+        ac_cuda_check("bytes_in_use");
+        return 0;
+    }
+    return total - free_bytes;
+}
+
 static void cuda_sync(ac_kctx *ctx)
 {
     if (cudaStreamSynchronize(ac_cuda_stream(ctx)) != cudaSuccess)

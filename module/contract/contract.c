@@ -293,8 +293,8 @@ static ac_status read_candidates(const reader *r, const config_setting_t *group,
 static ac_status parse_device(const reader *r, const config_setting_t *s, ac_contract_hardware *hw)
 {
     const char *d = hw->device;
-    if (!strcmp(d, "cpu")) {
-        hw->kind = AC_DEVICE_CPU;
+    if (!strcmp(d, "cpu") || !strcmp(d, "cuda")) { /* "cuda": the first device, cuda:0 */
+        hw->kind = d[1] == 'p' ? AC_DEVICE_CPU : AC_DEVICE_CUDA;
         hw->index = 0;
         return AC_OK;
     }
@@ -310,7 +310,7 @@ static ac_status parse_device(const reader *r, const config_setting_t *s, ac_con
             return AC_OK;
         }
     }
-    return fail_at(r, s, "hardware.device: bad device string '%s' (expected \"cpu\" or "
+    return fail_at(r, s, "hardware.device: bad device string '%s' (expected \"cpu\", \"cuda\" or "
                    "\"cuda:N\", N a device index)", d);
 }
 

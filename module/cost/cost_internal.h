@@ -115,7 +115,14 @@ typedef struct {
     const char *reference_dir; /* with reference: the checkpoint to time instead of the parent
                                   (NULL: model_dir's; `measure` times a pruned checkpoint
                                   against the parent its tables were profiled with) */
+    const char *device;      /* where the model runs: NULL (the CPU) or "cuda" (device time
+                                per layer from the CUPTI probe, memory from the device's
+                                own accounting) */
 } ac_measure_job;
+
+/* The measurement device of a contract: NULL for cpu, "cuda" for cuda:0 (the device the
+ * CUDA backend uses; another index is refused, naming CUDA_VISIBLE_DEVICES). */
+ac_status ac_measure_device(const ac_contract *contract, const char **device);
 
 typedef struct {
     int32_t repeats, threads; /* repeats: the timed requests done */

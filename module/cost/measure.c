@@ -19,6 +19,11 @@
  * time relative to the speed of its own moment (measured here: the log ratio of the two
  * varies half as much as either time). */
 #include "cost/cost_internal.h"
+#include "kernels/kernels.h"
+#ifdef AC_HAVE_CUDA
+#include "kernels/cuda/cuda_ops.h"
+#include "probes/cupti/cupti_probe.h"
+#endif
 
 #include <malloc.h>
 #include <stdlib.h>
@@ -53,7 +58,8 @@ static ac_status clean_request(ac_server *server, ac_probe *probe, int threads, 
             ac_probe_reset(probe);
         double c0 = cpu_seconds(), wall = 0;
         st = ac_server_request(server, -1, &wall);
-        double use = wall > 0 ? (cpu_seconds() - c0) / (wall * threads) : 1.0;
+        /* on a device (threads 0) the host mostly waits: no contention to read off it */
+        double use = threads > 0 && wall > 0 ? (cpu_seconds() - c0) / (wall * threads) : 1.0;
         if (st != AC_OK)
             break;
         if (use > best || probe) { /* with a probe: the attempt its spans come from */
@@ -76,12 +82,13 @@ typedef struct {
 /* Appends the probe's spans (one request's: the probe is reset before each attempt);
  * what does not fit counts as dropped. The buffer is allocated and touched before the
  * memory baseline, so keeping spans adds nothing to the measured peak. */
-static ac_status keep_spans(ac_probe *probe, span_buffer *b, uint32_t *dropped)
+static ac_status keep_spans(ac_probe *probe, int on_device, span_buffer *b, uint32_t *dropped)
 {
     const ac_span *spans = NULL;
     size_t n = 0;
     ac_status st = ac_probe_collect(probe, &spans, &n);
-    *dropped += (uint32_t)ac_cpu_probe_dropped(probe);
+    if (!on_device) /* the CUPTI probe fails its collect when CUPTI dropped records */
+        *dropped += (uint32_t)ac_cpu_probe_dropped(probe);
     if (st != AC_OK)
         return st;
     size_t fit = n < b->cap - b->n ? n : b->cap - b->n;
@@ -93,14 +100,23 @@ static ac_status keep_spans(ac_probe *probe, span_buffer *b, uint32_t *dropped)
 
 /* The speed gauge, not a measurement: the workload's input and output on the parent,
  * without the cached context and at most 4 sequences, to keep it cheap; warmed up. */
-static ac_status reference_server(const ac_measure_job *job, const ac_model *parent, ac_model **loaded,
-                                  ac_server **ref, float **snapshot)
+static ac_status reference_server(const ac_measure_job *job, const ac_backend *be, const ac_model *parent,
+                                  ac_model **loaded, ac_server **ref, float **snapshot)
 {
     if (job->reference_dir) {
         ac_status st = ac_load_parent(job->reference_dir, 1, loaded);
         if (st != AC_OK)
             return ac_fail_context(st, "measure: the reference %s", job->reference_dir);
         parent = *loaded;
+    }
+    if (be) { /* the reference runs where the model does */
+        ac_model *on_device;
+        ac_status st = ac_model_to_device(parent, be->name, &on_device);
+        if (st != AC_OK)
+            return st;
+        ac_model_free(*loaded);
+        *loaded = on_device;
+        parent = on_device;
     }
     const ac_arch *pa = ac_model_arch(parent);
     ac_contract_workload rw = job->workload;
@@ -113,6 +129,52 @@ static ac_status reference_server(const ac_measure_job *job, const ac_model *par
     double warm = 0;
     if (st == AC_OK)
         st = ac_server_request(*ref, job->warmup_steps, &warm);
+    return st;
+}
+
+/* ---- the device a job runs on (NULL: the CPU); only the child touches it: a CUDA
+ * context does not survive a fork ---- */
+
+static ac_status open_device(const ac_measure_job *job, const ac_backend **be)
+{
+    *be = NULL;
+    if (!job->device || !strcmp(job->device, "cpu"))
+        return AC_OK;
+    char why[256];
+    *be = ac_backend_select(job->device, why, sizeof why);
+    return *be ? AC_OK : ac_fail(AC_ERR_UNSUPPORTED, "measure: %s", why);
+}
+
+static ac_status device_probe_create(ac_probe **probe)
+{
+#ifdef AC_HAVE_CUDA
+    return ac_cupti_probe_create(probe);
+#else
+    *probe = NULL;
+    return ac_fail(AC_ERR_UNSUPPORTED, "measure: this build has no CUPTI probe");
+#endif
+}
+
+/* Device memory in use (the device's own accounting: total - free). */
+static size_t device_bytes_in_use(void)
+{
+#ifdef AC_HAVE_CUDA
+    return ac_cuda_bytes_in_use();
+#else
+    return 0;
+#endif
+}
+
+/* A host model moved to be (NULL: left where it is). */
+static ac_status to_device(const ac_backend *be, ac_model **model)
+{
+    if (!be)
+        return AC_OK;
+    ac_model *host = *model;
+    ac_status st = ac_model_to_device(host, be->name, model);
+    if (st != AC_OK)
+        *model = NULL;
+    ac_model_free(host);
     return st;
 }
 
@@ -135,12 +197,15 @@ static ac_status measure_child(void *arg, int fd)
         team++;
     }
     ac_status st = team > 0 ? ac_child_heartbeat(fd) : AC_OK;
+    const ac_backend *be = NULL;
+    if (st == AC_OK)
+        st = open_device(job, &be);
     /* a parent without weights is random, the same one in every measurement */
     if (st == AC_OK)
         st = ac_load_parent(job->model_dir, 1, &parent);
     span_buffer kept = {NULL, 0, 0};
     if (st == AC_OK && job->probe_capacity > 0) {
-        st = ac_cpu_probe_create(job->probe_capacity, &probe);
+        st = be ? device_probe_create(&probe) : ac_cpu_probe_create(job->probe_capacity, &probe);
         kept.cap = job->probe_capacity * (size_t)job->repeats;
         kept.items = st == AC_OK ? malloc(kept.cap * sizeof *kept.items) : NULL;
         if (st == AC_OK && !kept.items)
@@ -162,11 +227,15 @@ static ac_status measure_child(void *arg, int fd)
          * go back to the kernel, so what the model allocates shows in the peak whatever
          * the calling process's heap looked like */
         malloc_trim(0);
-        if (ac_cpu_reset_peak_resident() == AC_OK)
+        if (be)
+            base = device_bytes_in_use();
+        else if (ac_cpu_reset_peak_resident() == AC_OK)
             base = ac_cpu_resident_bytes();
         else
             base = ac_cpu_peak_resident_bytes(); /* no reset: the peak so far is the floor */
         st = ac_model_slice(parent, job->arch, job->parent_layer, job->seed + 1, &model);
+        if (st == AC_OK)
+            st = to_device(be, &model);
     }
     if (st == AC_OK)
         st = ac_server_create(model, &job->workload, job->seed, snapshot, &server);
@@ -180,20 +249,21 @@ static ac_status measure_child(void *arg, int fd)
     double timed = 0;
     res.repeats = 0;
     for (int r = 0; st == AC_OK && r < job->repeats; r++) {
-        st = clean_request(server, probe, res.threads, &res.seconds[r], &res.retried);
+        st = clean_request(server, probe, be ? 0 : res.threads, &res.seconds[r], &res.retried);
         if (st == AC_OK && probe)
-            st = keep_spans(probe, &kept, &res.dropped);
+            st = keep_spans(probe, be != NULL, &kept, &res.dropped);
         if (st == AC_OK && r == 0) {
-            /* the serving peak is reached by the first full request; the reference's
-             * model is built after it is read, so it adds nothing to it */
-            size_t peak = ac_cpu_peak_resident_bytes();
+            /* the serving peak is reached by the first full request (a device's runtime
+             * allocates nothing after it); the reference's model is built after it is
+             * read, so it adds nothing to it */
+            size_t peak = be ? device_bytes_in_use() : ac_cpu_peak_resident_bytes();
             res.measured_bytes = peak > base ? (double)(peak - base) : 0.0;
             res.accounted = ac_server_memory(server);
             if (job->reference)
-                st = reference_server(job, parent, &reference, &ref, &ref_snapshot);
+                st = reference_server(job, be, parent, &reference, &ref, &ref_snapshot);
         }
         if (st == AC_OK && ref)
-            st = clean_request(ref, NULL, res.threads, &res.reference_seconds[r], &res.retried);
+            st = clean_request(ref, NULL, be ? 0 : res.threads, &res.reference_seconds[r], &res.retried);
         if (st != AC_OK)
             break;
         res.repeats = r + 1;
@@ -216,6 +286,20 @@ static ac_status measure_child(void *arg, int fd)
     ac_probe_free(probe);
     free(snapshot);
     return st;
+}
+
+ac_status ac_measure_device(const ac_contract *contract, const char **device)
+{
+    const ac_contract_hardware *hw = &contract->hardware;
+    *device = NULL;
+    if (hw->kind == AC_DEVICE_CPU)
+        return AC_OK;
+    if (hw->index != 0)
+        return ac_fail(AC_ERR_UNSUPPORTED, "contract %s: device %s: the CUDA backend runs on the first visible "
+                       "device; make that one cuda:0 with CUDA_VISIBLE_DEVICES=%d", contract->name, hw->device,
+                       hw->index);
+    *device = "cuda";
+    return AC_OK;
 }
 
 ac_status ac_measure(const ac_measure_job *job, ac_measure_result *result, ac_span **spans)

@@ -112,9 +112,13 @@ static ac_status run_sweeps(const char *model_dir, const ac_contract *c, const a
                             const ac_arch *arch, const int *identity, double reference_ms, ac_measure_report *r,
                             double *ms, double *norm, double *mem)
 {
+    const char *device;
+    ac_status st = ac_measure_device(c, &device);
+    if (st != AC_OK)
+        return st;
     ac_progress *progress = NULL;
-    ac_status st = ac_progress_init(&progress, "measure", p->sweeps, "processes", p->progress,
-                                    p->progress_stream ? p->progress_stream : stderr);
+    st = ac_progress_init(&progress, "measure", p->sweeps, "processes", p->progress,
+                          p->progress_stream ? p->progress_stream : stderr);
     for (int s = 0; st == AC_OK && s < p->sweeps; s++) {
         ac_measure_job job = {
             .model_dir = model_dir,
@@ -128,6 +132,7 @@ static ac_status run_sweeps(const char *model_dir, const ac_contract *c, const a
             .warmup_steps = 2,
             .reference = r->normalised,
             .reference_dir = p->parent_dir,
+            .device = device,
         };
         ac_measure_result res;
         st = ac_measure(&job, &res, NULL);

@@ -567,10 +567,10 @@ ac_status ac_profile_run(const char *model_dir, const ac_contract *contract, con
                        params->requests);
     /* timed requests per measurement: K slots per sweep, S samples per run at most */
     int K = params->requests > 0 ? params->requests : AC_MAX_REQUESTS, S = R * K;
-    if (contract->hardware.kind != AC_DEVICE_CPU)
-        return ac_fail(AC_ERR_UNSUPPORTED, "profile: contract %s names device %s; this build profiles on the CPU "
-                                           "(the CUPTI probe comes with the CUDA backend)", contract->name,
-                       contract->hardware.device);
+    const char *device;
+    ac_status dev = ac_measure_device(contract, &device);
+    if (dev != AC_OK)
+        return dev;
     int64_t t_start = ac_monotonic_ns();
     ac_arch parent;
     ac_status st = ac_load_parent_arch(model_dir, &parent);
@@ -657,6 +657,7 @@ ac_status ac_profile_run(const char *model_dir, const ac_contract *contract, con
                 .warmup_steps = n_dec < 2 ? n_dec : 2,
                 .probe_capacity = per_request + 16,
                 .reference = !params->no_reference,
+                .device = device,
             };
             ac_measure_result res;
             ac_span *spans = NULL;

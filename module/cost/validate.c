@@ -138,9 +138,13 @@ ac_status ac_cost_validate(const char *model_dir, const ac_contract *contract, c
     if (params->requests < 0 || params->requests > AC_MAX_REQUESTS)
         return ac_fail(AC_ERR_INVALID, "validate: --requests must be in [0, %d] (0: auto), got %d", AC_MAX_REQUESTS,
                        params->requests);
+    const char *device;
+    ac_status st = ac_measure_device(contract, &device);
+    if (st != AC_OK)
+        return st;
     int64_t t0 = ac_monotonic_ns();
     ac_arch parent;
-    ac_status st = ac_load_parent_arch(model_dir, &parent);
+    st = ac_load_parent_arch(model_dir, &parent);
     if (st != AC_OK)
         return st;
     ac_cost_model *model = NULL;
@@ -203,6 +207,7 @@ ac_status ac_cost_validate(const char *model_dir, const ac_contract *contract, c
                 .warmup_steps = 2,
                 .probe_capacity = 0,
                 .reference = normalise,
+                .device = device,
             };
             ac_measure_result res;
             st = ac_measure(&job, &res, NULL);

@@ -182,7 +182,8 @@ static ac_status check_batch(const ac_runtime *rt, const ac_batch *batch)
 size_t ac_runtime_bytes(const ac_runtime *rt)
 {
     ac_activation_plan plan = ac_plan_activations(&rt->model->arch, rt->scratch_per_token, rt->capacity_tokens, 0);
-    return 3 * plan.stream + (rt->capacity_tokens ? plan.scratch + plan.staging : 0) + rt->workspace_bytes;
+    return 3 * plan.stream + (rt->capacity_tokens ? plan.scratch + plan.staging : 0) + rt->workspace_bytes +
+           rt->logits_count * sizeof(float);
 }
 
 void ac_runtime_set_probe(ac_runtime *runtime, ac_probe *probe) { runtime->probe = probe; }

@@ -443,7 +443,10 @@ static void test_parse_string_errors(void **state)
     expect_ok("\"cpu\"", "\"cuda:3\"", &c);
     assert_int_equal(c.hardware.kind, AC_DEVICE_CUDA);
     assert_int_equal(c.hardware.index, 3);
-    expect_bad("\"cpu\"", "\"cuda\"", 3, "cuda");
+    expect_ok("\"cpu\"", "\"cuda\"", &c);
+    assert_int_equal(c.hardware.kind, AC_DEVICE_CUDA);
+    assert_int_equal(c.hardware.index, 0);
+    expect_bad("\"cpu\"", "\"cud\"", 3, "bad device");
     expect_bad("\"cpu\"", "\"cuda:\"", 3, "bad device");
     expect_bad("\"cpu\"", "\"cuda:-1\"", 3, "bad device");
     expect_bad("\"cpu\"", "\"cuda:1x\"", 3, "bad device");

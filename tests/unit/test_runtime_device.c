@@ -6,6 +6,7 @@
  * Any host read or write of that memory stops the test with SIGSEGV; the logits must be
  * the CPU's, bit for bit (the ops are the CPU's). Also: the Mamba state saved and
  * restored through it, copies between the host and the device, saving from the device,
+ * the profiler's serving loop (a context, then requests restored from its snapshot),
  * and ac_model_to_device's errors. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -20,6 +21,7 @@
 
 #include "autocompress/model.h"
 #include "autocompress/runtime.h"
+#include "cost/cost_internal.h"
 #include "guarded_backend.h"
 #include "model/model_internal.h"
 #ifdef AC_HAVE_CUDA
@@ -207,6 +209,40 @@ static void test_device_copies(void **state)
     ac_model_free(host);
 }
 
+/* What a measurement runs (cost/serve.c): the same requests on the device as on the CPU,
+ * with the same memory accounting. */
+static void serve_workload(const ac_model *m, ac_memory_sample *memory)
+{
+    ac_contract_workload w = {.batch = 2, .cached_tokens = 7, .input_tokens = 5, .output_tokens = 4};
+    float *snapshot = calloc(ac_server_snapshot_floats(&m->arch, w.batch) + 1, sizeof *snapshot);
+    assert_non_null(snapshot);
+    ac_server *server;
+    assert_int_equal(ac_server_create(m, &w, 9, snapshot, &server), AC_OK);
+    assert_int_equal(ac_server_build_context(server), AC_OK);
+    double seconds;
+    for (int r = 0; r < 2; r++)
+        assert_int_equal(ac_server_request(server, -1, &seconds), AC_OK);
+    *memory = ac_server_memory(server);
+    ac_server_free(server);
+    free(snapshot);
+}
+
+static void test_guarded_measurement_server(void **state)
+{
+    (void)state;
+    ac_model *host = make_model(), *dev;
+    assert_int_equal(ac_model_to_backend(host, &guarded_backend, &dev), AC_OK);
+    ac_memory_sample want, got;
+    serve_workload(host, &want);
+    serve_workload(dev, &got);
+    assert_true(want.kv_cache > 0 && want.activations > 0);
+    assert_true(want.kv_cache == got.kv_cache && want.state == got.state);
+    /* on the device the runtime also holds the logits it copies out: the batch's rows */
+    assert_true(got.activations == want.activations + 2 * V * sizeof(float));
+    ac_model_free(dev);
+    ac_model_free(host);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -214,6 +250,7 @@ int main(void)
         cmocka_unit_test(test_guarded_state_round_trip),
         cmocka_unit_test(test_device_errors),
         cmocka_unit_test(test_device_copies),
+        cmocka_unit_test(test_guarded_measurement_server),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

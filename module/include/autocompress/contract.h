@@ -5,7 +5,7 @@
  *
  *   name = "rtx5070-npc";                       required, 1..127 characters
  *   hardware = {                                required
- *     device = "cuda:0";                        required: "cpu" or "cuda:N" (first device)
+ *     device = "cuda:0";                        required: "cpu", "cuda" or "cuda:N" (first device)
  *     name = "RTX 5070";                        optional label
  *     threads = 0;                              optional, >= 0, 0 = all cores (default 0)
  *     memory_gib = 12.0;                        optional, > 0: memory of one device
@@ -96,7 +96,7 @@ typedef struct {
 } ac_candidates;
 
 typedef struct {
-    char device[AC_CONTRACT_NAME_MAX]; /* as written: "cpu" or "cuda:N" */
+    char device[AC_CONTRACT_NAME_MAX]; /* as written: "cpu", "cuda" (cuda:0) or "cuda:N" */
     ac_device_kind kind;
     int index;                       /* N of "cuda:N", the first of `count` devices; 0 for cpu */
     char name[AC_CONTRACT_NAME_MAX]; /* label such as "RTX 5070"; "" when not given */
