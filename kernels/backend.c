@@ -16,7 +16,24 @@ static const ac_backend *const backends[] = {
 #endif
 };
 
-enum { N_BACKENDS = (int)(sizeof backends / sizeof backends[0]) };
+enum { N_BACKENDS = (int)(sizeof backends / sizeof backends[0]), MAX_REGISTERED = 4 };
+
+/* Backends a program adds (a test's instrumented backend), found by name after the
+ * compiled-in ones. */
+static const ac_backend *registered[MAX_REGISTERED];
+static int n_registered;
+
+ac_status ac_backend_register(const ac_backend *be)
+{
+    if (!be || !be->name)
+        return ac_fail(AC_ERR_INVALID, "backend: a backend needs a name");
+    if (ac_backend_find(be->name))
+        return ac_fail(AC_ERR_INVALID, "backend: \"%s\" is taken", be->name);
+    if (n_registered == MAX_REGISTERED)
+        return ac_fail(AC_ERR_UNSUPPORTED, "backend: at most %d backends can be added", MAX_REGISTERED);
+    registered[n_registered++] = be;
+    return AC_OK;
+}
 
 int ac_backend_count(void)
 {
@@ -35,6 +52,9 @@ const ac_backend *ac_backend_find(const char *name)
     for (int i = 0; i < N_BACKENDS; i++)
         if (strcmp(backends[i]->name, name) == 0)
             return backends[i];
+    for (int i = 0; i < n_registered; i++)
+        if (strcmp(registered[i]->name, name) == 0)
+            return registered[i];
     return NULL;
 }
 

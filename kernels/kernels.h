@@ -14,6 +14,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "autocompress/status.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -231,6 +233,18 @@ struct ac_backend {
                                    const float *z, int ldz, const float *w, float eps, const float *dout,
                                    int lddout, float *dy, int lddy, float *dz, int lddz, float *dw, float *rstd);
 
+    /* The width gradient of one group of Mamba's gated norm when the group averaged over
+     * `width` channels rather than dim (a head mask): given out [rows, dim] (ldout) the
+     * group's output before it was scaled by `scale` = sqrt(width / dim), dout (lddout) =
+     * dL/d(scaled output) times scale, and rstd [rows] from gated_rmsnorm_backward (run
+     * with eps * width / dim), dL/dwidth = sum over rows of a (1 - eps / r^2) / (2 width),
+     * a = <dout, out> / scale, r^2 = dim / (width rstd^2), summed in double; then
+     * dmask[0 .. heads) += (float)(per_head * dL/dwidth) (the group's heads, each worth
+     * per_head channels of width). */
+    void (*gated_rmsnorm_width_backward)(ac_kctx *ctx, int rows, int dim, const float *out, int ldout,
+                                         const float *dout, int lddout, const float *rstd, float eps, float width,
+                                         float scale, float per_head, int heads, float *dmask);
+
     /* ---- attention and MoE backward ---- */
 
     /* Backward of causal GQA attention for one sequence of L tokens that starts empty
@@ -289,6 +303,11 @@ const ac_backend *ac_backend_at(int i);
 /* The backend to compute on, by name ("cpu", "cuda"): NULL with why in msg (cap bytes)
  * when it is not compiled in or cannot run on this machine. */
 const ac_backend *ac_backend_select(const char *name, char *msg, size_t cap);
+
+/* Adds a backend that ac_backend_find and ac_backend_select then know by its name (a
+ * test's instrumented backend; not listed by ac_backend_at). Not thread-safe: register
+ * before any use. Fails when the name is taken or the list is full. */
+ac_status ac_backend_register(const ac_backend *be);
 
 /* ---- the ops: each runs ac_backend_of(ctx)'s member of the same name (documented in
  * struct ac_backend above) ---- */
@@ -506,6 +525,15 @@ static inline void ac_k_gated_rmsnorm_backward(ac_kctx *ctx, int rows, int dim, 
 {
     ac_backend_of(ctx)->gated_rmsnorm_backward(ctx, rows, dim, group_size, y, ldy, z, ldz, w, eps, dout, lddout, dy,
                                                lddy, dz, lddz, dw, rstd);
+}
+
+static inline void ac_k_gated_rmsnorm_width_backward(ac_kctx *ctx, int rows, int dim, const float *out, int ldout,
+                                                     const float *dout, int lddout, const float *rstd, float eps,
+                                                     float width, float scale, float per_head, int heads,
+                                                     float *dmask)
+{
+    ac_backend_of(ctx)->gated_rmsnorm_width_backward(ctx, rows, dim, out, ldout, dout, lddout, rstd, eps, width, scale,
+                                                     per_head, heads, dmask);
 }
 
 static inline void ac_k_attention_backward(ac_kctx *ctx, int L, int n_heads, int n_kv, int hd, const float *q,

@@ -56,6 +56,7 @@ static int parse_args(int argc, char **argv, search_args *a)
         CLI_SWITCH("train-weights", &p->train_weights, 1, "the weights learn from the KD too (saved to OUT/weights)"),
         CLI_REAL("weights-lr", CLI_FLOAT, &p->weights_optim.lr, "X", "learning rate of the weights with --train-weights"),
         CLI_CUSTOM("progress", &p->progress, "auto|bar|json|off", "progress on stderr", cli_parse_progress),
+        CLI_TEXT("device", &p->device, "cpu|cuda", "where the masked KD steps run (default: cpu)"),
         CLI_COMM_OPTS(&a->comm),
     };
     const cli_spec spec = {"search", NULL,

@@ -90,6 +90,7 @@ const ac_backend ac_cpu_backend = {
     .softplus_dt_backward = ac_cpu_softplus_dt_backward,
     .conv1d_silu_backward = ac_cpu_conv1d_silu_backward,
     .gated_rmsnorm_backward = ac_cpu_gated_rmsnorm_backward,
+    .gated_rmsnorm_width_backward = ac_cpu_gated_rmsnorm_width_backward,
     .attention_backward = ac_cpu_attention_backward,
     .moe_route_backward = ac_cpu_moe_route_backward,
     .moe_mask_scores_backward = ac_cpu_moe_mask_scores_backward,

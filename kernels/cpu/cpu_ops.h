@@ -84,6 +84,9 @@ void ac_cpu_gated_rmsnorm_backward(ac_kctx *ctx, int rows, int dim, int group_si
                                    const float *z, int ldz, const float *w, float eps, const float *dout,
                                    int lddout, float *dy, int lddy, float *dz, int lddz, float *dw,
                                    float *rstd);
+void ac_cpu_gated_rmsnorm_width_backward(ac_kctx *ctx, int rows, int dim, const float *out, int ldout,
+                                     const float *dout, int lddout, const float *rstd, float eps, float width,
+                                     float scale, float per_head, int heads, float *dmask);
 void ac_cpu_attention_backward(ac_kctx *ctx, int L, int n_heads, int n_kv, int hd, const float *q, int ldq,
                                const float *k, const float *v, int ldkv, const float *datt, float scale,
                                float *out, float *stats, float *dq, float *dk, float *dv);

@@ -36,6 +36,25 @@ void ac_cpu_gated_rmsnorm(ac_kctx *ctx, int rows, int dim, int group_size, const
  *   dw += sum over rows of dout u r
  * Rows run in parallel for dy and dz (r goes to rstd); then column blocks run in parallel
  * for dw, each summing its rows before the one add. */
+void ac_cpu_gated_rmsnorm_width_backward(ac_kctx *ctx, int rows, int dim, const float *out, int ldout,
+                                         const float *dout, int lddout, const float *rstd, float eps, float width,
+                                         float scale, float per_head, int heads, float *dmask)
+{
+    (void)ctx;
+    double dM = 0.0;
+    for (int t = 0; t < rows; t++) {
+        const float *o = out + (size_t)t * ldout, *d = dout + (size_t)t * lddout;
+        double a = 0.0;
+        for (int c = 0; c < dim; c++)
+            a += (double)d[c] * o[c];
+        a /= scale; /* dout came scaled */
+        double r = rstd[t], r2 = (double)dim / ((double)width * r * r);
+        dM += a * (1.0 - eps / r2) / (2.0 * width);
+    }
+    for (int h = 0; h < heads; h++)
+        dmask[h] += (float)(per_head * dM);
+}
+
 void ac_cpu_gated_rmsnorm_backward(ac_kctx *ctx, int rows, int dim, int group_size, const float *y, int ldy,
                                    const float *z, int ldz, const float *w, float eps, const float *dout, int lddout,
                                    float *dy, int lddy, float *dz, int lddz, float *dw, float *rstd)

@@ -175,6 +175,7 @@ const ac_backend ac_cuda_backend = {
     .softplus_dt_backward = ac_cuda_softplus_dt_backward,
     .conv1d_silu_backward = ac_cuda_conv1d_silu_backward,
     .gated_rmsnorm_backward = ac_cuda_gated_rmsnorm_backward,
+    .gated_rmsnorm_width_backward = ac_cuda_gated_rmsnorm_width_backward,
     .attention_backward = ac_cuda_attention_backward,
     .moe_route_backward = ac_cuda_moe_route_backward,
     .moe_mask_scores_backward = ac_cuda_moe_mask_scores_backward,

@@ -116,3 +116,40 @@ void ac_cuda_gated_rmsnorm_backward(ac_kctx *ctx, int rows, int dim, int group_s
     }
     ac_cuda_check("gated_rmsnorm_backward");
 }
+
+/* One block: a warp per row (rows strided by the block's warps), lanes over the row's
+ * channels, every sum in double; the warps' totals are combined in warp order. */
+static __global__ void gated_rmsnorm_width_backward_kernel(int rows, int dim, const float *out, int ldout,
+                                                           const float *dout, int lddout, const float *rstd,
+                                                           float eps, float width, float scale, float per_head,
+                                                           int heads, float *dmask)
+{
+    __shared__ double scratch[AC_NORM_WARPS];
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    double dM = 0.0;
+    for (int t = warp; t < rows; t += AC_NORM_WARPS) {
+        const float *o = out + (size_t)t * ldout, *d = dout + (size_t)t * lddout;
+        double a = 0.0;
+        for (int c = lane; c < dim; c += 32)
+            a += (double)d[c] * o[c];
+        a = warp_sum(a) / scale; /* dout came scaled */
+        double r = rstd[t], r2 = (double)dim / ((double)width * r * r);
+        dM += a * (1.0 - eps / r2) / (2.0 * width); /* the same in every lane */
+    }
+    double total = block_sum(lane == 0 ? dM : 0.0, scratch);
+    if (threadIdx.x == 0)
+        for (int h = 0; h < heads; h++)
+            dmask[h] += (float)(per_head * total);
+}
+
+extern "C" void ac_cuda_gated_rmsnorm_width_backward(ac_kctx *ctx, int rows, int dim, const float *out, int ldout,
+                                                     const float *dout, int lddout, const float *rstd, float eps,
+                                                     float width, float scale, float per_head, int heads,
+                                                     float *dmask)
+{
+    if (rows <= 0 || heads <= 0)
+        return;
+    gated_rmsnorm_width_backward_kernel<<<1, AC_NORM_THREADS, 0, ac_cuda_stream(ctx)>>>(
+        rows, dim, out, ldout, dout, lddout, rstd, eps, width, scale, per_head, heads, dmask);
+    ac_cuda_check("gated_rmsnorm_width_backward");
+}

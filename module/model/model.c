@@ -176,6 +176,13 @@ ac_status ac_model_to_backend(const ac_model *model, const ac_backend *be, ac_mo
     return AC_OK;
 }
 
+void ac_model_copy_weights(ac_model *dst, const ac_model *src)
+{
+    const ac_backend *mover = dst->backend ? dst->backend : src->backend ? src->backend : &ac_cpu_backend;
+    mover->copy(dst->arena, src->arena, dst->arena_count * sizeof(float),
+                copy_kind_between(src->backend, dst->backend));
+}
+
 ac_status ac_model_create_on(const ac_arch *arch, const ac_backend *be, ac_model **out)
 {
     if (!be)

@@ -50,6 +50,9 @@ struct ac_model {
  * or from be itself; ac_model_to_device by backend rather than name. */
 ac_status ac_model_to_backend(const ac_model *model, const struct ac_backend *be, ac_model **out);
 
+/* dst's weights = src's (the same layout; src in host memory or on dst's device). */
+void ac_model_copy_weights(ac_model *dst, const ac_model *src);
+
 /* A model of `arch` with every weight zero in be's memory (NULL: the host's). */
 ac_status ac_model_create_on(const ac_arch *arch, const struct ac_backend *be, ac_model **out);
 

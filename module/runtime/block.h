@@ -27,9 +27,15 @@ typedef struct {
 } ac_seqs;
 
 /* One block's masks (any may be NULL) and where their gradients go (NULL: not wanted). */
+/* Where the ops read a layer's masks; and the host's values of the two a block decides
+ * on (Mamba's group widths, the MoE's expert grouping) when the ops' memory is a
+ * device's (NULL: the ops' pointers are host memory). ac_block_mask_host picks. */
 typedef struct {
     const float *mamba_heads, *experts, *expert_scores, *ffn, *shared_ffn;
+    const float *host_mamba_heads, *host_experts;
 } ac_block_masks;
+
+static inline const float *ac_block_mask_host(const float *host, const float *ops) { return host ? host : ops; }
 typedef struct {
     float *mamba_heads, *experts, *expert_scores, *ffn, *shared_ffn;
 } ac_block_mask_grads;

@@ -10,9 +10,15 @@
 #include <math.h>
 #include <string.h>
 
-static ac_block_masks block_masks(const ac_masks *m, int layer)
+/* The masks where the ops read them (a device's copy, or the host's own). */
+static const ac_masks *ops_masks(const ac_pass *pass) { return pass->dev_masks ? pass->dev_masks : pass->masks; }
+
+/* Layer l's masks where the ops read them, with the host's values of the two the blocks
+ * decide on (group widths, expert grouping). */
+static ac_block_masks block_masks(const ac_pass *pass, int layer)
 {
     ac_block_masks b = {0};
+    const ac_masks *m = ops_masks(pass), *h = pass->masks;
     if (!m)
         return b;
     b.mamba_heads = m->mamba_heads ? m->mamba_heads[layer] : NULL;
@@ -20,7 +26,39 @@ static ac_block_masks block_masks(const ac_masks *m, int layer)
     b.expert_scores = m->expert_scores ? m->expert_scores[layer] : NULL;
     b.ffn = m->ffn ? m->ffn[layer] : NULL;
     b.shared_ffn = m->shared_ffn ? m->shared_ffn[layer] : NULL;
+    b.host_mamba_heads = h->mamba_heads ? h->mamba_heads[layer] : NULL;
+    b.host_experts = h->experts ? h->experts[layer] : NULL;
     return b;
+}
+
+/* The hidden mask: its values on the host (the kept width) and where the ops read it (the
+ * same pointer on the CPU); host NULL: no mask. */
+typedef struct {
+    const float *host, *ops;
+} hidden_mask;
+
+static hidden_mask hidden_of(const ac_pass *pass)
+{
+    hidden_mask h = {0};
+    if (pass->masks && pass->masks->hidden) {
+        h.host = pass->masks->hidden;
+        h.ops = ops_masks(pass)->hidden;
+    }
+    return h;
+}
+
+/* One value the ops made (at *value, one float), spread over the hidden channels where
+ * the ops run (rt->spread), read back through the host. */
+static const float *spread_value(ac_runtime *rt, const float *value)
+{
+    const ac_backend *be = ac_backend_of(&rt->kctx);
+    int D = rt->model->arch.hidden;
+    float v;
+    be->copy(&v, value, sizeof v, AC_COPY_DEVICE_TO_HOST);
+    for (int c = 0; c < D; c++)
+        rt->spread_host[c] = v;
+    be->copy(rt->spread, rt->spread_host, (size_t)D * sizeof v, AC_COPY_HOST_TO_DEVICE);
+    return rt->spread;
 }
 
 static ac_block_mask_grads block_mask_grads(const ac_mask_grads *g, int layer)
@@ -65,8 +103,9 @@ static void embed(ac_runtime *rt, const ac_seqs *seqs, const int32_t *const *tok
     for (int s = 0; s < seqs->n; s++)
         ac_k_gather_rows(&rt->kctx, seqs->len[s], D, m->embeddings, D, rt->ids + seqs->offset[s],
                          pass->xs + (size_t)seqs->offset[s] * D);
-    if (pass->masks && pass->masks->hidden)
-        ac_k_mul_columns(&rt->kctx, seqs->total, D, pass->masks->hidden, pass->xs, D);
+    hidden_mask h = hidden_of(pass);
+    if (h.host)
+        ac_k_mul_columns(&rt->kctx, seqs->total, D, h.ops, pass->xs, D);
 }
 
 /* The width a hidden mask keeps, sum(hidden); D without a mask. */
@@ -85,10 +124,10 @@ static float kept_width(const float *hidden, int D)
  * norm of the model sliced to those channels. Computed as sqrt(M / D) * rmsnorm with eps
  * M / D (rsqrt(S / M + eps) = sqrt(M / D) rsqrt(S / D + eps M / D)); M == D is the plain
  * norm, bit for bit. */
-static void width_norm(ac_runtime *rt, int rows, const float *x, const float *w, const float *hidden, float *y)
+static void width_norm(ac_runtime *rt, int rows, const float *x, const float *w, const hidden_mask *h, float *y)
 {
     int D = rt->model->arch.hidden;
-    float eps = rt->model->arch.norm_eps, M = kept_width(hidden, D);
+    float eps = rt->model->arch.norm_eps, M = kept_width(h->host, D);
     if (M == (float)D) {
         ac_k_rmsnorm(&rt->kctx, rows, D, x, D, w, eps, y, D);
         return;
@@ -99,33 +138,33 @@ static void width_norm(ac_runtime *rt, int rows, const float *x, const float *w,
 
 /* Backward of width_norm: dx = dL/dx (overwritten) from dy = dL/dy (destroyed), dw +=
  * (may be NULL), and dL/dM added to every channel of dhidden (may be NULL). */
-static void width_norm_backward(ac_runtime *rt, int rows, const float *x, const float *w, const float *hidden,
+static void width_norm_backward(ac_runtime *rt, int rows, const float *x, const float *w, const hidden_mask *h,
                                 float *dy, float *dx, float *dw, float *dhidden)
 {
     int D = rt->model->arch.hidden;
-    float eps = rt->model->arch.norm_eps, M = kept_width(hidden, D);
+    float eps = rt->model->arch.norm_eps, M = kept_width(h->host, D);
     if (M == (float)D && !dhidden) {
         ac_k_rmsnorm_backward(&rt->kctx, rows, D, x, D, w, eps, dy, D, dx, D, dw);
         return;
     }
     if (dhidden) {
-        float dM = 0.0f;
-        ac_k_rmsnorm_width_backward(&rt->kctx, rows, D, x, D, w, eps, M, dy, D, &dM);
-        for (int c = 0; c < D; c++)
-            dhidden[c] += dM;
+        float *dM = rt->spread; /* one float, then spread over the channels */
+        ac_rt_zero(rt, dM, 1);
+        ac_k_rmsnorm_width_backward(&rt->kctx, rows, D, x, D, w, eps, M, dy, D, dM);
+        ac_k_add(&rt->kctx, (size_t)D, spread_value(rt, dM), dhidden);
     }
     ac_k_scale(&rt->kctx, (size_t)rows * D, sqrtf(M / (float)D), dy);
     ac_k_rmsnorm_backward(&rt->kctx, rows, D, x, D, w, eps * M / (float)D, dy, D, dx, D, dw);
 }
 
 /* xn = hidden * norm_l(x) */
-static void block_input(ac_runtime *rt, int l, const float *x, int T, const float *hidden, float *xn)
+static void block_input(ac_runtime *rt, int l, const float *x, int T, const hidden_mask *h, float *xn)
 {
     const ac_model *m = rt->model;
     int D = m->arch.hidden;
-    width_norm(rt, T, x, m->layers[l].norm, hidden, xn);
-    if (hidden)
-        ac_k_mul_columns(&rt->kctx, T, D, hidden, xn, D);
+    width_norm(rt, T, x, m->layers[l].norm, h, xn);
+    if (h->host)
+        ac_k_mul_columns(&rt->kctx, T, D, h->ops, xn, D);
 }
 
 void ac_driver_forward(ac_runtime *rt, const ac_seqs *seqs, const int32_t *const *tokens, const ac_pass *pass)
@@ -133,8 +172,8 @@ void ac_driver_forward(ac_runtime *rt, const ac_seqs *seqs, const int32_t *const
     const ac_arch *a = &rt->model->arch;
     int D = a->hidden, T = seqs->total;
     size_t TD = (size_t)T * D;
-    const float *hidden = pass->masks ? pass->masks->hidden : NULL;
-    const float *gate = pass->masks ? pass->masks->layer_gate : NULL;
+    hidden_mask h = hidden_of(pass);
+    const float *gate = pass->masks ? pass->masks->layer_gate : NULL; /* host values: scalars */
     ac_probe *probe = rt->probe;
 
     if (probe)
@@ -145,15 +184,15 @@ void ac_driver_forward(ac_runtime *rt, const ac_seqs *seqs, const int32_t *const
     for (int l = 0; l < a->n_layers; l++) {
         ac_site_kind site = (ac_site_kind)a->layers[l].kind;
         float *x = stream_at(pass, l, TD), *next = stream_at(pass, l + 1, TD);
-        ac_block_masks bm = block_masks(pass->masks, l);
+        ac_block_masks bm = block_masks(pass, l);
         if (probe)
             ac_probe_begin(probe, l, site);
-        block_input(rt, l, x, T, hidden, rt->xn);
+        block_input(rt, l, x, T, &h, rt->xn);
         block_forward(rt, l, seqs, &bm, rt->xn, rt->mix, pass->keep_inputs ? saved_at(pass, l) : NULL);
         if (pass->outs)
             ac_rt_copy(rt, pass->outs + (size_t)l * TD, rt->mix, TD);
-        if (hidden)
-            ac_k_mul_columns(&rt->kctx, T, D, hidden, rt->mix, D);
+        if (h.host)
+            ac_k_mul_columns(&rt->kctx, T, D, h.ops, rt->mix, D);
         if (gate)
             ac_k_scale(&rt->kctx, TD, gate[l], rt->mix);
         if (next != x)
@@ -166,15 +205,15 @@ void ac_driver_forward(ac_runtime *rt, const ac_seqs *seqs, const int32_t *const
 
 /* rows of the final norm, times the hidden mask, into rt->xn; raw (if not NULL) gets
  * the norm before the mask. */
-static void final_norm(ac_runtime *rt, int rows, const float *x, const float *hidden, float *raw)
+static void final_norm(ac_runtime *rt, int rows, const float *x, const hidden_mask *h, float *raw)
 {
     const ac_model *m = rt->model;
     int D = m->arch.hidden;
-    width_norm(rt, rows, x, m->norm_f, hidden, raw ? raw : rt->xn);
+    width_norm(rt, rows, x, m->norm_f, h, raw ? raw : rt->xn);
     if (raw)
         ac_rt_copy(rt, rt->xn, raw, (size_t)rows * D);
-    if (hidden)
-        ac_k_mul_columns(&rt->kctx, rows, D, hidden, rt->xn, D);
+    if (h->host)
+        ac_k_mul_columns(&rt->kctx, rows, D, h->ops, rt->xn, D);
 }
 
 void ac_driver_logits(ac_runtime *rt, const ac_seqs *seqs, const ac_pass *pass, ac_logits_mode mode, float *logits)
@@ -182,7 +221,7 @@ void ac_driver_logits(ac_runtime *rt, const ac_seqs *seqs, const ac_pass *pass, 
     const ac_model *m = rt->model;
     int D = m->arch.hidden, V = m->arch.vocab;
     const float *last = stream_at(pass, m->arch.n_layers, (size_t)seqs->total * D);
-    const float *hidden = pass->masks ? pass->masks->hidden : NULL;
+    hidden_mask h = hidden_of(pass);
     int rows = mode == AC_LOGITS_ALL ? seqs->total : seqs->n;
     if (mode == AC_LOGITS_LAST) {
         for (int s = 0; s < seqs->n; s++)
@@ -192,32 +231,40 @@ void ac_driver_logits(ac_runtime *rt, const ac_seqs *seqs, const ac_pass *pass, 
         ac_k_gather_rows(&rt->kctx, seqs->n, D, last, D, rt->ids, rt->mix);
         last = rt->mix;
     }
-    final_norm(rt, rows, last, hidden, NULL);
+    final_norm(rt, rows, last, &h, NULL);
     ac_k_linear(&rt->kctx, rows, V, D, rt->xn, D, m->lm_head, 0.0f, logits, V);
 }
 
 /* dL/dgate[l] and the hidden mask's output-side share need the block's own mixer output:
- * the one the forward kept, or recomputed into rt->mix. */
+ * the one the forward kept, or recomputed into rt->mix. The column sums come back to the
+ * host for the gate's dot product with the mask's host values. */
 static void gate_and_output_mask_grads(ac_runtime *rt, int l, const ac_seqs *seqs, const ac_block_masks *bm,
                                        const ac_pass *pass, const ac_pass_grad_buffers *buf, float *dhidden,
                                        float *dgate)
 {
+    const ac_backend *be = ac_backend_of(&rt->kctx);
     int D = rt->model->arch.hidden, T = seqs->total;
     const float *hidden = pass->masks->hidden;
     float gl = pass->masks->layer_gate ? pass->masks->layer_gate[l] : 1.0f;
     const float *out = pass->outs ? pass->outs + (size_t)l * T * D : rt->mix;
     if (!pass->outs)
         block_forward(rt, l, seqs, bm, rt->xn, rt->mix, NULL);
-    float dg = 0.0f, *col = buf->column;
+    float dg = 0.0f, *col = buf->column, *host_col = rt->spread_host;
     ac_rt_zero(rt, col, (size_t)D);
     ac_k_column_dot(&rt->kctx, T, D, buf->dx, D, out, D, col);
-    for (int c = 0; c < D; c++) {
-        dg += col[c] * (hidden ? hidden[c] : 1.0f);
-        if (dhidden)
-            dhidden[c] += gl * col[c];
+    be->copy(host_col, col, (size_t)D * sizeof *col, AC_COPY_DEVICE_TO_HOST);
+    for (int c = 0; c < D; c++)
+        dg += host_col[c] * (hidden ? hidden[c] : 1.0f);
+    if (dhidden) { /* dhidden += gl * col */
+        ac_rt_copy(rt, rt->spread, col, (size_t)D);
+        ac_k_scale(&rt->kctx, (size_t)D, gl, rt->spread);
+        ac_k_add(&rt->kctx, (size_t)D, rt->spread, dhidden);
     }
-    if (dgate)
-        dgate[l] += dg;
+    if (dgate) { /* dgate[l] += dg */
+        host_col[0] = dg;
+        be->copy(rt->spread, host_col, sizeof dg, AC_COPY_HOST_TO_DEVICE);
+        ac_k_add(&rt->kctx, 1, rt->spread, dgate + l);
+    }
 }
 
 void ac_driver_backward(ac_runtime *rt, const ac_seqs *seqs, const int32_t *const *tokens, const ac_pass *pass,
@@ -230,49 +277,49 @@ void ac_driver_backward(ac_runtime *rt, const ac_seqs *seqs, const int32_t *cons
     size_t TD = (size_t)R * D;
     ac_kctx *k = &rt->kctx;
     const ac_masks *masks = pass->masks;
-    const float *hidden = masks ? masks->hidden : NULL;
-    const float *gate = masks ? masks->layer_gate : NULL;
-    float *dhidden = hidden && mask_grads ? mask_grads->hidden : NULL;
+    hidden_mask h = hidden_of(pass);
+    const float *gate = masks ? masks->layer_gate : NULL; /* host values: scalars */
+    float *dhidden = h.host && mask_grads ? mask_grads->hidden : NULL;
     float *dgate = gate && mask_grads ? mask_grads->layer_gate : NULL;
 
     /* LM head and final norm, the norm recomputed: rt->xn masked, xn_raw unmasked */
     const float *last = stream_at(pass, a->n_layers, TD);
-    final_norm(rt, R, last, hidden, buf->xn_raw);
+    final_norm(rt, R, last, &h, buf->xn_raw);
     ac_k_linear_backward(k, R, V, D, rt->xn, D, m->lm_head, dlogits, V, 0.0f, buf->dxn, D, g ? g->lm_head : NULL);
-    if (hidden) {
+    if (h.host) {
         if (dhidden)
             ac_k_column_dot(k, R, D, buf->dxn, D, buf->xn_raw, D, dhidden);
-        ac_k_mul_columns(k, R, D, hidden, buf->dxn, D);
+        ac_k_mul_columns(k, R, D, h.ops, buf->dxn, D);
     }
-    width_norm_backward(rt, R, last, m->norm_f, hidden, buf->dxn, buf->dx, g ? g->norm_f : NULL, dhidden);
+    width_norm_backward(rt, R, last, m->norm_f, &h, buf->dxn, buf->dx, g ? g->norm_f : NULL, dhidden);
 
     for (int l = a->n_layers - 1; l >= 0; l--) {
         const float *x = stream_at(pass, l, TD);
-        ac_block_masks bm = block_masks(masks, l);
+        ac_block_masks bm = block_masks(pass, l);
         ac_block_mask_grads bg = block_mask_grads(mask_grads, l);
-        width_norm(rt, R, x, m->layers[l].norm, hidden, buf->xn_raw);
+        width_norm(rt, R, x, m->layers[l].norm, &h, buf->xn_raw);
         ac_rt_copy(rt, rt->xn, buf->xn_raw, TD);
-        if (hidden)
-            ac_k_mul_columns(k, R, D, hidden, rt->xn, D);
+        if (h.host)
+            ac_k_mul_columns(k, R, D, h.ops, rt->xn, D);
         if (dgate || dhidden)
             gate_and_output_mask_grads(rt, l, seqs, &bm, pass, buf, dhidden, dgate);
         /* dout = dx * gate * hidden, in rt->mix */
         ac_rt_copy(rt, rt->mix, buf->dx, TD);
-        if (hidden)
-            ac_k_mul_columns(k, R, D, hidden, rt->mix, D);
+        if (h.host)
+            ac_k_mul_columns(k, R, D, h.ops, rt->mix, D);
         if (gate)
             ac_k_scale(k, TD, gate[l], rt->mix);
         rt->scratch_used = 0;
         rt->saved = saved_at(pass, l);
         ac_block(&a->layers[l])->backward(rt, l, seqs, rt->xn, &bm, rt->mix, buf->dxn, g ? &g->layers[l] : NULL, &bg);
         rt->saved = NULL;
-        if (hidden) {
+        if (h.host) {
             if (dhidden)
                 ac_k_column_dot(k, R, D, buf->dxn, D, buf->xn_raw, D, dhidden);
-            ac_k_mul_columns(k, R, D, hidden, buf->dxn, D);
+            ac_k_mul_columns(k, R, D, h.ops, buf->dxn, D);
         }
         /* dx (residual) += the norm's backward; xn_raw is free to hold it */
-        width_norm_backward(rt, R, x, m->layers[l].norm, hidden, buf->dxn, buf->xn_raw,
+        width_norm_backward(rt, R, x, m->layers[l].norm, &h, buf->dxn, buf->xn_raw,
                             g ? g->layers[l].norm : NULL, dhidden);
         ac_k_add(k, TD, buf->xn_raw, buf->dx);
     }
@@ -283,8 +330,8 @@ void ac_driver_backward(ac_runtime *rt, const ac_seqs *seqs, const int32_t *cons
             if (dhidden)
                 ac_k_column_dot(k, 1, D, buf->dx + row * D, D, e, D, dhidden);
         }
-    if (hidden)
-        ac_k_mul_columns(k, R, D, hidden, buf->dx, D);
+    if (h.host)
+        ac_k_mul_columns(k, R, D, h.ops, buf->dx, D);
     if (g)
         for (int s = 0; s < seqs->n; s++)
             for (int t = 0; t < seqs->len[s]; t++)

@@ -18,13 +18,14 @@
 #include <math.h>
 #include <string.h>
 
-/* proj, xbc, dt and y a token, and A [H] (-exp(A_log), made where the ops run), which
- * one token's share covers whatever T is. */
+/* proj, xbc, dt and y a token, and A [H] (-exp(A_log), made where the ops run) and the
+ * gated norm's group scales under a head mask (G <= H), which one token's share covers
+ * whatever T is. */
 static size_t mamba2_scratch_per_token(const ac_arch *arch, const ac_block_dims *b)
 {
     (void)arch;
     return (size_t)ac_mamba_in_proj_dim(b) + (size_t)ac_mamba_conv_dim(b) + (size_t)b->mamba_heads +
-           (size_t)ac_mamba_d_inner(b) + (size_t)b->mamba_heads;
+           (size_t)ac_mamba_d_inner(b) + 2 * (size_t)b->mamba_heads;
 }
 
 /* A training forward keeps in_proj's output, the conv's and dt: proj | xbc | dt per token
@@ -64,7 +65,7 @@ static size_t mamba2_state_floats(const ac_block_dims *b) { return conv_state_fl
  * token too, which covers them for any T >= 1: the conv weight and bias gradients summed
  * over sequences (conv (K + 1)), and the zero states of the training forward (conv (K-1)
  * + H P N), so the training reservation also plans ac_mamba2_forward without caches; and
- * A, dA and dD (3 H). */
+ * A, dA and dD (3 H), the group scales of the norm and of its backward (2 G <= 2 H). */
 static size_t mamba2_backward_scratch_per_token(const ac_arch *arch, const ac_block_dims *b)
 {
     (void)arch;
@@ -72,7 +73,7 @@ static size_t mamba2_backward_scratch_per_token(const ac_arch *arch, const ac_bl
     size_t nproj = (size_t)ac_mamba_in_proj_dim(b), conv = (size_t)ac_mamba_conv_dim(b);
     size_t dI = (size_t)ac_mamba_d_inner(b), hpn = ssm_state_floats(b);
     return 2 * nproj + 2 * conv + 2 * H + 5 * dI + G + hpn + 2 * H * N + hpn + conv * (b->conv_kernel + 1) +
-           conv_state_floats(b) + hpn + 3 * H;
+           conv_state_floats(b) + hpn + 5 * H;
 }
 
 /* The width each group's gated norm keeps under a head mask: P * the sum of its heads'
@@ -109,7 +110,7 @@ static void width_gated_norm(ac_runtime *rt, int T, int dI, int G, const float *
                            off ? eps : eps * width[g] / (float)gs, out + (size_t)g * gs, dI);
         scale[g] = off ? 0.0f : sqrtf(width[g] / (float)gs);
     }
-    ac_k_mul_heads(&rt->kctx, T, G, gs, scale, out, dI);
+    ac_k_mul_heads(&rt->kctx, T, G, gs, ac_rt_upload(rt, scale, (size_t)G), out, dI);
 }
 
 /* Backward of width_gated_norm, given out (its output) and dout = dL/dout (scaled in
@@ -125,29 +126,18 @@ static void width_gated_norm_backward(ac_runtime *rt, int T, int dI, int G, int 
     float scale[AC_MAX_MAMBA_HEADS];
     for (int g = 0; g < G; g++)
         scale[g] = width[g] < AC_MIN_GROUP_WIDTH ? 0.0f : sqrtf(width[g] / (float)gs);
-    ac_k_mul_heads(&rt->kctx, T, G, gs, scale, dout, dI);
+    ac_k_mul_heads(&rt->kctx, T, G, gs, ac_rt_upload(rt, scale, (size_t)G), dout, dI);
     for (int g = 0; g < G; g++)
         ac_k_gated_rmsnorm_backward(&rt->kctx, T, gs, gs, y + (size_t)g * gs, dI, z + (size_t)g * gs, ldz,
                                     w + (size_t)g * gs, scale[g] > 0 ? eps * width[g] / (float)gs : eps,
                                     dout + (size_t)g * gs, dI,
                                     dy + (size_t)g * gs, dI, dz + (size_t)g * gs, ldz, dw ? dw + (size_t)g * gs : NULL,
                                     rstd + (size_t)g * T);
-    for (int g = 0; dmask && g < G; g++) {
-        if (scale[g] == 0.0f) /* an off group: no width gradient */
-            continue;
-        double dM = 0.0;
-        for (int t = 0; t < T; t++) {
-            const float *o = out + (size_t)t * dI + (size_t)g * gs, *d = dout + (size_t)t * dI + (size_t)g * gs;
-            double a = 0.0;
-            for (int c = 0; c < gs; c++)
-                a += (double)d[c] * o[c];
-            a /= scale[g]; /* dout was scaled above */
-            double r = rstd[(size_t)g * T + t], r2 = (double)gs / ((double)width[g] * r * r);
-            dM += a * (1.0 - eps / r2) / (2.0 * width[g]);
-        }
-        for (int h = g * per; h < (g + 1) * per; h++)
-            dmask[h] += (float)(P * dM);
-    }
+    for (int g = 0; dmask && g < G; g++)
+        if (scale[g] != 0.0f) /* an off group has no width gradient */
+            ac_k_gated_rmsnorm_width_backward(&rt->kctx, T, gs, out + (size_t)g * gs, dI, dout + (size_t)g * gs, dI,
+                                              rstd + (size_t)g * T, eps, width[g], scale[g], (float)P, per,
+                                              dmask + (size_t)g * per);
 }
 
 static void mamba2_forward(ac_runtime *rt, int layer, const ac_seqs *seqs, const float *xn, const ac_block_masks *masks, float *out)
@@ -195,7 +185,7 @@ static void mamba2_forward(ac_runtime *rt, int layer, const ac_seqs *seqs, const
     float width[AC_MAX_MAMBA_HEADS];
     if (mask)
         ac_k_mul_heads(&rt->kctx, T, H, P, mask, y, dI);
-    if (group_widths(mask, H, P, G, width))
+    if (group_widths(masks ? ac_block_mask_host(masks->host_mamba_heads, mask) : NULL, H, P, G, width))
         width_gated_norm(rt, T, dI, G, y, proj, nproj, w->gate_norm, a->norm_eps, width, y);
     else
         ac_k_gated_rmsnorm(&rt->kctx, T, dI, dI / G, y, dI, proj, nproj, w->gate_norm, a->norm_eps, y, dI);
@@ -268,7 +258,7 @@ static void mamba2_backward(ac_runtime *rt, int layer, const ac_seqs *seqs, cons
         ac_k_mul_heads(&rt->kctx, T, H, P, mask, ym, dI);
     }
     float width[AC_MAX_MAMBA_HEADS];
-    int widened = group_widths(mask, H, P, G, width);
+    int widened = group_widths(masks ? ac_block_mask_host(masks->host_mamba_heads, mask) : NULL, H, P, G, width);
     if (widened)
         width_gated_norm(rt, T, dI, G, ym, proj, nproj, w->gate_norm, a->norm_eps, width, nrm);
     else

@@ -203,7 +203,9 @@ static void moe_forward(ac_runtime *rt, int layer, const ac_seqs *seqs, const fl
 
     route(rt, layer, T, xn, masks ? masks->expert_scores : NULL, kept.logits, kept.idx, kept.weight);
     int one_token = T == 1 && !keep && token_path_fits(a, b);
-    const float *host_weight = group_on_host(rt, T, k, E, &kept, m_experts, start, rows, row_weight, NULL, !one_token);
+    const float *host_experts = masks ? ac_block_mask_host(masks->host_experts, m_experts) : NULL;
+    const float *host_weight = group_on_host(rt, T, k, E, &kept, host_experts, start, rows, row_weight, NULL,
+                                             !one_token);
     if (one_token) {
         moe_token(rt, w, b, D, xn, masks, start, host_weight, out);
         return;

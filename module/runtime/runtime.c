@@ -18,6 +18,13 @@ ac_status ac_runtime_create(const ac_model *model, ac_runtime **runtime)
     rt->model = model;
     rt->kctx.backend = model->backend;
     rt->scratch_per_token = ac_plan_scratch_per_token(&model->arch);
+    size_t D = (size_t)model->arch.hidden;
+    rt->spread = ac_backend_of(&rt->kctx)->alloc(D * sizeof *rt->spread);
+    rt->spread_host = malloc(D * sizeof *rt->spread_host);
+    if (!rt->spread || !rt->spread_host) {
+        ac_runtime_free(rt);
+        return ac_fail(AC_ERR_NOMEM, "runtime: out of memory");
+    }
     *runtime = rt;
     return AC_OK;
 }
@@ -35,6 +42,8 @@ void ac_runtime_free(ac_runtime *runtime)
     be->free(runtime->ids);
     be->free(runtime->iota);
     be->free(runtime->logits);
+    be->free(runtime->spread);
+    free(runtime->spread_host);
     free(runtime->ids_host);
     free(runtime->offset);
     free(runtime->len);
@@ -57,6 +66,13 @@ ac_status ac_runtime_reserve_training(ac_runtime *rt, int total_tokens, int n_se
     /* the training forward's longest sequence is at most the whole batch */
     return reserve_workspace(rt, ac_k_attention_workspace(omp_get_max_threads(), total_tokens, total_tokens),
                              total_tokens);
+}
+
+float *ac_rt_upload(ac_runtime *rt, const float *host, size_t n)
+{
+    float *p = ac_scratch(rt, n);
+    ac_backend_of(&rt->kctx)->copy(p, host, n * sizeof *p, AC_COPY_HOST_TO_DEVICE);
+    return p;
 }
 
 float *ac_scratch(ac_runtime *rt, size_t count)

@@ -48,6 +48,10 @@ struct ac_runtime {
                               copy rows from one layout to another (ac_k_gather_rows) */
     int *offset, *len;     /* [n_seqs] */
     int seqs_capacity;
+    float *spread;         /* [hidden] a value the host computed, spread over the channels
+                              for the ops (the driver's width gradient), in the backend's
+                              memory, and its host staging */
+    float *spread_host;
     float *logits;         /* on a device: the logits before they go to the caller's memory */
     size_t logits_count;
     struct ac_probe *probe; /* layer timing (autocompress/probe.h); NULL: off */
@@ -71,6 +75,10 @@ static inline void ac_rt_zero(ac_runtime *rt, float *p, size_t n)
     ac_backend_of(&rt->kctx)->memset_zero(p, n * sizeof *p);
 }
 
+/* host[0 .. n) copied where the ops run, into n floats of scratch; the pointer to give
+ * the ops (a block's few host-computed values: its plan counts them). */
+float *ac_rt_upload(ac_runtime *rt, const float *host, size_t n);
+
 /* Bump allocation from the runtime's scratch, planned at create time per token. */
 float *ac_scratch(ac_runtime *rt, size_t count);
 
@@ -79,7 +87,8 @@ float *ac_scratch(ac_runtime *rt, size_t count);
 
 /* The residual stream of one pass over a packed batch. */
 typedef struct {
-    const ac_masks *masks;  /* NULL: the full model */
+    const ac_masks *masks;  /* NULL: the full model; host memory */
+    const ac_masks *dev_masks; /* the same masks where the ops run (NULL: masks itself) */
     float *xs;              /* [T, D] updated in place, or [L + 1, T, D] when keep_inputs */
     int keep_inputs;        /* keep every layer's input (and the last output) for the backward */
     float *outs;            /* [L, T, D] or NULL: each block's mixer output (before the hidden

@@ -11,6 +11,7 @@
 #include "autocompress/train.h"
 #include "autocompress/optim.h"
 #include "kernels/kernels.h"
+#include "model/model_internal.h"
 #include "search/search_loop.h"
 #include "train/checkpoint.h"
 
@@ -280,11 +281,39 @@ static ac_status setup_weight_training(search_run *r)
     const ac_arch *arch = ac_model_arch(r->model);
     ac_adamw_params optim = r->p->weights_optim;
     optim.total_steps = r->steps;
-    ac_status st = ac_model_slice(r->model, arch, NULL, 0, &r->teacher_model);
+    ac_status st = AC_OK;
+    if (!r->teacher_model) /* a device run sliced it before the move (move_to_device) */
+        st = ac_model_slice(r->model, arch, NULL, 0, &r->teacher_model);
     if (st == AC_OK)
-        st = ac_model_create(arch, &r->grads);
+        st = ac_model_create_on(arch, r->model->backend, &r->grads);
     if (st == AC_OK)
         st = ac_adamw_create(r->model, &optim, &r->opt);
+    return st;
+}
+
+/* On a device, the reordered student (and, when the weights train, its frozen teacher,
+ * sliced here while on the host) move there; the search's other state stays on the host. */
+static ac_status move_to_device(search_run *r)
+{
+    const char *device = r->p->device;
+    if (!device || !strcmp(device, "cpu"))
+        return AC_OK;
+    if (ac_comm_size(r->p->comm) > 1)
+        return ac_fail(AC_ERR_UNSUPPORTED, "search: %d ranks on %s: ranks exchange gradients in host memory, so a "
+                       "search on a device is one rank", ac_comm_size(r->p->comm), device);
+    ac_status st = AC_OK;
+    if (r->p->train_weights)
+        st = ac_model_slice(r->model, ac_model_arch(r->model), NULL, 0, &r->teacher_model);
+    ac_model **models[2] = {&r->model, &r->teacher_model};
+    for (int i = 0; st == AC_OK && i < 2; i++) {
+        if (!*models[i])
+            continue;
+        ac_model *host = *models[i];
+        st = ac_model_to_device(host, device, models[i]);
+        if (st != AC_OK)
+            *models[i] = NULL;
+        ac_model_free(host);
+    }
     return st;
 }
 
@@ -294,6 +323,8 @@ static ac_status setup(search_run *r, const ac_model *parent, const ac_cost_tabl
     ac_status st = open_tokens(r, parent);
     if (st == AC_OK)
         st = prepare_model(r, parent);
+    if (st == AC_OK)
+        st = move_to_device(r);
     if (st == AC_OK)
         st = ac_cost_model_create(tables, ac_model_arch(r->model), r->contract, &r->cost);
     if (st == AC_OK)
@@ -402,11 +433,8 @@ static ac_status kd_gradient(search_run *r, int step, const ac_masks *masks, ac_
     ac_step_inputs in = {.tokens = window, .teacher_logits = r->teacher_logits, .kd_tau = p->kd_tau, .masks = masks,
                          .grads = r->grads, .mask_grads = mg,
                          .loss_positions = (int64_t)p->batch * p->seq_len};
-    if (r->grads) {
-        size_t count;
-        float *g = ac_model_arena(r->grads, &count);
-        memset(g, 0, count * sizeof *g);
-    }
+    if (r->grads)
+        ac_model_zero(r->grads);
     st = ac_train_step_run(r->student, &in, kd);
     return st == AC_OK ? sum_over_ranks(r, kd) : st;
 }
@@ -554,15 +582,16 @@ static ac_status load_weights(search_run *r, int *step)
     ac_model *saved = NULL;
     ac_status st = ac_checkpoint_load(found, &saved, &ts);
     size_t n_saved = 0, n_model = 0;
-    float *from = st == AC_OK ? ac_model_arena(saved, &n_saved) : NULL;
-    float *to = ac_model_arena(r->model, &n_model);
+    if (st == AC_OK)
+        ac_model_arena(saved, &n_saved);
+    ac_model_arena(r->model, &n_model);
     char run[sizeof ts.run];
     snprintf(run, sizeof run, "%s", r->fingerprint);
     if (st == AC_OK && (n_saved != n_model || strcmp(ts.run, run)))
         st = ac_fail(AC_ERR_INVALID, "search: %s holds weights of another search (%s); use another --out", found,
                      ts.run);
     if (st == AC_OK) {
-        memcpy(to, from, n_model * sizeof *to);
+        ac_model_copy_weights(r->model, saved); /* from the host, wherever r->model is */
         st = ac_checkpoint_load_optimizer(found, r->model, r->opt);
     }
     if (st == AC_OK) /* the weights step once per router step when the KD is on */

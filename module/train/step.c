@@ -10,6 +10,7 @@
 
 #include "runtime/block.h"
 #include "runtime/runtime_internal.h"
+#include "train/mask_mirror.h"
 
 struct ac_train_step {
     const ac_model *model;
@@ -30,6 +31,7 @@ struct ac_train_step {
     float *teacher;       /* [rows, V] the teacher's logits, copied in (made at the first KD step) */
     double *row_loss_host; /* [rows] */
     float *logits_host;    /* [rows, V] the logits of the last loss-only forward */
+    ac_mask_mirror mirror; /* the masks and their gradients where the ops run */
 };
 
 static const ac_backend *step_backend(const ac_train_step *s) { return ac_model_backend(s->model); }
@@ -96,6 +98,10 @@ ac_status ac_train_step_create(const ac_model *model, int batch, int seq_len, ac
     s->row_loss = be->alloc(rows * sizeof(double));
     int on_host = model->backend == NULL;
     if (!on_host) {
+        if (ac_mask_mirror_init(&s->mirror, be, &model->arch) != AC_OK) {
+            ac_train_step_free(s);
+            return ac_fail(AC_ERR_NOMEM, "train: out of memory");
+        }
         s->targets = be->alloc(rows * sizeof(int32_t));
         s->row_loss_host = malloc(rows * sizeof(double));
         s->logits_host = malloc(rows * (size_t)a->vocab * sizeof(float));
@@ -137,6 +143,7 @@ void ac_train_step_free(ac_train_step *s)
     be->free(s->teacher);
     free(s->row_loss_host);
     free(s->logits_host);
+    ac_mask_mirror_free(&s->mirror);
     free(s);
 }
 
@@ -164,20 +171,24 @@ static ac_status check_inputs(const ac_train_step *s, const ac_step_inputs *in)
     if (in->grads && in->grads->backend != s->model->backend)
         return ac_fail(AC_ERR_INVALID, "train: the gradients are on %s, the model on %s", ac_model_device(in->grads),
                        ac_model_device(s->model));
-    if (s->model->backend && (in->masks || in->mask_grads))
-        return ac_fail(AC_ERR_UNSUPPORTED, "train: soft masks run on the CPU only; this model is on %s",
-                       s->model->backend->name);
     return AC_OK;
 }
 
 /* The driver's forward over the whole block and the logits of every position; every
  * layer's input is kept only when a backward follows (a teacher's or an evaluation's
  * forward updates one stream in place). */
+/* The masks where the ops read them: the device's copy (uploaded for this step), or the
+ * caller's on the CPU. */
+static const ac_masks *device_masks(const ac_train_step *s, const ac_step_inputs *in)
+{
+    return s->model->backend && in->masks ? &s->mirror.masks : NULL;
+}
+
 static void forward(ac_train_step *s, const ac_step_inputs *in, int keep_inputs)
 {
     for (int b = 0; b < s->B; b++)
         s->seq_tokens[b] = in->tokens + (size_t)b * s->T;
-    ac_pass pass = {.masks = in->masks, .xs = s->xs, .keep_inputs = keep_inputs,
+    ac_pass pass = {.masks = in->masks, .dev_masks = device_masks(s, in), .xs = s->xs, .keep_inputs = keep_inputs,
                     .outs = keep_inputs && in->mask_grads ? s->outs : NULL, .saved = s->saved};
     ac_driver_forward(s->rt, &s->seqs, s->seq_tokens, &pass);
     ac_driver_logits(s->rt, &s->seqs, &pass, AC_LOGITS_ALL, s->logits);
@@ -239,14 +250,20 @@ static ac_status reserve_teacher(ac_train_step *s)
 
 static void backward(ac_train_step *s, const ac_step_inputs *in)
 {
-    ac_pass pass = {.masks = in->masks, .xs = s->xs, .keep_inputs = 1, .outs = in->mask_grads ? s->outs : NULL,
-                    .saved = s->saved};
-    ac_driver_backward(s->rt, &s->seqs, s->seq_tokens, &pass, s->logits, &s->buf, in->grads, in->mask_grads);
+    ac_pass pass = {.masks = in->masks, .dev_masks = device_masks(s, in), .xs = s->xs, .keep_inputs = 1,
+                    .outs = in->mask_grads ? s->outs : NULL, .saved = s->saved};
+    int mirrored = s->model->backend && in->mask_grads;
+    ac_driver_backward(s->rt, &s->seqs, s->seq_tokens, &pass, s->logits, &s->buf, in->grads,
+                       mirrored ? &s->mirror.grads : in->mask_grads);
+    if (mirrored)
+        ac_mask_mirror_download(&s->mirror, in->masks, in->mask_grads);
 }
 
 ac_status ac_train_step_loss(ac_train_step *s, const ac_step_inputs *in, double *loss)
 {
     ac_status st = check_inputs(s, in);
+    if (st == AC_OK && s->model->backend && in->masks)
+        st = ac_mask_mirror_upload(&s->mirror, in->masks, NULL);
     if (st != AC_OK)
         return st;
     ac_k_flush_denormals();
@@ -273,6 +290,9 @@ ac_status ac_train_step_run(ac_train_step *s, const ac_step_inputs *in, double *
             return ac_fail(AC_ERR_NOMEM, "train: out of memory for the block outputs of a masked step");
     }
     if (in->teacher_logits && s->model->backend && (st = reserve_teacher(s)) != AC_OK)
+        return st;
+    if (s->model->backend && (in->masks || in->mask_grads) &&
+        (st = ac_mask_mirror_upload(&s->mirror, in->masks, in->mask_grads)) != AC_OK)
         return st;
     ac_k_flush_denormals();
     forward(s, in, 1);

@@ -147,6 +147,8 @@ GUARDED(column_dot, (ac_kctx *ctx, int rows, int cols, const float *a, int lda, 
                      float *out),
         (ctx, rows, cols, a, lda, b, ldb, out))
 GUARDED(neg_exp, (ac_kctx *ctx, int n, const float *x, float *y), (ctx, n, x, y))
+GUARDED(gated_rmsnorm_width_backward, (ac_kctx *ctx, int rows, int dim, const float *out, int ldout, const float *dout, int lddout, const float *rstd, float eps, float width, float scale, float per_head, int heads, float *dmask),
+        (ctx, rows, dim, out, ldout, dout, lddout, rstd, eps, width, scale, per_head, heads, dmask))
 GUARDED(linear_backward, (ac_kctx *ctx, int M, int N, int K, const float *A, int lda, const float *W,
                           const float *dC, int lddc, float beta_dA, float *dA, int ldda, float *dW),
         (ctx, M, N, K, A, lda, W, dC, lddc, beta_dA, dA, ldda, dW))
@@ -258,6 +260,7 @@ static const ac_backend guarded_backend = {
     .softplus_dt_backward = guarded_softplus_dt_backward,
     .conv1d_silu_backward = guarded_conv1d_silu_backward,
     .gated_rmsnorm_backward = guarded_gated_rmsnorm_backward,
+    .gated_rmsnorm_width_backward = guarded_gated_rmsnorm_width_backward,
     .attention_backward = guarded_attention_backward,
     .moe_route_backward = guarded_moe_route_backward,
     .moe_mask_scores_backward = guarded_moe_mask_scores_backward,

@@ -110,6 +110,7 @@ static const ac_backend reference = {
     .softplus_dt_backward = ac_cpu_softplus_dt_backward,
     .conv1d_silu_backward = ac_cpu_conv1d_silu_backward,
     .gated_rmsnorm_backward = ac_cpu_gated_rmsnorm_backward,
+    .gated_rmsnorm_width_backward = ac_cpu_gated_rmsnorm_width_backward,
     .attention_backward = ac_cpu_attention_backward,
     .moe_route_backward = ac_cpu_moe_route_backward,
     .moe_mask_scores_backward = ac_cpu_moe_mask_scores_backward,
@@ -766,6 +767,18 @@ static void op_gated_rmsnorm_backward(run *r, const op_case *c)
          dw, rstd);
 }
 
+/* p: rows dim ldout lddout heads; f: eps width scale per_head */
+static void op_gated_rmsnorm_width_backward(run *r, const op_case *c)
+{
+    int rows = c->p[0], dim = c->p[1], ldout = c->p[2], lddout = c->p[3], heads = c->p[4];
+    const float *out = f32(r, BUF_IN, (size_t)rows * ldout, -1.0f, 1.0f);
+    const float *dout = f32(r, BUF_IN, (size_t)rows * lddout, -1.0f, 1.0f);
+    const float *rstd = f32(r, BUF_IN, (size_t)rows, 0.5f, 2.0f);
+    float *dmask = f32(r, BUF_OUT, (size_t)heads + 1, -1.0f, 1.0f); /* one past the heads: untouched */
+    CALL(r, gated_rmsnorm_width_backward, rows, dim, out, ldout, dout, lddout, rstd, c->f[0], c->f[1], c->f[2],
+         c->f[3], heads, dmask);
+}
+
 /* p: L n_heads n_kv hd ldq ldkv; f: scale */
 static void op_attention_backward(run *r, const op_case *c)
 {
@@ -910,6 +923,10 @@ static const op_case cases[] = {
     {OP(gated_rmsnorm_backward), "rows5 dim12 group4 wide lds dw", TOL_REDUCE, {5, 12, 4, 13, 14, 15, 16, 17, 1},
      {1e-5f}},
     {OP(gated_rmsnorm_backward), "rows2 dim6 group6 no dw", TOL_REDUCE, {2, 6, 6, 6, 6, 6, 6, 6, 0}, {1e-6f}},
+    {OP(gated_rmsnorm_width_backward), "rows7 dim8 ldout11 lddout9 heads2 width5.5", TOL_REDUCE, {7, 8, 11, 9, 2},
+     {1e-5f, 5.5f, 0.83f, 4.0f}},
+    {OP(gated_rmsnorm_width_backward), "rows300 dim64 heads4 width40 (blocks)", TOL_REDUCE, {300, 64, 64, 64, 4},
+     {1e-3f, 40.0f, 0.79f, 16.0f}},
     {OP(attention_backward), "L6 heads4 kv2 hd3 ldq13 ldkv7", TOL_LONG, {6, 4, 2, 3, 13, 7}, {0.577f}},
     {OP(attention_backward), "L5 heads6 kv1 hd2 ldq12 ldkv2", TOL_LONG, {5, 6, 1, 2, 12, 2}, {0.707f}},
     {OP(attention_backward), "L1 heads2 kv2 hd4", TOL_LONG, {1, 2, 2, 4, 8, 8}, {0.5f}},
@@ -1141,6 +1158,8 @@ COUNTED(column_dot, (ac_kctx *ctx, int rows, int cols, const float *a, int lda, 
                      float *out),
         (ctx, rows, cols, a, lda, b, ldb, out))
 COUNTED(neg_exp, (ac_kctx *ctx, int n, const float *x, float *y), (ctx, n, x, y))
+COUNTED(gated_rmsnorm_width_backward, (ac_kctx *ctx, int rows, int dim, const float *out, int ldout, const float *dout, int lddout, const float *rstd, float eps, float width, float scale, float per_head, int heads, float *dmask),
+        (ctx, rows, dim, out, ldout, dout, lddout, rstd, eps, width, scale, per_head, heads, dmask))
 COUNTED(linear_backward, (ac_kctx *ctx, int M, int N, int K, const float *A, int lda, const float *W,
                           const float *dC, int lddc, float beta_dA, float *dA, int ldda, float *dW),
         (ctx, M, N, K, A, lda, W, dC, lddc, beta_dA, dA, ldda, dW))
@@ -1247,6 +1266,7 @@ static const ac_backend counting = {
     .softplus_dt_backward = counted_softplus_dt_backward,
     .conv1d_silu_backward = counted_conv1d_silu_backward,
     .gated_rmsnorm_backward = counted_gated_rmsnorm_backward,
+    .gated_rmsnorm_width_backward = counted_gated_rmsnorm_width_backward,
     .attention_backward = counted_attention_backward,
     .moe_route_backward = counted_moe_route_backward,
     .moe_mask_scores_backward = counted_moe_mask_scores_backward,

@@ -141,7 +141,8 @@ static void train_pass(ac_runtime *rt, ac_model *grads, float *saved, const floa
 {
     int offset[2] = {0, 5}, len[2] = {5, 9}, T = 14;
     ac_seqs seqs = {.n = 2, .total = T, .offset = offset, .len = len, .caches = NULL};
-    ac_block_masks m = {masks[0], masks[1], masks[2], masks[3], masks[4]};
+    ac_block_masks m = {.mamba_heads = masks[0], .experts = masks[1], .expert_scores = masks[2], .ffn = masks[3],
+                        .shared_ffn = masks[4]};
     float dm[KEPT_MASKS][KEPT_D];
     memset(dm, 0, sizeof dm);
     ac_block_mask_grads mg = {dm[0], dm[1], dm[2], dm[3], dm[4]};

@@ -4,7 +4,9 @@
  * parent and moves the routers towards it; a search killed mid-way and run again ends
  * with the same routers and architecture as one run straight through; a one-hot choice's
  * masks (top-k score masking) give the logits of that architecture sliced from the
- * parent. */
+ * parent; a search whose masked steps run on a backend the host cannot touch
+ * (guarded_backend.h, standing in for a GPU) ends with the CPU's routers, architecture
+ * and trained weights, bit for bit. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -27,6 +29,7 @@
 #include "autocompress/runtime.h"
 #include "autocompress/search.h"
 #include "autocompress/tokens.h"
+#include "guarded_backend.h"
 #include "search/search_loop.h"
 #include "masked_logits.h"
 #include "space_rows.h"
@@ -368,6 +371,29 @@ static void check_kill_and_resume(fixture *f, int train_weights)
 
 static void test_killed_search_resumes_identically(void **state) { check_kill_and_resume(*state, 0); }
 
+static void test_search_on_a_device_equals_cpu(void **state)
+{
+    fixture *f = *state;
+    load_contract(f, "0.3");
+    f->tables = make_tables(&f->contract);
+    ac_search_params cpu = resume_params(f, "on_cpu", 1), dev = resume_params(f, "on_device", 1);
+    dev.device = guarded_backend.name;
+    ac_search_report r;
+    assert_int_equal(ac_search_run(f->parent, &f->contract, f->tables, &cpu, &r), AC_OK);
+    ac_arch_free(&r.arch);
+    assert_int_equal(ac_search_run(f->parent, &f->contract, f->tables, &dev, &r), AC_OK);
+    ac_arch_free(&r.arch);
+    assert_same_file(cpu.out_dir, dev.out_dir, "search_state.bin");
+    assert_same_file(cpu.out_dir, dev.out_dir, "arch.json");
+    assert_same_file(cpu.out_dir, dev.out_dir, "weights/model.safetensors");
+    assert_int_equal(guarded_count, 0);
+    /* run again: it resumes from its last state, through the host onto the device */
+    assert_int_equal(ac_search_run(f->parent, &f->contract, f->tables, &dev, &r), AC_OK);
+    assert_true(r.resumed_from > 0);
+    ac_arch_free(&r.arch);
+    assert_same_file(cpu.out_dir, dev.out_dir, "arch.json");
+}
+
 static void test_killed_search_with_trained_weights_resumes_identically(void **state)
 {
     check_kill_and_resume(*state, 1);
@@ -580,11 +606,14 @@ int main(int argc, char **argv)
 {
     if (argc == 4 && !strcmp(argv[1], "--search-child"))
         return search_child(argv[2], !strcmp(argv[3], "weights"));
+    if (ac_backend_register(&guarded_backend) != AC_OK)
+        return 1;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_budget_alone_meets_the_target, setup, teardown),
         cmocka_unit_test_setup_teardown(test_kd_alone_keeps_the_parent, setup, teardown),
         cmocka_unit_test_setup_teardown(test_killed_search_resumes_identically, setup, teardown),
         cmocka_unit_test_setup_teardown(test_killed_search_with_trained_weights_resumes_identically, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_search_on_a_device_equals_cpu, setup, teardown),
         cmocka_unit_test_setup_teardown(test_trained_weights_lower_the_kd, setup, teardown),
         cmocka_unit_test_setup_teardown(test_one_hot_masks_are_the_sliced_model, setup, teardown),
         cmocka_unit_test_setup_teardown(test_undecided_axes_settle_on_the_target, setup, teardown),

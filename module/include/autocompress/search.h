@@ -145,6 +145,8 @@ typedef struct {
     ac_progress_mode progress;
     ac_comm *comm;               /* data-parallel ranks (NULL: one process): each takes its shard of
                                     every KD batch; rank 0 writes out_dir */
+    const char *device;          /* where the masked steps run: NULL or "cpu", "cuda" (one rank);
+                                    the importance and the routers stay on the host */
 } ac_search_params;
 
 ac_search_params ac_search_default_params(void);
