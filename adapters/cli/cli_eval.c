@@ -1,8 +1,10 @@
 /* autocompress eval: a compressed model against its teacher on held-out tokens. */
 #include "cli.h"
+#include "cli_args.h"
 #include "cli_opts.h"
 
 #include <stdio.h>
+#include <string.h>
 
 #include "autocompress/eval.h"
 #include "autocompress/model.h"
@@ -10,6 +12,7 @@
 typedef struct {
     ac_eval_params p;
     const char *model_dir, *teacher_dir, *json_path;
+    const char *device; /* "cpu" (default) or "cuda" */
 } eval_args;
 
 static int parse_args(int argc, char **argv, eval_args *a)
@@ -31,6 +34,7 @@ static int parse_args(int argc, char **argv, eval_args *a)
         CLI_TEXT("tokenizer", &a->p.tokenizer_path, "FILE", "tokenizer.json for line matching (default: "
                  "MODEL/tokenizer.json)"),
         CLI_TEXT("json", &a->json_path, "FILE", "also write the report as JSON"),
+        CLI_TEXT("device", &a->device, "cpu|cuda", "where both models run (default: cpu)"),
         CLI_CUSTOM("progress", &a->p.progress, "auto|bar|json|off", "progress on stderr (default: auto)",
                    cli_parse_progress),
     };
@@ -69,6 +73,8 @@ int cli_eval(int argc, char **argv)
     ac_status st = ac_model_load(a.model_dir, &student);
     if (st == AC_OK)
         st = ac_model_load(a.teacher_dir, &teacher);
+    if (st == AC_OK && a.device && strcmp(a.device, "cpu") != 0)
+        st = cli_models_to_device(a.device, &student, &teacher);
     if (st == AC_OK)
         st = ac_eval_run(student, teacher, a.model_dir, &a.p, &r);
     if (st == AC_OK && a.json_path)

@@ -107,24 +107,6 @@ static ac_status initial_model(const train_args *a, ac_model **model)
     return st;
 }
 
-/* The student and the teacher (if any) copied to `device`, their host copies freed. */
-static ac_status move_to_device(const char *device, ac_model **model, ac_model **teacher)
-{
-    ac_model **models[2] = {model, teacher};
-    for (int i = 0; i < 2; i++) {
-        if (!*models[i])
-            continue;
-        ac_model *host = *models[i];
-        ac_status st = ac_model_to_device(host, device, models[i]);
-        if (st != AC_OK)
-            *models[i] = NULL;
-        ac_model_free(host);
-        if (st != AC_OK)
-            return st;
-    }
-    return AC_OK;
-}
-
 static int run_training(const char *command, train_args *a)
 {
     ac_model *model = NULL, *teacher = NULL;
@@ -134,7 +116,7 @@ static int run_training(const char *command, train_args *a)
     if (st == AC_OK && a->teacher_dir)
         st = ac_model_load(a->teacher_dir, &teacher);
     if (st == AC_OK && a->device && strcmp(a->device, "cpu") != 0)
-        st = move_to_device(a->device, &model, &teacher);
+        st = cli_models_to_device(a->device, &model, &teacher);
     ac_train_report report;
     a->p.teacher = teacher;
     if (st == AC_OK)

@@ -51,6 +51,9 @@ static ac_status check_params(const ac_search_params *p)
 {
     if (!p->data_dir || !p->out_dir)
         return ac_fail(AC_ERR_INVALID, "search: needs a data directory and an output directory");
+    char why[256];
+    if (p->device && !ac_backend_select(p->device, why, sizeof why)) /* before the calibration's work */
+        return ac_fail(AC_ERR_UNSUPPORTED, "search: %s", why);
     if (p->calib_seqs < 1 || p->batch < 1 || p->seq_len < 2)
         return ac_fail(AC_ERR_INVALID, "search: calibration sequences (%d), batch (%d) and sequence length (%d) must "
                                        "be positive (length >= 2)", p->calib_seqs, p->batch, p->seq_len);

@@ -24,6 +24,18 @@ set -e
 [ "$rc" = 1 ] || { echo "FAIL: --device tpu exited $rc, not 1"; exit 1; }
 grep -q '"tpu": not in this build' "$tmp/err" || { echo "FAIL: unclear error: $(cat "$tmp/err")"; exit 1; }
 
+# train, distill and eval name the device they cannot use, before any work (search: test_search)
+for cmd in "train --config $hybrid/config.json --data $tmp --out $tmp/o" \
+           "distill --student $hybrid --teacher $hybrid --data $tmp --out $tmp/o" \
+           "eval --model $hybrid --teacher $hybrid --data $tmp"; do
+  set +e
+  # shellcheck disable=SC2086
+  $ac $cmd --device tpu >/dev/null 2>"$tmp/err"
+  rc=$?
+  set -e
+  [ "$rc" = 1 ] && grep -q '"tpu": not in this build' "$tmp/err" || { echo "FAIL: $cmd --device tpu: exit $rc: $(cat "$tmp/err")"; exit 1; }
+done
+
 contract() { # contract DEVICE: a tiny contract on DEVICE
   printf 'name = "tiny";\nhardware = { device = "%s"; };\n' "$1"
   printf 'workload = { batch = 1; cached_tokens = 2; input_tokens = 3; output_tokens = 2; };\n'

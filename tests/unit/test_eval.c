@@ -4,7 +4,9 @@
  * partial last batch and the batch limit included); next-line exact match picks the
  * line starts the documented rule gives, scores 0 for a model that always emits '\n',
  * the predictable fraction for a bigram model, and completes lines like a brute-force
- * greedy recompute without a cache; bad inputs are refused, naming what is wrong. */
+ * greedy recompute without a cache; bad inputs are refused, naming what is wrong. With
+ * both models on a backend the host cannot touch (guarded_backend.h, standing in for a
+ * GPU), the report is the CPU's, bit for bit. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -26,6 +28,8 @@
 #include "autocompress/tokens.h"
 #include "autocompress/train.h"
 #include "eval/eval_internal.h"
+#include "guarded_backend.h"
+#include "model/model_internal.h"
 
 /* The model's vocabulary is larger than the tokenizer's: ids 7..11 are unused. */
 enum { V = 12, D = 16, EOS = 0, A = 1, B = 2, C = 3, NL = 4, SP = 5, NLSP = 6, TOKENIZER_IDS = 7 };
@@ -622,6 +626,32 @@ static void test_code_lines_from_the_manifest(void **state)
     assert_int_equal(r.lines, 5);
 }
 
+static void test_on_a_device_equals_cpu(void **state)
+{
+    fixture *f = *state;
+    static int32_t ids[600];
+    int n = line_stream(ids, 600, 5);
+    write_shard(f->data, "val.bin", V, ids, (size_t)n);
+    ac_eval_params p = line_params(f, 12);
+    ac_model *student, *teacher;
+    assert_int_equal(ac_model_to_backend(f->student, &guarded_backend, &student), AC_OK);
+    assert_int_equal(ac_model_to_backend(f->teacher, &guarded_backend, &teacher), AC_OK);
+    ac_eval_report want, got;
+    assert_int_equal(ac_eval_run(f->student, f->teacher, NULL, &p, &want), AC_OK);
+    assert_int_equal(ac_eval_run(student, teacher, NULL, &p, &got), AC_OK);
+    assert_int_equal(want.lines, 12);
+    assert_int_equal(want.tokens, got.tokens);
+    assert_int_equal(want.lines, got.lines);
+    double w[] = {want.kd_loss, want.ce, want.ppl, want.teacher_ce, want.teacher_ppl, want.top1_agreement,
+                  want.line_exact_match};
+    double g[] = {got.kd_loss, got.ce, got.ppl, got.teacher_ce, got.teacher_ppl, got.top1_agreement,
+                  got.line_exact_match};
+    assert_memory_equal(w, g, sizeof w);
+    ac_model_free(student);
+    ac_model_free(teacher);
+    assert_int_equal(guarded_count, 0);
+}
+
 static void expect_error(const fixture *f, const ac_model *student, const ac_eval_params *p, ac_status code,
                          const char *needle)
 {
@@ -671,6 +701,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_bigram_model_matches_abc_lines, setup, teardown),
         cmocka_unit_test_setup_teardown(test_completions_match_a_brute_force_recompute, setup, teardown),
         cmocka_unit_test_setup_teardown(test_code_lines_from_the_manifest, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_on_a_device_equals_cpu, setup, teardown),
         cmocka_unit_test_setup_teardown(test_bad_inputs, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -377,8 +377,11 @@ static void test_search_on_a_device_equals_cpu(void **state)
     load_contract(f, "0.3");
     f->tables = make_tables(&f->contract);
     ac_search_params cpu = resume_params(f, "on_cpu", 1), dev = resume_params(f, "on_device", 1);
-    dev.device = guarded_backend.name;
     ac_search_report r;
+    dev.device = "tpu"; /* refused before the calibration's work */
+    assert_int_equal(ac_search_run(f->parent, &f->contract, f->tables, &dev, &r), AC_ERR_UNSUPPORTED);
+    assert_non_null(strstr(ac_error_message(), "\"tpu\": not in this build"));
+    dev.device = guarded_backend.name;
     assert_int_equal(ac_search_run(f->parent, &f->contract, f->tables, &cpu, &r), AC_OK);
     ac_arch_free(&r.arch);
     assert_int_equal(ac_search_run(f->parent, &f->contract, f->tables, &dev, &r), AC_OK);
