@@ -69,7 +69,9 @@ static ac_status search_autocompress(ac_compress_ctx *c, const ac_model *parent,
     sp.progress = p->progress;
     ac_search_report rep;
     memset(&rep, 0, sizeof rep);
-    ac_status st = ac_search_run(parent, &c->contract, tables, &sp, &rep);
+    ac_status st = ac_contract_compute_device(&c->contract, &sp.device);
+    if (st == AC_OK)
+        st = ac_search_run(parent, &c->contract, tables, &sp, &rep);
     if (st == AC_OK && !rep.meets)
         st = ac_fail(AC_ERR_INVALID, "the search found no architecture the cost model predicts to meet %s's targets "
                                      "(see %s/search.json)", c->contract.name, dir);
@@ -92,7 +94,10 @@ static ac_status search_minitron(ac_compress_ctx *c, const ac_model *parent, con
     mp.seed = p->seed;
     mp.progress = p->progress;
     ac_minitron_report rep;
-    ac_status st = ac_minitron_run(parent, &c->contract, tables, &mp, &rep);
+    memset(&rep, 0, sizeof rep);
+    ac_status st = ac_contract_compute_device(&c->contract, &mp.device);
+    if (st == AC_OK)
+        st = ac_minitron_run(parent, &c->contract, tables, &mp, &rep);
     ac_arch_free(&rep.arch);
     return st;
 }
@@ -147,6 +152,22 @@ static ac_status stage_prune(ac_compress_ctx *c)
     return st;
 }
 
+/* *a and *b replaced by their copies on device (host copies freed; NULL on failure). */
+static ac_status models_to_device(const char *device, ac_model **a, ac_model **b)
+{
+    ac_model **models[2] = {a, b};
+    for (int i = 0; i < 2; i++) {
+        ac_model *host = *models[i];
+        ac_status st = ac_model_to_device(host, device, models[i]);
+        if (st != AC_OK)
+            *models[i] = NULL;
+        ac_model_free(host);
+        if (st != AC_OK)
+            return st;
+    }
+    return AC_OK;
+}
+
 /* KD from the parent for the KD-token budget; the result with the tokenizer in model/. */
 static ac_status stage_distill(ac_compress_ctx *c)
 {
@@ -156,9 +177,14 @@ static ac_status stage_distill(ac_compress_ctx *c)
     ac_compress_path(c, "distill", dir, sizeof dir);
     ac_compress_path(c, "model", final_dir, sizeof final_dir);
     ac_model *student = NULL, *teacher = NULL;
-    ac_status st = ac_model_load(pruned, &student);
+    const char *device = NULL;
+    ac_status st = ac_contract_compute_device(&c->contract, &device);
+    if (st == AC_OK)
+        st = ac_model_load(pruned, &student);
     if (st == AC_OK)
         st = ac_model_load(p->model_dir, &teacher);
+    if (st == AC_OK && device) /* the KD runs where the contract's model will serve */
+        st = models_to_device(device, &student, &teacher);
     ac_train_params tp = ac_train_default_params();
     tp.data_dir = p->data_dir;
     tp.out_dir = dir;

@@ -810,3 +810,17 @@ ac_status ac_contract_load(const char *path, ac_contract *out)
     free(text);
     return st;
 }
+
+ac_status ac_contract_compute_device(const ac_contract *contract, const char **device)
+{
+    const ac_contract_hardware *hw = &contract->hardware;
+    *device = NULL;
+    if (hw->kind == AC_DEVICE_CPU)
+        return AC_OK;
+    if (hw->index != 0)
+        return ac_fail(AC_ERR_UNSUPPORTED, "contract %s: device %s: the CUDA backend runs on the first visible "
+                       "device; make that one cuda:0 with CUDA_VISIBLE_DEVICES=%d", contract->name, hw->device,
+                       hw->index);
+    *device = "cuda";
+    return AC_OK;
+}

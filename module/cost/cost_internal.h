@@ -120,10 +120,6 @@ typedef struct {
                                 own accounting) */
 } ac_measure_job;
 
-/* The measurement device of a contract: NULL for cpu, "cuda" for cuda:0 (the device the
- * CUDA backend uses; another index is refused, naming CUDA_VISIBLE_DEVICES). */
-ac_status ac_measure_device(const ac_contract *contract, const char **device);
-
 typedef struct {
     int32_t repeats, threads; /* repeats: the timed requests done */
     uint32_t n_spans, dropped;

@@ -288,20 +288,6 @@ static ac_status measure_child(void *arg, int fd)
     return st;
 }
 
-ac_status ac_measure_device(const ac_contract *contract, const char **device)
-{
-    const ac_contract_hardware *hw = &contract->hardware;
-    *device = NULL;
-    if (hw->kind == AC_DEVICE_CPU)
-        return AC_OK;
-    if (hw->index != 0)
-        return ac_fail(AC_ERR_UNSUPPORTED, "contract %s: device %s: the CUDA backend runs on the first visible "
-                       "device; make that one cuda:0 with CUDA_VISIBLE_DEVICES=%d", contract->name, hw->device,
-                       hw->index);
-    *device = "cuda";
-    return AC_OK;
-}
-
 ac_status ac_measure(const ac_measure_job *job, ac_measure_result *result, ac_span **spans)
 {
     if (spans)

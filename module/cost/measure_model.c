@@ -113,7 +113,7 @@ static ac_status run_sweeps(const char *model_dir, const ac_contract *c, const a
                             double *ms, double *norm, double *mem)
 {
     const char *device;
-    ac_status st = ac_measure_device(c, &device);
+    ac_status st = ac_contract_compute_device(c, &device);
     if (st != AC_OK)
         return st;
     ac_progress *progress = NULL;

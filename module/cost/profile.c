@@ -568,7 +568,7 @@ ac_status ac_profile_run(const char *model_dir, const ac_contract *contract, con
     /* timed requests per measurement: K slots per sweep, S samples per run at most */
     int K = params->requests > 0 ? params->requests : AC_MAX_REQUESTS, S = R * K;
     const char *device;
-    ac_status dev = ac_measure_device(contract, &device);
+    ac_status dev = ac_contract_compute_device(contract, &device);
     if (dev != AC_OK)
         return dev;
     int64_t t_start = ac_monotonic_ns();

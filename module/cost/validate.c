@@ -139,7 +139,7 @@ ac_status ac_cost_validate(const char *model_dir, const ac_contract *contract, c
         return ac_fail(AC_ERR_INVALID, "validate: --requests must be in [0, %d] (0: auto), got %d", AC_MAX_REQUESTS,
                        params->requests);
     const char *device;
-    ac_status st = ac_measure_device(contract, &device);
+    ac_status st = ac_contract_compute_device(contract, &device);
     if (st != AC_OK)
         return st;
     int64_t t0 = ac_monotonic_ns();

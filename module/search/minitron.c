@@ -46,6 +46,7 @@ typedef struct {
     const ac_minitron_params *p;
     const ac_contract *contract;
     const ac_model *parent;
+    ac_model *teacher;    /* the parent on the device the short KDs run on; NULL: the parent */
     ac_cost_model *cost;
     ac_importance imp;
     int n_axes;
@@ -54,6 +55,17 @@ typedef struct {
     int *removal;   /* removable parent layers, least important first */
     int n_removal;
 } minitron_run;
+
+/* *model replaced by its copy on device (its host copy freed; NULL on failure). */
+static ac_status to_device(const char *device, ac_model **model)
+{
+    ac_model *host = *model;
+    ac_status st = ac_model_to_device(host, device, model);
+    if (st != AC_OK)
+        *model = NULL;
+    ac_model_free(host);
+    return st;
+}
 
 static ac_status importance(minitron_run *r)
 {
@@ -262,10 +274,12 @@ static ac_status distill_candidate(minitron_run *r, candidate *c, int rank, int6
             ac_arch_free(&arch);
         }
         free(layers);
+        if (st == AC_OK && r->teacher) /* the pruned candidate joins the teacher's device */
+            st = to_device(p->device, &child);
         ac_train_params tp = ac_train_default_params();
         tp.data_dir = p->data_dir;
         tp.out_dir = dir;
-        tp.teacher = r->parent;
+        tp.teacher = r->teacher ? r->teacher : r->parent;
         tp.kd_tau = p->kd_tau;
         tp.batch = p->batch;
         tp.seq_len = p->seq_len;
@@ -350,6 +364,7 @@ static void free_run(minitron_run *r)
     free(r->removal);
     ac_importance_free(&r->imp);
     ac_cost_model_free(r->cost);
+    ac_model_free(r->teacher);
 }
 
 static ac_status check_params(const ac_minitron_params *p, const ac_contract *c, int64_t *per_candidate)
@@ -380,7 +395,10 @@ ac_status ac_minitron_run(const ac_model *parent, const ac_contract *contract, c
         return st;
     minitron_run r = {.p = p, .contract = contract, .parent = parent};
     const ac_arch *pa = ac_model_arch(parent);
-    st = ac_make_dirs(p->out_dir);
+    if (p->device && strcmp(p->device, "cpu") != 0)
+        st = ac_model_to_device(parent, p->device, &r.teacher);
+    if (st == AC_OK)
+        st = ac_make_dirs(p->out_dir);
     if (st == AC_OK)
         st = ac_cost_model_create(tables, pa, contract, &r.cost);
     if (st == AC_OK)

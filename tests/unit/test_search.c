@@ -6,7 +6,8 @@
  * masks (top-k score masking) give the logits of that architecture sliced from the
  * parent; a search whose masked steps run on a backend the host cannot touch
  * (guarded_backend.h, standing in for a GPU) ends with the CPU's routers, architecture
- * and trained weights, bit for bit. */
+ * and trained weights, bit for bit, and Minitron++'s short KDs there with the CPU's
+ * losses and choice. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -405,6 +406,35 @@ static void test_killed_search_with_trained_weights_resumes_identically(void **s
 /* With --train-weights the student's weights learn to make up for the masks: on the same
  * batches, the last steps' KD is lower than with frozen weights; the teacher (the parent)
  * is untouched and the trained weights are saved. */
+/* Minitron++'s short KDs on the guarded backend: the CPU's losses and choice. */
+static void test_minitron_on_a_device_equals_cpu(void **state)
+{
+    fixture *f = *state;
+    load_contract(f, "0.3");
+    f->tables = make_tables(&f->contract);
+    char out[2][200];
+    for (int i = 0; i < 2; i++) {
+        snprintf(out[i], sizeof out[i], "%s/minitron_%s", f->dir, i ? "device" : "cpu");
+        ac_minitron_params p = ac_minitron_default_params();
+        p.data_dir = f->data;
+        p.out_dir = out[i];
+        p.calib_seqs = 4;
+        p.seq_len = 16;
+        p.batch = 2;
+        p.candidates = 2;
+        p.candidate_tokens = 6 * 2 * 16;
+        p.progress = AC_PROGRESS_OFF;
+        p.device = i ? guarded_backend.name : NULL;
+        ac_minitron_report r;
+        assert_int_equal(ac_minitron_run(f->parent, &f->contract, f->tables, &p, &r), AC_OK);
+        assert_int_equal(r.trained, 2);
+        ac_arch_free(&r.arch);
+    }
+    assert_same_file(out[0], out[1], "minitron.csv");
+    assert_same_file(out[0], out[1], "arch.json");
+    assert_int_equal(guarded_count, 0);
+}
+
 static void test_trained_weights_lower_the_kd(void **state)
 {
     fixture *f = *state;
@@ -617,6 +647,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_killed_search_resumes_identically, setup, teardown),
         cmocka_unit_test_setup_teardown(test_killed_search_with_trained_weights_resumes_identically, setup, teardown),
         cmocka_unit_test_setup_teardown(test_search_on_a_device_equals_cpu, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_minitron_on_a_device_equals_cpu, setup, teardown),
         cmocka_unit_test_setup_teardown(test_trained_weights_lower_the_kd, setup, teardown),
         cmocka_unit_test_setup_teardown(test_one_hot_masks_are_the_sliced_model, setup, teardown),
         cmocka_unit_test_setup_teardown(test_undecided_axes_settle_on_the_target, setup, teardown),

@@ -208,6 +208,10 @@ ac_status ac_contract_resolve_targets(const ac_contract *c, const ac_contract_co
 void ac_contract_print(const ac_contract *c, FILE *out);
 
 const char *ac_device_kind_name(ac_device_kind kind);
+/* The backend a contract's work runs on (ac_model_to_device's name): NULL for cpu,
+ * "cuda" for cuda:0, the device the CUDA backend uses; another index is refused, naming
+ * CUDA_VISIBLE_DEVICES. */
+ac_status ac_contract_compute_device(const ac_contract *contract, const char **device);
 const char *ac_search_scope_name(ac_search_scope scope);
 
 #ifdef __cplusplus

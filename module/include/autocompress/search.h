@@ -193,6 +193,7 @@ typedef struct {
     ac_adamw_params optim;     /* the short KDs' AdamW (total_steps: set per run) */
     uint64_t seed;
     ac_progress_mode progress;
+    const char *device;        /* where the short KDs run: NULL or "cpu", "cuda" */
 } ac_minitron_params;
 
 ac_minitron_params ac_minitron_default_params(void);
