@@ -118,19 +118,3 @@ void cli_comm_finish(const char *command, ac_comm *comm, ac_status st)
     ac_comm_free(comm);
 }
 
-ac_status cli_models_to_device(const char *device, ac_model **a, ac_model **b)
-{
-    ac_model **models[2] = {a, b};
-    for (int i = 0; i < 2; i++) {
-        if (!models[i] || !*models[i])
-            continue;
-        ac_model *host = *models[i];
-        ac_status st = ac_model_to_device(host, device, models[i]);
-        if (st != AC_OK)
-            *models[i] = NULL;
-        ac_model_free(host);
-        if (st != AC_OK)
-            return st;
-    }
-    return AC_OK;
-}

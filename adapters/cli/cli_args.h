@@ -5,7 +5,6 @@
 #include <stdint.h>
 
 #include "autocompress/comm.h"
-#include "autocompress/model.h"
 #include "autocompress/status.h"
 
 /* Parses "1,2,3" into a malloc'd array; the message names the bad item. */
@@ -15,10 +14,6 @@ ac_status cli_parse_int(const char *flag, const char *text, long long min, long 
 ac_status cli_parse_float(const char *flag, const char *text, double *value);
 
 /* ac_comm_init, and only warnings and errors in the log of ranks other than 0. */
-/* *a and *b (either may hold NULL; b may be NULL) replaced by their copies on `device`
- * ("cuda"), their host copies freed; on failure the one that failed is NULL. */
-ac_status cli_models_to_device(const char *device, ac_model **a, ac_model **b);
-
 ac_status cli_comm_init(const ac_comm_params *params, ac_comm **comm);
 /* The end of a command's run over ranks: a failure (st != AC_OK) is reported, naming
  * the rank, and leaves without waiting for the other ranks; then the communicator goes. */

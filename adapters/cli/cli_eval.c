@@ -1,10 +1,8 @@
 /* autocompress eval: a compressed model against its teacher on held-out tokens. */
 #include "cli.h"
-#include "cli_args.h"
 #include "cli_opts.h"
 
 #include <stdio.h>
-#include <string.h>
 
 #include "autocompress/eval.h"
 #include "autocompress/model.h"
@@ -73,8 +71,10 @@ int cli_eval(int argc, char **argv)
     ac_status st = ac_model_load(a.model_dir, &student);
     if (st == AC_OK)
         st = ac_model_load(a.teacher_dir, &teacher);
-    if (st == AC_OK && a.device && strcmp(a.device, "cpu") != 0)
-        st = cli_models_to_device(a.device, &student, &teacher);
+    if (st == AC_OK)
+        st = ac_model_move_to_device(&student, a.device);
+    if (st == AC_OK)
+        st = ac_model_move_to_device(&teacher, a.device);
     if (st == AC_OK)
         st = ac_eval_run(student, teacher, a.model_dir, &a.p, &r);
     if (st == AC_OK && a.json_path)

@@ -127,8 +127,8 @@ static ac_status run_state_open(const run_args *a, run_state *r)
     }
     if (st == AC_OK)
         st = ac_model_load(a->model_dir, &r->model);
-    if (st == AC_OK && a->device && strcmp(a->device, "cpu") != 0)
-        st = cli_models_to_device(a->device, &r->model, NULL);
+    if (st == AC_OK)
+        st = ac_model_move_to_device(&r->model, a->device);
     if (st == AC_OK)
         st = ac_runtime_create(r->model, &r->runtime);
     if (st == AC_OK)

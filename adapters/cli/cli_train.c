@@ -4,7 +4,6 @@
 #include "cli_opts.h"
 
 #include <stdio.h>
-#include <string.h>
 
 #include "autocompress/config_json.h"
 #include "autocompress/model.h"
@@ -115,8 +114,10 @@ static int run_training(const char *command, train_args *a)
         st = initial_model(a, &model);
     if (st == AC_OK && a->teacher_dir)
         st = ac_model_load(a->teacher_dir, &teacher);
-    if (st == AC_OK && a->device && strcmp(a->device, "cpu") != 0)
-        st = cli_models_to_device(a->device, &model, &teacher);
+    if (st == AC_OK)
+        st = ac_model_move_to_device(&model, a->device);
+    if (st == AC_OK)
+        st = ac_model_move_to_device(&teacher, a->device);
     ac_train_report report;
     a->p.teacher = teacher;
     if (st == AC_OK)

@@ -82,13 +82,8 @@ static ac_status load_here(const char *path, const char *name, const char *devic
     char tok_path[SRV_PATH_MAX + 32];
     snprintf(tok_path, sizeof tok_path, "%s/tokenizer.json", path);
     ac_status st = ac_model_load(path, &m->model);
-    if (st == AC_OK && strcmp(device, "cpu") != 0) {
-        ac_model *host = m->model;
-        st = ac_model_to_device(host, device, &m->model);
-        if (st != AC_OK)
-            m->model = NULL;
-        ac_model_free(host);
-    }
+    if (st == AC_OK)
+        st = ac_model_move_to_device(&m->model, device);
     if (st == AC_OK)
         st = ac_tokenizer_load(tok_path, &m->tokenizer);
     if (st == AC_OK) {

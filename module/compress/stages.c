@@ -152,22 +152,6 @@ static ac_status stage_prune(ac_compress_ctx *c)
     return st;
 }
 
-/* *a and *b replaced by their copies on device (host copies freed; NULL on failure). */
-static ac_status models_to_device(const char *device, ac_model **a, ac_model **b)
-{
-    ac_model **models[2] = {a, b};
-    for (int i = 0; i < 2; i++) {
-        ac_model *host = *models[i];
-        ac_status st = ac_model_to_device(host, device, models[i]);
-        if (st != AC_OK)
-            *models[i] = NULL;
-        ac_model_free(host);
-        if (st != AC_OK)
-            return st;
-    }
-    return AC_OK;
-}
-
 /* KD from the parent for the KD-token budget; the result with the tokenizer in model/. */
 static ac_status stage_distill(ac_compress_ctx *c)
 {
@@ -183,8 +167,10 @@ static ac_status stage_distill(ac_compress_ctx *c)
         st = ac_model_load(pruned, &student);
     if (st == AC_OK)
         st = ac_model_load(p->model_dir, &teacher);
-    if (st == AC_OK && device) /* the KD runs where the contract's model will serve */
-        st = models_to_device(device, &student, &teacher);
+    if (st == AC_OK) /* the KD runs where the contract's model will serve */
+        st = ac_model_move_to_device(&student, device);
+    if (st == AC_OK)
+        st = ac_model_move_to_device(&teacher, device);
     ac_train_params tp = ac_train_default_params();
     tp.data_dir = p->data_dir;
     tp.out_dir = dir;

@@ -165,19 +165,6 @@ static size_t device_bytes_in_use(void)
 #endif
 }
 
-/* A host model moved to be (NULL: left where it is). */
-static ac_status to_device(const ac_backend *be, ac_model **model)
-{
-    if (!be)
-        return AC_OK;
-    ac_model *host = *model;
-    ac_status st = ac_model_to_device(host, be->name, model);
-    if (st != AC_OK)
-        *model = NULL;
-    ac_model_free(host);
-    return st;
-}
-
 static ac_status measure_child(void *arg, int fd)
 {
     const ac_measure_job *job = ((child_arg *)arg)->job;
@@ -234,8 +221,8 @@ static ac_status measure_child(void *arg, int fd)
         else
             base = ac_cpu_peak_resident_bytes(); /* no reset: the peak so far is the floor */
         st = ac_model_slice(parent, job->arch, job->parent_layer, job->seed + 1, &model);
-        if (st == AC_OK)
-            st = to_device(be, &model);
+        if (st == AC_OK && be)
+            st = ac_model_move_to_device(&model, be->name);
     }
     if (st == AC_OK)
         st = ac_server_create(model, &job->workload, job->seed, snapshot, &server);

@@ -217,6 +217,18 @@ ac_status ac_model_to_device(const ac_model *model, const char *device, ac_model
     return ac_model_to_backend(model, be == &ac_cpu_backend ? NULL : be, out);
 }
 
+ac_status ac_model_move_to_device(ac_model **model, const char *device)
+{
+    if (!*model || !device || !strcmp(device, "cpu"))
+        return AC_OK;
+    ac_model *from = *model;
+    ac_status st = ac_model_to_device(from, device, model);
+    if (st != AC_OK)
+        *model = NULL;
+    ac_model_free(from);
+    return st;
+}
+
 void ac_model_zero(ac_model *model)
 {
     const ac_backend *be = model->backend ? model->backend : &ac_cpu_backend;

@@ -56,17 +56,6 @@ typedef struct {
     int n_removal;
 } minitron_run;
 
-/* *model replaced by its copy on device (its host copy freed; NULL on failure). */
-static ac_status to_device(const char *device, ac_model **model)
-{
-    ac_model *host = *model;
-    ac_status st = ac_model_to_device(host, device, model);
-    if (st != AC_OK)
-        *model = NULL;
-    ac_model_free(host);
-    return st;
-}
-
 static ac_status importance(minitron_run *r)
 {
     const ac_minitron_params *p = r->p;
@@ -275,7 +264,7 @@ static ac_status distill_candidate(minitron_run *r, candidate *c, int rank, int6
         }
         free(layers);
         if (st == AC_OK && r->teacher) /* the pruned candidate joins the teacher's device */
-            st = to_device(p->device, &child);
+            st = ac_model_move_to_device(&child, p->device);
         ac_train_params tp = ac_train_default_params();
         tp.data_dir = p->data_dir;
         tp.out_dir = dir;

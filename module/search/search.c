@@ -307,16 +307,10 @@ static ac_status move_to_device(search_run *r)
     ac_status st = AC_OK;
     if (r->p->train_weights)
         st = ac_model_slice(r->model, ac_model_arch(r->model), NULL, 0, &r->teacher_model);
-    ac_model **models[2] = {&r->model, &r->teacher_model};
-    for (int i = 0; st == AC_OK && i < 2; i++) {
-        if (!*models[i])
-            continue;
-        ac_model *host = *models[i];
-        st = ac_model_to_device(host, device, models[i]);
-        if (st != AC_OK)
-            *models[i] = NULL;
-        ac_model_free(host);
-    }
+    if (st == AC_OK)
+        st = ac_model_move_to_device(&r->model, device);
+    if (st == AC_OK)
+        st = ac_model_move_to_device(&r->teacher_model, device);
     return st;
 }
 

@@ -30,6 +30,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cpu_op_list.h"
 #include "kernels/cpu/cpu_ops.h"
 
 /* The op members are the function pointers from `linear` to the end of the struct. */
@@ -1103,121 +1104,7 @@ static int calls[N_OPS];
         ac_cpu_##member args;                  \
     }
 
-COUNTED(linear, (ac_kctx *ctx, int M, int N, int K, const float *A, int lda, const float *W, float beta, float *C,
-                 int ldc),
-        (ctx, M, N, K, A, lda, W, beta, C, ldc))
-COUNTED(gemv_batch, (ac_kctx *ctx, int n, const float *const *W, const int *rows, const int *cols,
-                     const float *const *x, float *const *y),
-        (ctx, n, W, rows, cols, x, y))
-COUNTED(gemv_sum, (ac_kctx *ctx, int n, const float *const *W, int rows, const int *cols, const float *const *x,
-                   const float *alpha, float *y),
-        (ctx, n, W, rows, cols, x, alpha, y))
-COUNTED(linear_batch, (ac_kctx *ctx, int n, const int *M, int N, int K, const float *const *A, int lda,
-                       const float *const *W, float *const *C, int ldc),
-        (ctx, n, M, N, K, A, lda, W, C, ldc))
-COUNTED(rmsnorm, (ac_kctx *ctx, int rows, int dim, const float *x, int ldx, const float *w, float eps, float *y,
-                  int ldy),
-        (ctx, rows, dim, x, ldx, w, eps, y, ldy))
-COUNTED(gated_rmsnorm, (ac_kctx *ctx, int rows, int dim, int group_size, const float *y, int ldy, const float *z,
-                        int ldz, const float *w, float eps, float *out, int ldout),
-        (ctx, rows, dim, group_size, y, ldy, z, ldz, w, eps, out, ldout))
-COUNTED(conv1d_silu, (ac_kctx *ctx, int T, int C, int K, const float *x, int ldx, const float *w, const float *bias,
-                      float *state, float *y, int ldy),
-        (ctx, T, C, K, x, ldx, w, bias, state, y, ldy))
-COUNTED(softplus_dt, (ac_kctx *ctx, int T, int H, const float *raw, int ldraw, const float *bias, float dt_min,
-                      float *dt),
-        (ctx, T, H, raw, ldraw, bias, dt_min, dt))
-COUNTED(ssd_scan, (ac_kctx *ctx, int T, int H, int P, int N, int G, const float *x, int ldx, const float *B,
-                   const float *C, int ldbc, const float *dt, const float *A, const float *Dskip, float *state,
-                   float *y, int ldy),
-        (ctx, T, H, P, N, G, x, ldx, B, C, ldbc, dt, A, Dskip, state, y, ldy))
-COUNTED(attention, (ac_kctx *ctx, int n_new, int past, int n_heads, int n_kv, int hd, const float *q, int ldq,
-                    const float *k_cache, const float *v_cache, int cap, float scale, float *out, int ldout),
-        (ctx, n_new, past, n_heads, n_kv, hd, q, ldq, k_cache, v_cache, cap, scale, out, ldout))
-COUNTED(moe_route, (ac_kctx *ctx, int T, int E, const float *logits, const float *bias, int n_group,
-                    int topk_group, int top_k, int norm, float scale, int32_t *idx, float *weight),
-        (ctx, T, E, logits, bias, n_group, topk_group, top_k, norm, scale, idx, weight))
-COUNTED(moe_mask_scores, (ac_kctx *ctx, int T, int E, const float *mask, const float *bias, float *logits,
-                          float *masked_bias),
-        (ctx, T, E, mask, bias, logits, masked_bias))
-COUNTED(moe_mask_scores_backward, (ac_kctx *ctx, int T, int E, const float *mask, const float *dlogits, float *dmask),
-        (ctx, T, E, mask, dlogits, dmask))
-COUNTED(rmsnorm_width_backward, (ac_kctx *ctx, int rows, int dim, const float *x, int ldx, const float *w, float eps,
-                                 float width, const float *dy, int lddy, float *dwidth),
-        (ctx, rows, dim, x, ldx, w, eps, width, dy, lddy, dwidth))
-COUNTED(gather_rows, (ac_kctx *ctx, int n, int D, const float *src, int ldsrc, const int32_t *rows, float *dst),
-        (ctx, n, D, src, ldsrc, rows, dst))
-COUNTED(scatter_add_rows, (ac_kctx *ctx, int n, int D, const float *src, const int32_t *rows, const float *weight,
-                           float *dst, int lddst),
-        (ctx, n, D, src, rows, weight, dst, lddst))
-COUNTED(relu2, (ac_kctx *ctx, size_t n, float *x), (ctx, n, x))
-COUNTED(add, (ac_kctx *ctx, size_t n, const float *x, float *y), (ctx, n, x, y))
-COUNTED(mul_columns, (ac_kctx *ctx, int rows, int cols, const float *mask, float *x, int ldx),
-        (ctx, rows, cols, mask, x, ldx))
-COUNTED(column_dot, (ac_kctx *ctx, int rows, int cols, const float *a, int lda, const float *b, int ldb,
-                     float *out),
-        (ctx, rows, cols, a, lda, b, ldb, out))
-COUNTED(neg_exp, (ac_kctx *ctx, int n, const float *x, float *y), (ctx, n, x, y))
-COUNTED(gated_rmsnorm_width_backward, (ac_kctx *ctx, int rows, int dim, const float *out, int ldout, const float *dout, int lddout, const float *rstd, float eps, float width, float scale, float per_head, int heads, float *dmask),
-        (ctx, rows, dim, out, ldout, dout, lddout, rstd, eps, width, scale, per_head, heads, dmask))
-COUNTED(linear_backward, (ac_kctx *ctx, int M, int N, int K, const float *A, int lda, const float *W,
-                          const float *dC, int lddc, float beta_dA, float *dA, int ldda, float *dW),
-        (ctx, M, N, K, A, lda, W, dC, lddc, beta_dA, dA, ldda, dW))
-COUNTED(rmsnorm_backward, (ac_kctx *ctx, int rows, int dim, const float *x, int ldx, const float *w, float eps,
-                           const float *dy, int lddy, float *dx, int lddx, float *dw),
-        (ctx, rows, dim, x, ldx, w, eps, dy, lddy, dx, lddx, dw))
-COUNTED(relu2_backward, (ac_kctx *ctx, size_t n, const float *pre, float *grad), (ctx, n, pre, grad))
-COUNTED(cross_entropy, (ac_kctx *ctx, int rows, int V, const float *logits, const int32_t *targets, float scale,
-                        float *dlogits, double *row_loss),
-        (ctx, rows, V, logits, targets, scale, dlogits, row_loss))
-COUNTED(kd_loss, (ac_kctx *ctx, int rows, int V, const float *student, const float *teacher, float tau,
-                  float scale, float *dlogits, double *row_loss),
-        (ctx, rows, V, student, teacher, tau, scale, dlogits, row_loss))
-COUNTED(adamw, (ac_kctx *ctx, size_t n, float *w, const float *g, float *m, float *v, float lr, float beta1,
-                float beta2, float eps, float weight_decay, int step),
-        (ctx, n, w, g, m, v, lr, beta1, beta2, eps, weight_decay, step))
-COUNTED(scale, (ac_kctx *ctx, size_t n, float s, float *x), (ctx, n, s, x))
-COUNTED(ssd_scan_save, (ac_kctx *ctx, int T, int H, int P, int N, int G, const float *x, int ldx, const float *B,
-                        const float *C, int ldbc, const float *dt, const float *A, const float *Dskip,
-                        const float *state0, float *states, float *y, int ldy),
-        (ctx, T, H, P, N, G, x, ldx, B, C, ldbc, dt, A, Dskip, state0, states, y, ldy))
-COUNTED(ssd_scan_backward, (ac_kctx *ctx, int T, int H, int P, int N, int G, const float *x, int ldx,
-                            const float *B, const float *C, int ldbc, const float *dt, const float *A,
-                            const float *Dskip, const float *state0, float *states, const float *dy,
-                            int lddy, float *dx, int lddx, float *dB, float *dC, int lddbc, float *ddt, float *dA,
-                            float *dD, float *work),
-        (ctx, T, H, P, N, G, x, ldx, B, C, ldbc, dt, A, Dskip, state0, states, dy, lddy, dx, lddx, dB, dC, lddbc,
-         ddt, dA, dD, work))
-COUNTED(mul_heads, (ac_kctx *ctx, int T, int H, int P, const float *mask, float *x, int ldx),
-        (ctx, T, H, P, mask, x, ldx))
-COUNTED(mul_heads_backward, (ac_kctx *ctx, int T, int H, int P, const float *mask, const float *y, int ldy,
-                             float *dy, int lddy, float *dmask),
-        (ctx, T, H, P, mask, y, ldy, dy, lddy, dmask))
-COUNTED(softplus_dt_backward, (ac_kctx *ctx, int T, int H, const float *raw, int ldraw, const float *bias,
-                               float dt_min, const float *ddt, float *draw, int lddraw, float *dbias),
-        (ctx, T, H, raw, ldraw, bias, dt_min, ddt, draw, lddraw, dbias))
-COUNTED(conv1d_silu_backward, (ac_kctx *ctx, int T, int C, int K, const float *x, int ldx, const float *w,
-                               const float *bias, const float *state, const float *dy, int lddy, float *dx,
-                               int lddx, float *dw, float *dbias),
-        (ctx, T, C, K, x, ldx, w, bias, state, dy, lddy, dx, lddx, dw, dbias))
-COUNTED(gated_rmsnorm_backward, (ac_kctx *ctx, int rows, int dim, int group_size, const float *y, int ldy,
-                                 const float *z, int ldz, const float *w, float eps, const float *dout,
-                                 int lddout, float *dy, int lddy, float *dz, int lddz, float *dw, float *rstd),
-        (ctx, rows, dim, group_size, y, ldy, z, ldz, w, eps, dout, lddout, dy, lddy, dz, lddz, dw, rstd))
-COUNTED(attention_backward, (ac_kctx *ctx, int L, int n_heads, int n_kv, int hd, const float *q, int ldq,
-                             const float *k, const float *v, int ldkv, const float *datt, float scale, float *out,
-                             float *stats, float *dq, float *dk, float *dv),
-        (ctx, L, n_heads, n_kv, hd, q, ldq, k, v, ldkv, datt, scale, out, stats, dq, dk, dv))
-COUNTED(moe_route_backward, (ac_kctx *ctx, int T, int E, const float *logits, int top_k, int norm, float scale,
-                             const int32_t *idx, const float *dweight, float *dlogits),
-        (ctx, T, E, logits, top_k, norm, scale, idx, dweight, dlogits))
-COUNTED(moe_combine_backward, (ac_kctx *ctx, int n, int D, const float *dout, int lddout, const int32_t *rows,
-                               const float *y, const float *weight, const float *mask, const int32_t *pair,
-                               float *dweight, float *dmask, float *dy),
-        (ctx, n, D, dout, lddout, rows, y, weight, mask, pair, dweight, dmask, dy))
-COUNTED(gather_rows_backward, (ac_kctx *ctx, int n, int D, const float *ddst, const int32_t *rows, float *dsrc,
-                               int lddsrc),
-        (ctx, n, D, ddst, rows, dsrc, lddsrc))
+CPU_VOID_OPS(COUNTED)
 
 static double counted_sum_squares(ac_kctx *ctx, size_t n, const float *x)
 {

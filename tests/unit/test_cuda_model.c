@@ -19,6 +19,7 @@
 #include "autocompress/sample.h"
 #include "autocompress/train.h"
 #include "kernels/kernels.h"
+#include "hybrid_model.h"
 #include "model/model_internal.h"
 
 enum { V = 64, D = 32, L = 6, PROMPT = 40, GEN = 16, B = 2, T = 24 };
@@ -27,23 +28,11 @@ static const ac_backend *cuda;
 
 static ac_model *make_model(void)
 {
-    const char *pattern = "M*E-ME";
-    ac_arch a = {.vocab = V, .hidden = D, .norm_eps = 1e-5f, .use_conv_bias = 1, .chunk_size = 8,
-                 .time_step_min = 1e-3f};
-    assert_int_equal(ac_arch_alloc_layers(&a, L), AC_OK);
-    for (int i = 0; i < L; i++) {
-        a.layers[i] = (ac_block_dims){.mamba_heads = 4, .mamba_head_dim = 8, .mamba_groups = 2, .ssm_state = 8,
-                                      .conv_kernel = 4, .attn_heads = 4, .attn_kv_heads = 2, .attn_head_dim = 8,
-                                      .ffn = 48, .n_experts = 8, .top_k = 2, .expert_ffn = 16, .shared_ffn = 24,
-                                      .n_group = 1, .topk_group = 1, .norm_topk_prob = 1, .routed_scaling = 2.0f};
-        a.layers[i].kind = pattern[i] == 'M' ? AC_BLOCK_MAMBA : pattern[i] == '*' ? AC_BLOCK_ATTENTION
-                           : pattern[i] == '-' ? AC_BLOCK_MLP : AC_BLOCK_MOE;
-    }
-    ac_model *m;
-    assert_int_equal(ac_model_create(&a, &m), AC_OK);
-    ac_arch_free(&a);
-    ac_model_init_random(m, 3, 0.2f);
-    return m;
+    static const ac_block_dims dims = {.mamba_heads = 4, .mamba_head_dim = 8, .mamba_groups = 2, .ssm_state = 8,
+                                       .conv_kernel = 4, .attn_heads = 4, .attn_kv_heads = 2, .attn_head_dim = 8,
+                                       .ffn = 48, .n_experts = 8, .top_k = 2, .expert_ffn = 16, .shared_ffn = 24,
+                                       .n_group = 1, .topk_group = 1, .norm_topk_prob = 1, .routed_scaling = 2.0f};
+    return hybrid_model(V, D, &dims, 3, 0.2f);
 }
 
 /* max |a - b| / max |a| */

@@ -19,29 +19,18 @@
 #include "kernels/kernels.h"
 #include "model/model_internal.h"
 #ifdef AC_HAVE_CUDA
+#include "hybrid_model.h"
 #include "probes/cupti/cupti_probe.h"
 
 enum { V = 64, D = 32, L = 6, DECODE = 4 };
 
 static ac_model *make_model(void)
 {
-    const char *pattern = "M*E-ME";
-    ac_arch a = {.vocab = V, .hidden = D, .norm_eps = 1e-5f, .use_conv_bias = 1, .chunk_size = 8,
-                 .time_step_min = 1e-3f};
-    assert_int_equal(ac_arch_alloc_layers(&a, L), AC_OK);
-    for (int i = 0; i < L; i++) {
-        a.layers[i] = (ac_block_dims){.mamba_heads = 4, .mamba_head_dim = 8, .mamba_groups = 2, .ssm_state = 8,
-                                      .conv_kernel = 4, .attn_heads = 4, .attn_kv_heads = 2, .attn_head_dim = 8,
-                                      .ffn = 48, .n_experts = 8, .top_k = 2, .expert_ffn = 16, .shared_ffn = 24,
-                                      .n_group = 1, .topk_group = 1, .norm_topk_prob = 1, .routed_scaling = 2.0f};
-        a.layers[i].kind = pattern[i] == 'M' ? AC_BLOCK_MAMBA : pattern[i] == '*' ? AC_BLOCK_ATTENTION
-                           : pattern[i] == '-' ? AC_BLOCK_MLP : AC_BLOCK_MOE;
-    }
-    ac_model *m;
-    assert_int_equal(ac_model_create(&a, &m), AC_OK);
-    ac_arch_free(&a);
-    ac_model_init_random(m, 3, 0.2f);
-    return m;
+    static const ac_block_dims dims = {.mamba_heads = 4, .mamba_head_dim = 8, .mamba_groups = 2, .ssm_state = 8,
+                                       .conv_kernel = 4, .attn_heads = 4, .attn_kv_heads = 2, .attn_head_dim = 8,
+                                       .ffn = 48, .n_experts = 8, .top_k = 2, .expert_ffn = 16, .shared_ffn = 24,
+                                       .n_group = 1, .topk_group = 1, .norm_topk_prob = 1, .routed_scaling = 2.0f};
+    return hybrid_model(V, D, &dims, 3, 0.2f);
 }
 
 static int64_t span_ns(const ac_span *s) { return s->end_ns - s->start_ns; }

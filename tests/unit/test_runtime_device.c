@@ -23,6 +23,7 @@
 #include "autocompress/runtime.h"
 #include "cost/cost_internal.h"
 #include "guarded_backend.h"
+#include "hybrid_model.h"
 #include "model/model_internal.h"
 #ifdef AC_HAVE_CUDA
 #include "kernels/cuda/cuda_ops.h"
@@ -32,23 +33,11 @@ enum { V = 40, D = 16, L = 6, PROMPT0 = 70, PROMPT1 = 5, STEPS = 3 };
 
 static ac_model *make_model(void)
 {
-    const char *pattern = "M*E-ME";
-    ac_arch a = {.vocab = V, .hidden = D, .norm_eps = 1e-5f, .use_conv_bias = 1, .chunk_size = 8,
-                 .time_step_min = 1e-3f};
-    assert_int_equal(ac_arch_alloc_layers(&a, L), AC_OK);
-    for (int i = 0; i < L; i++) {
-        a.layers[i] = (ac_block_dims){.mamba_heads = 4, .mamba_head_dim = 4, .mamba_groups = 2, .ssm_state = 4,
-                                      .conv_kernel = 4, .attn_heads = 4, .attn_kv_heads = 2, .attn_head_dim = 4,
-                                      .ffn = 12, .n_experts = 6, .top_k = 2, .expert_ffn = 6, .shared_ffn = 5,
-                                      .n_group = 1, .topk_group = 1, .norm_topk_prob = 1, .routed_scaling = 2.0f};
-        a.layers[i].kind = pattern[i] == 'M' ? AC_BLOCK_MAMBA : pattern[i] == '*' ? AC_BLOCK_ATTENTION
-                           : pattern[i] == '-' ? AC_BLOCK_MLP : AC_BLOCK_MOE;
-    }
-    ac_model *m;
-    assert_int_equal(ac_model_create(&a, &m), AC_OK);
-    ac_arch_free(&a);
-    ac_model_init_random(m, 5, 0.3f);
-    return m;
+    static const ac_block_dims dims = {.mamba_heads = 4, .mamba_head_dim = 4, .mamba_groups = 2, .ssm_state = 4,
+                                       .conv_kernel = 4, .attn_heads = 4, .attn_kv_heads = 2, .attn_head_dim = 4,
+                                       .ffn = 12, .n_experts = 6, .top_k = 2, .expert_ffn = 6, .shared_ffn = 5,
+                                       .n_group = 1, .topk_group = 1, .norm_topk_prob = 1, .routed_scaling = 2.0f};
+    return hybrid_model(V, D, &dims, 5, 0.3f);
 }
 
 /* Prefill logits (every row of both prompts) then each decode step's last logits. */

@@ -25,6 +25,7 @@
 #include "autocompress/tokens.h"
 #include "autocompress/train.h"
 #include "guarded_backend.h"
+#include "hybrid_model.h"
 #include "model/model_internal.h"
 #include "train/checkpoint.h"
 
@@ -32,23 +33,11 @@ enum { V = 40, D = 16, L = 6, B = 2, T = 9, STEPS = 3, KD_STEPS = 2 };
 
 static ac_model *make_model(uint64_t seed)
 {
-    const char *pattern = "M*E-ME";
-    ac_arch a = {.vocab = V, .hidden = D, .norm_eps = 1e-5f, .use_conv_bias = 1, .chunk_size = 8,
-                 .time_step_min = 1e-3f};
-    assert_int_equal(ac_arch_alloc_layers(&a, L), AC_OK);
-    for (int i = 0; i < L; i++) {
-        a.layers[i] = (ac_block_dims){.mamba_heads = 4, .mamba_head_dim = 4, .mamba_groups = 2, .ssm_state = 4,
-                                      .conv_kernel = 4, .attn_heads = 4, .attn_kv_heads = 2, .attn_head_dim = 4,
-                                      .ffn = 12, .n_experts = 6, .top_k = 2, .expert_ffn = 6, .shared_ffn = 5,
-                                      .n_group = 1, .topk_group = 1, .norm_topk_prob = 1, .routed_scaling = 2.0f};
-        a.layers[i].kind = pattern[i] == 'M' ? AC_BLOCK_MAMBA : pattern[i] == '*' ? AC_BLOCK_ATTENTION
-                           : pattern[i] == '-' ? AC_BLOCK_MLP : AC_BLOCK_MOE;
-    }
-    ac_model *m;
-    assert_int_equal(ac_model_create(&a, &m), AC_OK);
-    ac_arch_free(&a);
-    ac_model_init_random(m, seed, 0.3f);
-    return m;
+    static const ac_block_dims dims = {.mamba_heads = 4, .mamba_head_dim = 4, .mamba_groups = 2, .ssm_state = 4,
+                                       .conv_kernel = 4, .attn_heads = 4, .attn_kv_heads = 2, .attn_head_dim = 4,
+                                       .ffn = 12, .n_experts = 6, .top_k = 2, .expert_ffn = 6, .shared_ffn = 5,
+                                       .n_group = 1, .topk_group = 1, .norm_topk_prob = 1, .routed_scaling = 2.0f};
+    return hybrid_model(V, D, &dims, seed, 0.3f);
 }
 
 static void remove_run(const char *out)
@@ -87,7 +76,7 @@ static void train(ac_model *student, const ac_model *teacher, double *losses, co
             ac_step_inputs tin = {.tokens = tokens, .targets = targets};
             assert_int_equal(ac_train_step_loss(tstep, &tin, &unused), AC_OK);
             in = (ac_step_inputs){.tokens = tokens, .teacher_logits = ac_train_step_logits(tstep), .kd_tau = 2.0f,
-                                  .grads = grads};
+                                       .grads = grads};
         }
         assert_int_equal(ac_train_step_run(step, &in, &losses[s]), AC_OK);
         double norm;

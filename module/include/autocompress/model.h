@@ -50,6 +50,9 @@ ac_status ac_model_slice(const ac_model *parent, const ac_arch *arch, const int 
  * this build or not on this machine, or its memory is short. Saving a model on a device
  * stages it through the host; slicing and pruning need the host copy. */
 ac_status ac_model_to_device(const ac_model *model, const char *device, ac_model **out);
+/* *model replaced by its copy on `device` (as ac_model_to_device), the original freed;
+ * on failure *model is freed and NULL. NULL *model or device "cpu": nothing to do. */
+ac_status ac_model_move_to_device(ac_model **model, const char *device);
 /* Every weight zero, where the weights live (a gradient accumulator between steps). */
 void ac_model_zero(ac_model *model);
 /* "cpu" for a model in host memory, else its device's name. */
