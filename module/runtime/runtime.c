@@ -68,6 +68,12 @@ ac_status ac_runtime_reserve_training(ac_runtime *rt, int total_tokens, int n_se
                              total_tokens);
 }
 
+ac_status ac_runtime_device_status(ac_runtime *rt, const char *what)
+{
+    const char *why = ac_backend_of(&rt->kctx)->take_error();
+    return why ? ac_fail(AC_ERR_DEVICE, "%s: %s", what, why) : AC_OK;
+}
+
 float *ac_rt_upload(ac_runtime *rt, const float *host, size_t n)
 {
     float *p = ac_scratch(rt, n);
@@ -253,5 +259,5 @@ ac_status ac_runtime_forward(ac_runtime *rt, const ac_batch *batch, ac_logits_mo
         if (rt->probe)
             ac_probe_end(rt->probe, -1, AC_SITE_LM_HEAD);
     }
-    return AC_OK;
+    return ac_runtime_device_status(rt, "forward");
 }

@@ -75,6 +75,10 @@ static inline void ac_rt_zero(ac_runtime *rt, float *p, size_t n)
     ac_backend_of(&rt->kctx)->memset_zero(p, n * sizeof *p);
 }
 
+/* AC_OK, or AC_ERR_DEVICE naming `what` and the first failure the backend kept (an op
+ * that could not launch, a copy or allocation the device refused) since the last call. */
+ac_status ac_runtime_device_status(ac_runtime *rt, const char *what);
+
 /* host[0 .. n) copied where the ops run, into n floats of scratch; the pointer to give
  * the ops (a block's few host-computed values: its plan counts them). */
 float *ac_rt_upload(ac_runtime *rt, const float *host, size_t n);

@@ -275,7 +275,7 @@ ac_status ac_train_step_loss(ac_train_step *s, const ac_step_inputs *in, double 
     if (s->logits_host)
         step_backend(s)->copy(s->logits_host, s->logits, (size_t)s->rows * s->model->arch.vocab * sizeof(float),
                               AC_COPY_DEVICE_TO_HOST);
-    return AC_OK;
+    return ac_runtime_device_status(s->rt, "train: loss");
 }
 
 ac_status ac_train_step_run(ac_train_step *s, const ac_step_inputs *in, double *loss)
@@ -298,5 +298,5 @@ ac_status ac_train_step_run(ac_train_step *s, const ac_step_inputs *in, double *
     forward(s, in, 1);
     *loss = loss_and_dlogits(s, in, 1);
     backward(s, in);
-    return AC_OK;
+    return ac_runtime_device_status(s->rt, "train: step");
 }

@@ -135,6 +135,48 @@ static void test_guarded_state_round_trip(void **state)
     ac_model_free(host);
 }
 
+/* A device that reports a failure once armed (as a kernel that could not launch would). */
+static int failure_armed;
+
+static const char *failing_take_error(void)
+{
+    if (!failure_armed)
+        return NULL;
+    failure_armed = 0;
+    return "cuda: attention: an illegal memory access was encountered";
+}
+
+/* A failure the device reports during a forward comes back as AC_ERR_DEVICE naming it,
+ * and the next forward runs. */
+static void test_device_failure_is_reported(void **state)
+{
+    (void)state;
+    static ac_backend failing;
+    failing = guarded_backend;
+    failing.name = "failing";
+    failing.take_error = failing_take_error;
+    ac_model *host = make_model(), *dev;
+    assert_int_equal(ac_model_to_backend(host, &failing, &dev), AC_OK);
+    ac_runtime *rt;
+    ac_cache *c;
+    assert_int_equal(ac_runtime_create(dev, &rt), AC_OK);
+    assert_int_equal(ac_cache_create(dev, &c), AC_OK);
+    int32_t tok[3] = {1, 2, 3};
+    const int32_t *seq[1] = {tok};
+    int n[1] = {3};
+    float logits[V];
+    ac_batch b = {.n_seqs = 1, .tokens = seq, .n_tokens = n, .caches = &c};
+    failure_armed = 1;
+    assert_int_equal(ac_runtime_forward(rt, &b, AC_LOGITS_LAST, logits), AC_ERR_DEVICE);
+    assert_non_null(strstr(ac_error_message(), "forward: cuda: attention: an illegal memory access"));
+    ac_cache_clear(c);
+    assert_int_equal(ac_runtime_forward(rt, &b, AC_LOGITS_LAST, logits), AC_OK);
+    ac_cache_free(c);
+    ac_runtime_free(rt);
+    ac_model_free(dev);
+    ac_model_free(host);
+}
+
 static void test_device_errors(void **state)
 {
     (void)state;
@@ -238,6 +280,7 @@ int main(void)
         cmocka_unit_test(test_guarded_runtime_equals_cpu),
         cmocka_unit_test(test_guarded_state_round_trip),
         cmocka_unit_test(test_device_errors),
+        cmocka_unit_test(test_device_failure_is_reported),
         cmocka_unit_test(test_device_copies),
         cmocka_unit_test(test_guarded_measurement_server),
     };
