@@ -2,11 +2,14 @@
  * mapping, kept PROT_NONE except while one of the backend's own functions runs (an op
  * of kernels/cpu, a copy, a memset). Code that reads or writes backend memory from the
  * host, as it may not on a GPU, stops with SIGSEGV here, on a machine without one; the
- * ops themselves are the CPU's, so results equal the CPU backend's bit for bit.
+ * ops themselves are the CPU's, so results equal the CPU backend's bit for bit. Calls from
+ * several threads (a server's scheduler and a model loading beside it) take one lock.
  * Include in one test file; guarded_backend is the table. */
 #ifndef AC_TESTS_GUARDED_BACKEND_H
 #define AC_TESTS_GUARDED_BACKEND_H
 
+#include <pthread.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -21,7 +24,26 @@ static struct {
     size_t len;
 } guarded_regions[GUARDED_MAX_REGIONS];
 static int guarded_count;
-static int guarded_open_depth; /* nested opens (an op calling another) keep memory open */
+static int guarded_open_depth; /* nested opens keep memory open */
+static pthread_mutex_t guarded_lock;
+static pthread_once_t guarded_once = PTHREAD_ONCE_INIT;
+
+static void guarded_init_lock(void)
+{
+    pthread_mutexattr_t a;
+    pthread_mutexattr_init(&a);
+    pthread_mutexattr_settype(&a, PTHREAD_MUTEX_RECURSIVE);
+    pthread_mutex_init(&guarded_lock, &a);
+    pthread_mutexattr_destroy(&a);
+}
+
+static void guarded_enter(void)
+{
+    pthread_once(&guarded_once, guarded_init_lock);
+    pthread_mutex_lock(&guarded_lock);
+}
+
+static void guarded_leave(void) { pthread_mutex_unlock(&guarded_lock); }
 
 static void guarded_protect(int prot)
 {
@@ -32,6 +54,7 @@ static void guarded_protect(int prot)
 
 static void guarded_open(void)
 {
+    guarded_enter();
     if (guarded_open_depth++ == 0)
         guarded_protect(PROT_READ | PROT_WRITE);
 }
@@ -40,31 +63,39 @@ static void guarded_close(void)
 {
     if (--guarded_open_depth == 0)
         guarded_protect(PROT_NONE);
+    guarded_leave();
 }
 
 static void *guarded_alloc(size_t bytes)
 {
     size_t page = (size_t)sysconf(_SC_PAGESIZE), len = ((bytes ? bytes : 1) + page - 1) / page * page;
-    if (guarded_count == GUARDED_MAX_REGIONS)
-        return NULL;
-    void *p = mmap(NULL, len, guarded_open_depth ? PROT_READ | PROT_WRITE : PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS,
-                   -1, 0);
-    if (p == MAP_FAILED)
-        return NULL;
-    guarded_regions[guarded_count].p = p;
-    guarded_regions[guarded_count].len = len;
-    guarded_count++;
+    void *p = NULL;
+    guarded_enter();
+    if (guarded_count < GUARDED_MAX_REGIONS) {
+        p = mmap(NULL, len, guarded_open_depth ? PROT_READ | PROT_WRITE : PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS,
+                 -1, 0);
+        if (p == MAP_FAILED) {
+            p = NULL;
+        } else {
+            guarded_regions[guarded_count].p = p;
+            guarded_regions[guarded_count].len = len;
+            guarded_count++;
+        }
+    }
+    guarded_leave();
     return p;
 }
 
 static void guarded_free(void *p)
 {
+    guarded_enter();
     for (int i = 0; p && i < guarded_count; i++)
         if (guarded_regions[i].p == p) {
             munmap(p, guarded_regions[i].len);
             guarded_regions[i] = guarded_regions[--guarded_count];
-            return;
+            break;
         }
+    guarded_leave();
 }
 
 static void guarded_copy(void *dst, const void *src, size_t bytes, ac_copy_kind kind)

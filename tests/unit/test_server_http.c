@@ -3,7 +3,10 @@
  * from a cached prefix) equal the offline `autocompress generate`; logprobs, echo and
  * stop strings; errors and hostile input get the right status and the OpenAI error
  * shape; a client that hangs up frees its slot; admin authentication; hot swaps (good,
- * missing, NaN, drain-first under a running stream, concurrent); metrics. */
+ * missing, NaN, drain-first under a running stream, concurrent); metrics. With
+ * AC_TEST_DEVICE=guarded (ctest's test_server_http_device) every model is served from a
+ * backend whose memory the host cannot touch (guarded_backend.h, standing in for a GPU),
+ * and the same checks hold. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -28,6 +31,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "guarded_backend.h"
 #include "server/srv.h"
 #include "autocompress/model.h"
 
@@ -516,6 +520,12 @@ static int setup(void **state)
     cfg.max_body_bytes = MAX_BODY;
     cfg.context_tokens = CONTEXT;
     snprintf(cfg.admin_token, sizeof cfg.admin_token, TOKEN);
+    const char *device = getenv("AC_TEST_DEVICE");
+    if (device) {
+        if (strcmp(device, guarded_backend.name) != 0 || ac_backend_register(&guarded_backend) != AC_OK)
+            return -1;
+        snprintf(cfg.device, sizeof cfg.device, "%s", device);
+    }
     if (srv_metrics_create(cfg.slots, &metrics) != AC_OK || srv_server_create(&cfg, metrics, &server) != AC_OK ||
         srv_http_start(server, metrics, NULL, &daemon_http, &port) != AC_OK || port <= 0 ||
         srv_server_load_initial(server, PROSE) != AC_OK) {
@@ -545,6 +555,8 @@ static int teardown(void **state)
 static void test_health_and_models(void **state)
 {
     (void)state;
+    /* on the guarded backend the served model's weights, caches and buffers are there */
+    assert_true(cfg.device[0] && strcmp(cfg.device, "cpu") ? guarded_count > 0 : guarded_count == 0);
     http_res r = get("/health", NULL);
     assert_int_equal(r.status, 200);
     cJSON *o = json_of(&r);
