@@ -1,6 +1,7 @@
 /* The communicator: backend choice, the single process, and what every backend shares
  * (shards, the settings check). */
 #include "comm/comm_internal.h"
+#include "comm/comm_device.h"
 
 #include <stdint.h>
 #include <stdlib.h>
@@ -106,6 +107,18 @@ ac_status ac_comm_allreduce_f32(ac_comm *comm, float *buf, size_t count)
     if (!comm || !comm->ops || count == 0)
         return AC_OK;
     return checked(comm, comm->ops->allreduce(comm, buf, count, AC_COMM_F32));
+}
+
+ac_status ac_comm_allreduce_device_f32(ac_comm *comm, const ac_backend *be, float *buf, size_t count,
+                                       float *staging)
+{
+    if (!be || !comm || !comm->ops || count == 0)
+        return ac_comm_allreduce_f32(comm, buf, count);
+    be->copy(staging, buf, count * sizeof *buf, AC_COPY_DEVICE_TO_HOST);
+    ac_status st = ac_comm_allreduce_f32(comm, staging, count);
+    if (st == AC_OK)
+        be->copy(buf, staging, count * sizeof *buf, AC_COPY_HOST_TO_DEVICE);
+    return st;
 }
 
 ac_status ac_comm_allreduce_f64(ac_comm *comm, double *buf, size_t count)

@@ -11,6 +11,7 @@
 #include "autocompress/train.h"
 #include "autocompress/optim.h"
 #include "kernels/kernels.h"
+#include "comm/comm_device.h"
 #include "model/model_internal.h"
 #include "search/search_loop.h"
 #include "train/checkpoint.h"
@@ -151,6 +152,7 @@ typedef struct {
     ac_tokens *tokens;
     ac_train_step *student, *teacher;
     float *teacher_logits;
+    float *grads_host;     /* trained weights on a device with several ranks: their gradients' host staging */
     int32_t *batch_tokens;
     int n_logits, n_axes, steps;
     int row0, rows;             /* this rank's shard of every batch: rows [row0, row0 + rows) */
@@ -176,6 +178,7 @@ static void free_run(search_run *r)
     ac_model_free(r->model);
     ac_model_free(r->teacher_model);
     ac_model_free(r->grads);
+    free(r->grads_host);
     ac_adamw_free(r->opt);
     free(r->teacher_logits);
     free(r->batch_tokens);
@@ -289,6 +292,9 @@ static ac_status setup_weight_training(search_run *r)
         st = ac_model_slice(r->model, arch, NULL, 0, &r->teacher_model);
     if (st == AC_OK)
         st = ac_model_create_on(arch, r->model->backend, &r->grads);
+    if (st == AC_OK && r->model->backend && ac_comm_size(r->p->comm) > 1 &&
+        !(r->grads_host = malloc(r->grads->arena_count * sizeof *r->grads_host)))
+        st = ac_fail(AC_ERR_NOMEM, "search: out of memory for the gradients' host staging");
     if (st == AC_OK)
         st = ac_adamw_create(r->model, &optim, &r->opt);
     return st;
@@ -301,9 +307,6 @@ static ac_status move_to_device(search_run *r)
     const char *device = r->p->device;
     if (!device || !strcmp(device, "cpu"))
         return AC_OK;
-    if (ac_comm_size(r->p->comm) > 1)
-        return ac_fail(AC_ERR_UNSUPPORTED, "search: %d ranks on %s: ranks exchange gradients in host memory, so a "
-                       "search on a device is one rank", ac_comm_size(r->p->comm), device);
     ac_status st = AC_OK;
     if (r->p->train_weights)
         st = ac_model_slice(r->model, ac_model_arch(r->model), NULL, 0, &r->teacher_model);
@@ -406,7 +409,7 @@ static ac_status sum_over_ranks(search_run *r, double *kd)
     if (st == AC_OK && gates)
         st = ac_comm_allreduce_f32(comm, gates, n_gates);
     if (st == AC_OK && weights)
-        st = ac_comm_allreduce_f32(comm, weights, n_weights);
+        st = ac_comm_allreduce_device_f32(comm, r->grads->backend, weights, n_weights, r->grads_host);
     return st == AC_OK ? ac_comm_allreduce_f64(comm, kd, 1) : st;
 }
 

@@ -12,6 +12,7 @@
 
 #include "autocompress/log.h"
 #include "autocompress/tokens.h"
+#include "comm/comm_device.h"
 #include "model/model_internal.h"
 #include "model/model_internal.h"
 #include "train/checkpoint.h"
@@ -107,21 +108,18 @@ typedef struct {
     ac_tokens *train, *val;
     int32_t *window;   /* [batch, seq_len + 1]: the global batch */
     int32_t *inputs, *targets; /* [rows, seq_len]: this rank's */
+    float *grads_host; /* a device run with several ranks: the gradients' host staging */
     int64_t positions; /* the global batch's positions that the loss is a mean over */
     FILE *log;
 } loop_state;
 
-/* The run computes where the model's weights are: the teacher must be there too, and
- * ranks exchange gradients through host memory only, so a device run is one rank. */
+/* The run computes where the model's weights are: the teacher must be there too. */
 static ac_status check_devices(const loop_state *s)
 {
     const ac_model *m = s->model, *t = s->p->teacher;
     if (t && t->backend != m->backend)
         return ac_fail(AC_ERR_INVALID, "distill: the teacher is on %s, the student on %s", ac_model_device(t),
                        ac_model_device(m));
-    if (m->backend && ac_comm_size(s->p->comm) > 1)
-        return ac_fail(AC_ERR_UNSUPPORTED, "train: %d ranks on %s: ranks exchange gradients in host memory, so a run "
-                       "on a device is one rank", ac_comm_size(s->p->comm), ac_model_device(m));
     return AC_OK;
 }
 
@@ -184,6 +182,7 @@ static ac_status validation_loss(loop_state *s, double *loss)
 static void loop_free(loop_state *s)
 {
     ac_model_free(s->grads);
+    free(s->grads_host);
     ac_adamw_free(s->opt);
     ac_train_step_free(s->step);
     ac_train_step_free(s->teacher_step);
@@ -282,6 +281,9 @@ static ac_status allocate(loop_state *s)
     s->targets = malloc(rows * sizeof(int32_t));
     if (!s->window || !s->inputs || !s->targets)
         return ac_fail(AC_ERR_NOMEM, "train: out of memory");
+    if (s->model->backend && ac_comm_size(s->p->comm) > 1 &&
+        !(s->grads_host = malloc(s->model->arena_count * sizeof *s->grads_host)))
+        return ac_fail(AC_ERR_NOMEM, "train: out of memory for the gradients' host staging");
     ac_status st = ac_model_create_on(&s->model->arch, s->model->backend, &s->grads);
     if (st == AC_OK)
         st = ac_train_step_create(s->model, s->rows, s->p->seq_len, &s->step);
@@ -316,7 +318,7 @@ static ac_status train_steps(loop_state *s, int start, const char *run, ac_train
         }
         /* the ranks' shares add up to the global batch's mean loss and its gradient */
         if (st == AC_OK)
-            st = ac_comm_allreduce_f32(p->comm, g, n);
+            st = ac_comm_allreduce_device_f32(p->comm, s->grads->backend, g, n, s->grads_host);
         if (st == AC_OK)
             st = ac_comm_allreduce_f64(p->comm, &loss, 1);
         float lr = ac_adamw_lr(&p->optim, step);

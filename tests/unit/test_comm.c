@@ -4,7 +4,9 @@
  * rank-order sum bit for bit, across chunk boundaries and for counts below N, broadcast,
  * barrier and the settings check. With AC_TEST_COMM=nccl (ctest's test_comm_nccl2, when
  * NCCL was built) the same over NCCL, whose ring order makes the sums equal on every rank
- * and close to the rank-order sum; it skips (77) where there is no GPU. */
+ * and close to the rank-order sum; it skips (77) where there is no GPU. A sum of buffers in
+ * a device's memory (the guarded test backend, which the host cannot touch) goes through
+ * host staging to the same result. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -17,7 +19,9 @@
 #include <string.h>
 
 #include "autocompress/comm.h"
+#include "comm/comm_device.h"
 #include "comm/comm_internal.h"
+#include "guarded_backend.h"
 
 static void assert_error_mentions(ac_status st, const char *text)
 {
@@ -216,6 +220,29 @@ static void test_sums_in_rank_order(void **state)
     }
 }
 
+/* The gradients of a run on a device: summed through host staging, the host sum's bits. */
+static void test_sums_through_a_device(void **state)
+{
+    (void)state;
+    enum { COUNT = 1003 };
+    int n = ac_comm_size(world), r = ac_comm_rank(world);
+    float host[COUNT], staging[COUNT], back[COUNT];
+    for (size_t i = 0; i < COUNT; i++)
+        host[i] = (float)value(r, i);
+    float *dev = guarded_backend.alloc(sizeof host);
+    assert_non_null(dev);
+    guarded_backend.copy(dev, host, sizeof host, AC_COPY_HOST_TO_DEVICE);
+    assert_int_equal(ac_comm_allreduce_device_f32(world, &guarded_backend, dev, COUNT, staging), AC_OK);
+    assert_int_equal(ac_comm_allreduce_f32(world, host, COUNT), AC_OK);
+    guarded_backend.copy(back, dev, sizeof back, AC_COPY_DEVICE_TO_HOST);
+    assert_memory_equal(back, host, sizeof back);
+    int changed = 0; /* the ranks' values were summed */
+    for (size_t i = 0; i < COUNT; i++)
+        changed += host[i] != (float)value(r, i);
+    assert_true(n < 2 || changed > COUNT / 2);
+    guarded_backend.free(dev);
+}
+
 static void test_broadcast_and_barrier(void **state)
 {
     (void)state;
@@ -267,6 +294,7 @@ int main(void)
         const struct CMUnitTest tests[] = {
             cmocka_unit_test(test_ranks),
             cmocka_unit_test(test_sums_in_rank_order),
+            cmocka_unit_test(test_sums_through_a_device),
             cmocka_unit_test(test_broadcast_and_barrier),
             cmocka_unit_test(test_settings_check),
         };
