@@ -56,36 +56,12 @@ static void layout_model(ac_layout *l)
 
 ac_status ac_model_create(const ac_arch *arch, ac_model **model)
 {
-    ac_status st = ac_arch_validate(arch);
-    if (st != AC_OK)
-        return st;
-    ac_model *m = calloc(1, sizeof *m);
-    if (!m)
-        return ac_fail(AC_ERR_NOMEM, "model: out of memory");
-    st = ac_arch_copy(&m->arch, arch);
-    if (st != AC_OK) {
-        free(m);
-        return st;
-    }
-    m->layers = calloc((size_t)arch->n_layers, sizeof *m->layers);
-    if (!m->layers) {
-        ac_model_free(m);
-        return ac_fail(AC_ERR_NOMEM, "model: out of memory for %d layers", arch->n_layers);
-    }
-    ac_layout l = {.model = m};
-    layout_model(&l);
-    m->arena = calloc(l.offset ? l.offset : 1, sizeof(float));
-    m->params = calloc(l.n_params, sizeof *m->params);
-    if (!m->layers || !m->arena || !m->params) {
-        ac_model_free(m);
-        return ac_fail(AC_ERR_NOMEM, "model: cannot allocate %zu weights", l.offset);
-    }
-    m->arena_count = l.offset;
-    m->n_params = l.n_params;
-    l = (ac_layout){.model = m};
-    layout_model(&l);
-    *model = m;
-    return AC_OK;
+    return ac_model_create_on(arch, NULL, model);
+}
+
+const ac_backend *ac_model_backend(const ac_model *model)
+{
+    return model->backend ? model->backend : &ac_cpu_backend;
 }
 
 void ac_model_free(ac_model *model)
@@ -95,10 +71,7 @@ void ac_model_free(ac_model *model)
     ac_arch_free(&model->arch);
     free(model->layers);
     free(model->params);
-    if (model->backend)
-        model->backend->free(model->arena);
-    else
-        free(model->arena);
+    ac_model_backend(model)->free(model->arena);
     free(model);
 }
 
@@ -185,8 +158,7 @@ void ac_model_copy_weights(ac_model *dst, const ac_model *src)
 
 ac_status ac_model_create_on(const ac_arch *arch, const ac_backend *be, ac_model **out)
 {
-    if (!be)
-        return ac_model_create(arch, out);
+    const ac_backend *mem = be ? be : &ac_cpu_backend; /* the CPU's alloc is malloc, as ac_model_free expects */
     ac_status st = ac_arch_validate(arch);
     ac_model *m = NULL;
     ac_layout sizes;
@@ -195,15 +167,14 @@ ac_status ac_model_create_on(const ac_arch *arch, const ac_backend *be, ac_model
     if (st != AC_OK)
         return st;
     size_t bytes = sizes.offset * sizeof(float);
-    m->arena = be->alloc(bytes);
+    m->arena = mem->alloc(bytes);
     if (!m->arena) {
         ac_model_free(m);
-        return ac_fail(AC_ERR_NOMEM, "model: cannot allocate %.1f MiB of weights on %s", (double)bytes / (1 << 20),
-                       be->name);
+        return ac_fail(AC_ERR_NOMEM, "model: cannot allocate %zu weights on %s", sizes.offset, mem->name);
     }
     m->backend = be;
     place_weights(m, &sizes);
-    be->memset_zero(m->arena, bytes);
+    mem->memset_zero(m->arena, bytes);
     *out = m;
     return AC_OK;
 }
@@ -231,13 +202,12 @@ ac_status ac_model_move_to_device(ac_model **model, const char *device)
 
 void ac_model_zero(ac_model *model)
 {
-    const ac_backend *be = model->backend ? model->backend : &ac_cpu_backend;
-    be->memset_zero(model->arena, model->arena_count * sizeof(float));
+    ac_model_backend(model)->memset_zero(model->arena, model->arena_count * sizeof(float));
 }
 
 const char *ac_model_device(const ac_model *model)
 {
-    return model->backend ? model->backend->name : ac_cpu_backend.name;
+    return ac_model_backend(model)->name;
 }
 
 ac_status ac_model_check_host(const ac_model *model, const char *what)

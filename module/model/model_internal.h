@@ -53,6 +53,10 @@ ac_status ac_model_to_backend(const ac_model *model, const struct ac_backend *be
 /* dst's weights = src's (the same layout; src in host memory or on dst's device). */
 void ac_model_copy_weights(ac_model *dst, const ac_model *src);
 
+/* The backend whose memory holds the model's weights (the CPU's for NULL backend), and so
+ * its runtime's, caches' and training steps' buffers. */
+const struct ac_backend *ac_model_backend(const ac_model *model);
+
 /* A model of `arch` with every weight zero in be's memory (NULL: the host's). */
 ac_status ac_model_create_on(const ac_arch *arch, const struct ac_backend *be, ac_model **out);
 

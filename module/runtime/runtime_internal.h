@@ -15,13 +15,6 @@ typedef struct {
     float **state;     /* per layer: the kind's fixed state (state_floats), NULL without */
 } ac_cache_layers;
 
-/* The backend whose memory holds the model's weights, and so its runtime's and caches'
- * buffers. */
-static inline const ac_backend *ac_model_backend(const ac_model *model)
-{
-    return model->backend ? model->backend : &ac_cpu_backend;
-}
-
 struct ac_cache {
     const ac_model *model;
     ac_cache_layers l;
