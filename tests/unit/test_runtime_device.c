@@ -180,6 +180,12 @@ static void test_device_failure_is_reported(void **state)
 static void test_device_errors(void **state)
 {
     (void)state;
+    /* a backend added by name is found by it; a taken name is refused */
+    assert_int_equal(ac_backend_register(&guarded_backend), AC_OK);
+    assert_ptr_equal(ac_backend_find("guarded"), &guarded_backend);
+    assert_int_equal(ac_backend_register(&guarded_backend), AC_ERR_INVALID);
+    assert_non_null(strstr(ac_error_message(), "\"guarded\" is taken"));
+    assert_int_equal(ac_backend_register(&ac_cpu_backend), AC_ERR_INVALID);
     ac_model *host = make_model(), *copy;
     assert_int_equal(ac_model_to_device(host, "tpu", &copy), AC_ERR_UNSUPPORTED);
     assert_non_null(strstr(ac_error_message(), "\"tpu\""));

@@ -339,6 +339,24 @@ static void test_guarded_loop_equals_cpu(void **state)
     assert_int_equal(n, m);
     assert_memory_equal(wa, wb, n * sizeof *wa);
     assert_int_equal(guarded_count, 0);
+    /* a teacher on another device than the student is refused, naming both */
+    ac_model *dev;
+    assert_int_equal(ac_model_to_backend(host, &guarded_backend, &dev), AC_OK);
+    char other[300];
+    snprintf(other, sizeof other, "%s/mixed", data);
+    ac_train_params p = ac_train_default_params();
+    p.data_dir = data;
+    p.out_dir = other;
+    p.batch = B;
+    p.seq_len = T;
+    p.steps = 1;
+    p.kd_tau = 1.0f;
+    p.teacher = host;
+    p.progress = AC_PROGRESS_OFF;
+    ac_train_report r;
+    assert_int_equal(ac_train_run(&dev, &p, &r), AC_ERR_INVALID);
+    assert_non_null(strstr(ac_error_message(), "the teacher is on cpu, the student on guarded"));
+    ac_model_free(dev);
     ac_model_free(a);
     ac_model_free(b);
     ac_model_free(host);
