@@ -16,6 +16,9 @@
 
 #include "autocompress/status.h"
 
+/* The most taps of ac_k_conv1d_silu (the CPU holds a block of channels' taps on the stack). */
+enum { AC_K_MAX_CONV_TAPS = 16 };
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -99,7 +102,8 @@ struct ac_backend {
 
     /* Causal depthwise conv over time then SiLU, for one sequence of T new steps of C
      * channels. `state` [C, K-1] holds the previous K-1 raw inputs (oldest first, zeros for
-     * a new sequence) and is advanced past the T inputs. w [C, K], bias [C] or NULL. */
+     * a new sequence) and is advanced past the T inputs. w [C, K], bias [C] or NULL;
+     * K <= AC_K_MAX_CONV_TAPS. */
     void (*conv1d_silu)(ac_kctx *ctx, int T, int C, int K, const float *x, int ldx, const float *w,
                         const float *bias, float *state, float *y, int ldy);
 

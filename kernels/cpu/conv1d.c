@@ -5,33 +5,67 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Time-major so the inner loop runs over contiguous channels; each thread owns a block of
- * channels for the whole sequence, then advances that block's state. */
+/* Time-major so the inner loops run over contiguous channels; each thread owns a block of
+ * CONV_BLOCK channels for the whole sequence, with the block's taps tap-major and the
+ * inputs before the sequence time-major on its stack (the [C, K] weights and the [C, K-1]
+ * state are strided along channels, which kept the loops scalar). */
+enum { CONV_BLOCK = 64 };
+
+/* wt[k][c]: tap k of the block's channel c0 + c. */
+static void block_taps(int K, const float *w, int c0, int n, float *wt)
+{
+    for (int k = 0; k < K; k++)
+        for (int c = 0; c < n; c++)
+            wt[k * CONV_BLOCK + c] = w[(size_t)(c0 + c) * K + k];
+}
+
+/* hist[i][c]: the raw input i - S of channel c0 + c, before the sequence (zeros without a
+ * state). */
+static void block_history(int S, const float *state, int c0, int n, float *hist)
+{
+    for (int i = 0; i < S; i++)
+        for (int c = 0; c < n; c++)
+            hist[i * CONV_BLOCK + c] = state ? state[(size_t)(c0 + c) * S + i] : 0.0f;
+}
+
+/* The block's inputs at time src (< 0: before the sequence). */
+static const float *input_row(const float *x, int ldx, const float *hist, int S, int src, int c0)
+{
+    return src >= 0 ? x + (size_t)src * ldx + c0 : hist + (size_t)(S + src) * CONV_BLOCK;
+}
+
+/* acc[c] = bias + sum over taps k (in order) of w[c, k] in(t - S + k, c): the conv before
+ * SiLU, the same operations in the forward and the backward's recomputation. */
+static void conv_row(int K, int n, const float *wt, const float *bias, const float *x, int ldx,
+                     const float *hist, int t, int c0, float *acc)
+{
+    int S = K - 1;
+    for (int c = 0; c < n; c++)
+        acc[c] = bias ? bias[c0 + c] : 0.0f;
+    for (int k = 0; k < K; k++) {
+        const float *in = input_row(x, ldx, hist, S, t - S + k, c0), *wk = wt + k * CONV_BLOCK;
+#pragma omp simd
+        for (int c = 0; c < n; c++)
+            acc[c] += wk[c] * in[c];
+    }
+}
+
 void ac_cpu_conv1d_silu(ac_kctx *ctx, int T, int C, int K, const float *x, int ldx, const float *w,
                         const float *bias, float *state, float *y, int ldy)
 {
     (void)ctx;
-    enum { BLOCK = 64 };
     int S = K - 1;
 #pragma omp parallel for schedule(static) if ((long)T * C > 16384)
-    for (int c0 = 0; c0 < C; c0 += BLOCK) {
-        int c1 = c0 + BLOCK < C ? c0 + BLOCK : C;
+    for (int c0 = 0; c0 < C; c0 += CONV_BLOCK) {
+        int c1 = c0 + CONV_BLOCK < C ? c0 + CONV_BLOCK : C, n = c1 - c0;
+        float wt[AC_K_MAX_CONV_TAPS * CONV_BLOCK], hist[AC_K_MAX_CONV_TAPS * CONV_BLOCK];
+        block_taps(K, w, c0, n, wt);
+        block_history(S, state, c0, n, hist);
         for (int t = 0; t < T; t++) {
-            float *yt = y + (size_t)t * ldy;
-            for (int c = c0; c < c1; c++)
-                yt[c] = bias ? bias[c] : 0.0f;
-            for (int k = 0; k < K; k++) {
-                int src = t - S + k; /* the input this tap reads; < 0 comes from the state */
-                if (src >= 0) {
-                    const float *xs = x + (size_t)src * ldx;
-                    for (int c = c0; c < c1; c++)
-                        yt[c] += w[(size_t)c * K + k] * xs[c];
-                } else {
-                    for (int c = c0; c < c1; c++)
-                        yt[c] += w[(size_t)c * K + k] * state[(size_t)c * S + S + src];
-                }
-            }
-            for (int c = c0; c < c1; c++)
+            float *yt = y + (size_t)t * ldy + c0;
+            conv_row(K, n, wt, bias, x, ldx, hist, t, c0, yt);
+#pragma omp simd
+            for (int c = 0; c < n; c++)
                 yt[c] = yt[c] * ac_cpu_sigmoid(yt[c]);
         }
         /* keep the last S raw inputs, oldest first */
@@ -49,14 +83,6 @@ void ac_cpu_conv1d_silu(ac_kctx *ctx, int T, int C, int K, const float *x, int l
     }
 }
 
-/* The input tap k of output t reads: x row t - (K-1) + k, or the state before the call. */
-static inline float conv_input(const float *x, int ldx, const float *state, int S, int src, int c)
-{
-    if (src >= 0)
-        return x[(size_t)src * ldx + c];
-    return state ? state[(size_t)c * S + S + src] : 0.0f;
-}
-
 /* Per block of channels (in parallel; a block owns its dw and dbias entries):
  *   1. dx[t] = dpre[t] = dy[t] silu'(pre[t]), pre recomputed as the forward does;
  *   2. dw[c, k] += sum_t dpre[t, c] in(t - S + k, c), dbias[c] += sum_t dpre[t, c];
@@ -67,58 +93,64 @@ void ac_cpu_conv1d_silu_backward(ac_kctx *ctx, int T, int C, int K, const float 
                                  int lddx, float *dw, float *dbias)
 {
     (void)ctx;
-    enum { BLOCK = 64 };
     int S = K - 1;
 #pragma omp parallel for schedule(static) if ((long)T * C > 16384)
-    for (int c0 = 0; c0 < C; c0 += BLOCK) {
-        int c1 = c0 + BLOCK < C ? c0 + BLOCK : C;
-        float acc[BLOCK];
+    for (int c0 = 0; c0 < C; c0 += CONV_BLOCK) {
+        int c1 = c0 + CONV_BLOCK < C ? c0 + CONV_BLOCK : C, n = c1 - c0;
+        float wt[AC_K_MAX_CONV_TAPS * CONV_BLOCK], hist[AC_K_MAX_CONV_TAPS * CONV_BLOCK], acc[CONV_BLOCK];
+        block_taps(K, w, c0, n, wt);
+        block_history(S, state, c0, n, hist);
         for (int t = 0; t < T; t++) {
-            for (int c = c0; c < c1; c++)
-                acc[c - c0] = bias ? bias[c] : 0.0f;
-            for (int k = 0; k < K; k++)
-                for (int c = c0; c < c1; c++)
-                    acc[c - c0] += w[(size_t)c * K + k] * conv_input(x, ldx, state, S, t - S + k, c);
-            const float *dyt = dy + (size_t)t * lddy;
-            float *dxt = dx + (size_t)t * lddx;
-            for (int c = c0; c < c1; c++) {
-                float v = acc[c - c0];
+            conv_row(K, n, wt, bias, x, ldx, hist, t, c0, acc);
+            const float *dyt = dy + (size_t)t * lddy + c0;
+            float *dxt = dx + (size_t)t * lddx + c0;
+#pragma omp simd
+            for (int c = 0; c < n; c++) {
+                float v = acc[c];
                 float s = ac_cpu_sigmoid(v);
                 dxt[c] = dyt[c] * s * (1.0f + v * (1.0f - s));
             }
         }
         if (dw)
             for (int k = 0; k < K; k++) {
-                for (int c = c0; c < c1; c++)
-                    acc[c - c0] = 0.0f;
+                for (int c = 0; c < n; c++)
+                    acc[c] = 0.0f;
                 for (int t = 0; t < T; t++) {
-                    const float *dxt = dx + (size_t)t * lddx;
-                    for (int c = c0; c < c1; c++)
-                        acc[c - c0] += dxt[c] * conv_input(x, ldx, state, S, t - S + k, c);
+                    const float *dxt = dx + (size_t)t * lddx + c0, *in = input_row(x, ldx, hist, S, t - S + k, c0);
+#pragma omp simd
+                    for (int c = 0; c < n; c++)
+                        acc[c] += dxt[c] * in[c];
                 }
-                for (int c = c0; c < c1; c++)
-                    dw[(size_t)c * K + k] += acc[c - c0];
+                for (int c = 0; c < n; c++)
+                    dw[(size_t)(c0 + c) * K + k] += acc[c];
             }
         if (dbias) {
-            for (int c = c0; c < c1; c++)
-                acc[c - c0] = 0.0f;
-            for (int t = 0; t < T; t++)
-                for (int c = c0; c < c1; c++)
-                    acc[c - c0] += dx[(size_t)t * lddx + c];
-            for (int c = c0; c < c1; c++)
-                dbias[c] += acc[c - c0];
+            for (int c = 0; c < n; c++)
+                acc[c] = 0.0f;
+            for (int t = 0; t < T; t++) {
+                const float *dxt = dx + (size_t)t * lddx + c0;
+#pragma omp simd
+                for (int c = 0; c < n; c++)
+                    acc[c] += dxt[c];
+            }
+            for (int c = 0; c < n; c++)
+                dbias[c0 + c] += acc[c];
         }
         for (int t = 0; t < T; t++) {
-            float *dxt = dx + (size_t)t * lddx;
-            for (int c = c0; c < c1; c++) {
-                float sum = 0.0f;
-                for (int k = 0; k < K; k++) {
-                    int src = t + S - k; /* >= t */
-                    if (src < T)
-                        sum += w[(size_t)c * K + k] * dx[(size_t)src * lddx + c];
-                }
-                dxt[c] = sum;
+            for (int c = 0; c < n; c++)
+                acc[c] = 0.0f;
+            for (int k = 0; k < K; k++) {
+                int src = t + S - k; /* >= t */
+                if (src >= T)
+                    continue;
+                const float *dsrc = dx + (size_t)src * lddx + c0, *wk = wt + k * CONV_BLOCK;
+#pragma omp simd
+                for (int c = 0; c < n; c++)
+                    acc[c] += wk[c] * dsrc[c];
             }
+            float *dxt = dx + (size_t)t * lddx + c0;
+            for (int c = 0; c < n; c++)
+                dxt[c] = acc[c];
         }
     }
 }

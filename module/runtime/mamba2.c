@@ -324,6 +324,9 @@ static ac_status mamba2_validate(int i, const ac_block_dims *b)
         return ac_layer_fail(i, b, "ssm_state must be positive, got %d", b->ssm_state);
     if (b->conv_kernel <= 0)
         return ac_layer_fail(i, b, "conv_kernel must be positive, got %d", b->conv_kernel);
+    if (b->conv_kernel > AC_K_MAX_CONV_TAPS)
+        return ac_layer_fail(i, b, "conv_kernel %d exceeds the engine's limit of %d", b->conv_kernel,
+                             AC_K_MAX_CONV_TAPS);
     if (b->mamba_heads % b->mamba_groups)
         return ac_layer_fail(i, b, "mamba_heads %d is not a multiple of mamba_groups %d", b->mamba_heads,
                              b->mamba_groups);
