@@ -83,7 +83,7 @@ void ac_cpu_gated_rmsnorm_backward(ac_kctx *ctx, int rows, int dim, int group_si
 #pragma omp simd
             for (int i = g0; i < g1; i++) {
                 float s = ac_cpu_sigmoid(zr[i]);
-                float sz = silu(zr[i]);
+                float sz = zr[i] * s; /* silu(z) */
                 float u = yr[i] * sz;
                 float du = inv * w[i] * gr[i] - u * k;
                 dyr[i] = du * sz;
@@ -103,9 +103,15 @@ void ac_cpu_gated_rmsnorm_backward(ac_kctx *ctx, int rows, int dim, int group_si
             const float *zr = z + (size_t)r * ldz;
             const float *gr = dout + (size_t)r * lddout;
             const float *rr = rstd + (size_t)r * groups;
+            for (int c = c0; c < c1;) { /* the block's stretch of each group, its rstd hoisted */
+                int end = (c / group_size + 1) * group_size;
+                float rg = rr[c / group_size];
+                end = end < c1 ? end : c1;
 #pragma omp simd
-            for (int c = c0; c < c1; c++)
-                acc[c - c0] += gr[c] * (yr[c] * silu(zr[c])) * rr[c / group_size];
+                for (int i = c; i < end; i++)
+                    acc[i - c0] += gr[i] * (yr[i] * silu(zr[i])) * rg;
+                c = end;
+            }
         }
         for (int c = c0; c < c1; c++)
             dw[c] += acc[c - c0];
