@@ -1,15 +1,15 @@
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/cpu_math.h"
+#include "kernels/cpu/cpu_parallel.h"
 
 #include <math.h>
 #include <stdlib.h>
-#include <string.h>
 
 /* Time-major so the inner loops run over contiguous channels; each thread owns a block of
  * CONV_BLOCK channels for the whole sequence, with the block's taps tap-major and the
  * inputs before the sequence time-major on its stack (the [C, K] weights and the [C, K-1]
  * state are strided along channels, which kept the loops scalar). */
-enum { CONV_BLOCK = 64 };
+enum { CONV_BLOCK = 64, CONV_PARALLEL_MIN = 16384 };
 
 /* wt[k][c]: tap k of the block's channel c0 + c. */
 static void block_taps(int K, const float *w, int c0, int n, float *wt)
@@ -50,14 +50,14 @@ static void conv_row(int K, int n, const float *wt, const float *bias, const flo
     }
 }
 
-void ac_cpu_conv1d_silu(ac_kctx *ctx, int T, int C, int K, const float *x, int ldx, const float *w,
+/* Blocks [first, last) of channels: their outputs, then their states advanced past the T
+ * inputs (the last S raw inputs, oldest first). */
+static void conv_blocks(long first, long last, int T, int C, int K, const float *x, int ldx, const float *w,
                         const float *bias, float *state, float *y, int ldy)
 {
-    (void)ctx;
     int S = K - 1;
-#pragma omp parallel for schedule(static) if ((long)T * C > 16384)
-    for (int c0 = 0; c0 < C; c0 += CONV_BLOCK) {
-        int c1 = c0 + CONV_BLOCK < C ? c0 + CONV_BLOCK : C, n = c1 - c0;
+    for (long blk = first; blk < last; blk++) {
+        int c0 = (int)blk * CONV_BLOCK, c1 = c0 + CONV_BLOCK < C ? c0 + CONV_BLOCK : C, n = c1 - c0;
         float wt[AC_K_MAX_CONV_TAPS * CONV_BLOCK], hist[AC_K_MAX_CONV_TAPS * CONV_BLOCK];
         block_taps(K, w, c0, n, wt);
         block_history(S, state, c0, n, hist);
@@ -68,18 +68,32 @@ void ac_cpu_conv1d_silu(ac_kctx *ctx, int T, int C, int K, const float *x, int l
             for (int c = 0; c < n; c++)
                 yt[c] = yt[c] * ac_cpu_sigmoid(yt[c]);
         }
-        /* keep the last S raw inputs, oldest first */
+        /* slot k takes input T - S + k: from x, or (T < S) the state's slot k + T, read
+         * before it is overwritten (k ascending); no memmove call per channel */
         for (int c = c0; c < c1; c++) {
             float *st = state + (size_t)c * S;
-            if (T >= S) {
-                for (int k = 0; k < S; k++)
-                    st[k] = x[(size_t)(T - S + k) * ldx + c];
-            } else {
-                memmove(st, st + T, (size_t)(S - T) * sizeof *st);
-                for (int k = 0; k < T; k++)
-                    st[S - T + k] = x[(size_t)k * ldx + c];
+            for (int k = 0; k < S; k++) {
+                int src = T - S + k;
+                st[k] = src >= 0 ? x[(size_t)src * ldx + c] : st[k + T];
             }
         }
+    }
+}
+
+void ac_cpu_conv1d_silu(ac_kctx *ctx, int T, int C, int K, const float *x, int ldx, const float *w,
+                        const float *bias, float *state, float *y, int ldy)
+{
+    (void)ctx;
+    long blocks = (C + CONV_BLOCK - 1) / CONV_BLOCK;
+    if ((long)T * C <= CONV_PARALLEL_MIN) {
+        conv_blocks(0, blocks, T, C, K, x, ldx, w, bias, state, y, ldy);
+        return;
+    }
+#pragma omp parallel
+    {
+        long first, last;
+        ac_cpu_thread_share(blocks, &first, &last);
+        conv_blocks(first, last, T, C, K, x, ldx, w, bias, state, y, ldy);
     }
 }
 
@@ -94,7 +108,7 @@ void ac_cpu_conv1d_silu_backward(ac_kctx *ctx, int T, int C, int K, const float 
 {
     (void)ctx;
     int S = K - 1;
-#pragma omp parallel for schedule(static) if ((long)T * C > 16384)
+#pragma omp parallel for schedule(static) if ((long)T * C > CONV_PARALLEL_MIN)
     for (int c0 = 0; c0 < C; c0 += CONV_BLOCK) {
         int c1 = c0 + CONV_BLOCK < C ? c0 + CONV_BLOCK : C, n = c1 - c0;
         float wt[AC_K_MAX_CONV_TAPS * CONV_BLOCK], hist[AC_K_MAX_CONV_TAPS * CONV_BLOCK], acc[CONV_BLOCK];

@@ -1,14 +1,30 @@
 #include "kernels/cpu/cpu_ops.h"
+#include "kernels/cpu/cpu_parallel.h"
 
 #include <math.h>
+
+enum { ELEMENTWISE_PARALLEL_MIN = 65536, ROWS_PARALLEL_MIN = 64 };
+
+static void relu2_range(long first, long last, float *x)
+{
+    for (long i = first; i < last; i++) {
+        float r = x[i] > 0.0f ? x[i] : 0.0f;
+        x[i] = r * r;
+    }
+}
 
 void ac_cpu_relu2(ac_kctx *ctx, size_t n, float *x)
 {
     (void)ctx;
-#pragma omp parallel for schedule(static) if (n > 65536)
-    for (size_t i = 0; i < n; i++) {
-        float r = x[i] > 0.0f ? x[i] : 0.0f;
-        x[i] = r * r;
+    if (n <= ELEMENTWISE_PARALLEL_MIN) {
+        relu2_range(0, (long)n, x);
+        return;
+    }
+#pragma omp parallel
+    {
+        long first, last;
+        ac_cpu_thread_share((long)n, &first, &last);
+        relu2_range(first, last, x);
     }
 }
 
@@ -45,24 +61,50 @@ void ac_cpu_neg_exp(ac_kctx *ctx, int n, const float *x, float *y)
         y[i] = -expf(x[i]);
 }
 
+static void add_range(long first, long last, const float *x, float *y)
+{
+    for (long i = first; i < last; i++)
+        y[i] += x[i];
+}
+
 void ac_cpu_add(ac_kctx *ctx, size_t n, const float *x, float *y)
 {
     (void)ctx;
-#pragma omp parallel for schedule(static) if (n > 65536)
-    for (size_t i = 0; i < n; i++)
-        y[i] += x[i];
+    if (n <= ELEMENTWISE_PARALLEL_MIN) {
+        add_range(0, (long)n, x, y);
+        return;
+    }
+#pragma omp parallel
+    {
+        long first, last;
+        ac_cpu_thread_share((long)n, &first, &last);
+        add_range(first, last, x, y);
+    }
+}
+
+static void gather_range(long first, long last, int D, const float *src, int ldsrc, const int32_t *rows, float *dst)
+{
+    for (long i = first; i < last; i++) {
+        const float *s = src + (size_t)rows[i] * ldsrc;
+        float *d = dst + (size_t)i * D;
+        for (int j = 0; j < D; j++)
+            d[j] = s[j];
+    }
 }
 
 void ac_cpu_gather_rows(ac_kctx *ctx, int n, int D, const float *src, int ldsrc, const int32_t *rows,
                         float *dst)
 {
     (void)ctx;
-#pragma omp parallel for schedule(static) if (n > 64)
-    for (int i = 0; i < n; i++) {
-        const float *s = src + (size_t)rows[i] * ldsrc;
-        float *d = dst + (size_t)i * D;
-        for (int j = 0; j < D; j++)
-            d[j] = s[j];
+    if (n <= ROWS_PARALLEL_MIN) {
+        gather_range(0, n, D, src, ldsrc, rows, dst);
+        return;
+    }
+#pragma omp parallel
+    {
+        long first, last;
+        ac_cpu_thread_share(n, &first, &last);
+        gather_range(first, last, D, src, ldsrc, rows, dst);
     }
 }
 

@@ -1,5 +1,6 @@
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/cpu_math.h"
+#include "kernels/cpu/cpu_parallel.h"
 
 #include <math.h>
 
@@ -23,14 +24,13 @@ static void top_k_indices(const float *v, int n, int k, int32_t *out)
 /* the engine's limit (AC_MAX_EXPERTS in arch.h) */
 enum { MAX_EXPERTS = 1024 };
 
-void ac_cpu_moe_route(ac_kctx *ctx, int T, int E, const float *logits, const float *bias,
-                      int n_group, int topk_group, int top_k, int norm, float scale, int32_t *idx,
-                      float *weight)
+enum { ROUTE_PARALLEL_MIN = 16 };
+
+static void route_tokens(long first, long last, int E, const float *logits, const float *bias, int n_group,
+                         int topk_group, int top_k, int norm, float scale, int32_t *idx, float *weight)
 {
-    (void)ctx;
     int per_group = E / n_group;
-#pragma omp parallel for schedule(static) if (T > 16)
-    for (int t = 0; t < T; t++) {
+    for (long t = first; t < last; t++) {
         float score[MAX_EXPERTS], choice[MAX_EXPERTS], group_score[MAX_EXPERTS];
         int32_t best[MAX_EXPERTS];
         const float *lt = logits + (size_t)t * E;
@@ -72,6 +72,23 @@ void ac_cpu_moe_route(ac_kctx *ctx, int T, int E, const float *logits, const flo
     }
 }
 
+void ac_cpu_moe_route(ac_kctx *ctx, int T, int E, const float *logits, const float *bias,
+                      int n_group, int topk_group, int top_k, int norm, float scale, int32_t *idx,
+                      float *weight)
+{
+    (void)ctx;
+    if (T <= ROUTE_PARALLEL_MIN) {
+        route_tokens(0, T, E, logits, bias, n_group, topk_group, top_k, norm, scale, idx, weight);
+        return;
+    }
+#pragma omp parallel
+    {
+        long first, last;
+        ac_cpu_thread_share(T, &first, &last);
+        route_tokens(first, last, E, logits, bias, n_group, topk_group, top_k, norm, scale, idx, weight);
+    }
+}
+
 void ac_cpu_moe_mask_scores(ac_kctx *ctx, int T, int E, const float *mask, const float *bias, float *logits,
                             float *masked_bias)
 {
@@ -105,7 +122,7 @@ void ac_cpu_moe_route_backward(ac_kctx *ctx, int T, int E, const float *logits, 
                                float scale, const int32_t *idx, const float *dweight, float *dlogits)
 {
     (void)ctx;
-#pragma omp parallel for schedule(static) if (T > 16)
+#pragma omp parallel for schedule(static) if (T > ROUTE_PARALLEL_MIN)
     for (int t = 0; t < T; t++) {
         float s[MAX_EXPERTS];
         const float *lt = logits + (size_t)t * E;

@@ -1,13 +1,14 @@
 #include "kernels/cpu/cpu_ops.h"
+#include "kernels/cpu/cpu_parallel.h"
 
 #include <math.h>
 
-void ac_cpu_rmsnorm(ac_kctx *ctx, int rows, int dim, const float *x, int ldx, const float *w,
-                    float eps, float *y, int ldy)
+enum { NORM_PARALLEL_MIN = 16384 };
+
+static void rmsnorm_rows(long first, long last, int dim, const float *x, int ldx, const float *w, float eps, float *y,
+                         int ldy)
 {
-    (void)ctx;
-#pragma omp parallel for schedule(static) if ((long)rows * dim > 16384)
-    for (int r = 0; r < rows; r++) {
+    for (long r = first; r < last; r++) {
         const float *xr = x + (size_t)r * ldx;
         float *yr = y + (size_t)r * ldy;
         double sum = 0.0;
@@ -21,12 +22,28 @@ void ac_cpu_rmsnorm(ac_kctx *ctx, int rows, int dim, const float *x, int ldx, co
     }
 }
 
+void ac_cpu_rmsnorm(ac_kctx *ctx, int rows, int dim, const float *x, int ldx, const float *w,
+                    float eps, float *y, int ldy)
+{
+    (void)ctx;
+    if ((long)rows * dim <= NORM_PARALLEL_MIN) {
+        rmsnorm_rows(0, rows, dim, x, ldx, w, eps, y, ldy);
+        return;
+    }
+#pragma omp parallel
+    {
+        long first, last;
+        ac_cpu_thread_share(rows, &first, &last);
+        rmsnorm_rows(first, last, dim, x, ldx, w, eps, y, ldy);
+    }
+}
+
 /* With r = rsqrt(mean(x^2) + eps) and g = dy * w: dx = r g - x r^3 mean(g x). */
 void ac_cpu_rmsnorm_backward(ac_kctx *ctx, int rows, int dim, const float *x, int ldx, const float *w, float eps,
                              const float *dy, int lddy, float *dx, int lddx, float *dw)
 {
     (void)ctx;
-#pragma omp parallel for schedule(static) if ((long)rows * dim > 16384)
+#pragma omp parallel for schedule(static) if ((long)rows * dim > NORM_PARALLEL_MIN)
     for (int r = 0; r < rows; r++) {
         const float *xr = x + (size_t)r * ldx;
         const float *dyr = dy + (size_t)r * lddy;

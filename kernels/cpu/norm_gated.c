@@ -1,16 +1,17 @@
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/cpu_math.h"
+#include "kernels/cpu/cpu_parallel.h"
 
 #include <math.h>
 
 static inline float silu(float v) { return v * ac_cpu_sigmoid(v); }
 
-void ac_cpu_gated_rmsnorm(ac_kctx *ctx, int rows, int dim, int group_size, const float *y, int ldy,
-                          const float *z, int ldz, const float *w, float eps, float *out, int ldout)
+enum { GATED_NORM_PARALLEL_MIN = 16384 };
+
+static void gated_rmsnorm_rows(long first, long last, int dim, int group_size, const float *y, int ldy,
+                               const float *z, int ldz, const float *w, float eps, float *out, int ldout)
 {
-    (void)ctx;
-#pragma omp parallel for schedule(static) if ((long)rows * dim > 16384)
-    for (int r = 0; r < rows; r++) {
+    for (long r = first; r < last; r++) {
         const float *yr = y + (size_t)r * ldy;
         const float *zr = z + (size_t)r * ldz;
         float *outr = out + (size_t)r * ldout;
@@ -27,6 +28,22 @@ void ac_cpu_gated_rmsnorm(ac_kctx *ctx, int rows, int dim, int group_size, const
             for (int i = g0; i < g0 + group_size; i++)
                 outr[i] = w[i] * (outr[i] * inv);
         }
+    }
+}
+
+void ac_cpu_gated_rmsnorm(ac_kctx *ctx, int rows, int dim, int group_size, const float *y, int ldy,
+                          const float *z, int ldz, const float *w, float eps, float *out, int ldout)
+{
+    (void)ctx;
+    if ((long)rows * dim <= GATED_NORM_PARALLEL_MIN) {
+        gated_rmsnorm_rows(0, rows, dim, group_size, y, ldy, z, ldz, w, eps, out, ldout);
+        return;
+    }
+#pragma omp parallel
+    {
+        long first, last;
+        ac_cpu_thread_share(rows, &first, &last);
+        gated_rmsnorm_rows(first, last, dim, group_size, y, ldy, z, ldz, w, eps, out, ldout);
     }
 }
 
@@ -61,7 +78,7 @@ void ac_cpu_gated_rmsnorm_backward(ac_kctx *ctx, int rows, int dim, int group_si
 {
     (void)ctx;
     int groups = dim / group_size;
-#pragma omp parallel for schedule(static) if ((long)rows * dim > 16384)
+#pragma omp parallel for schedule(static) if ((long)rows * dim > GATED_NORM_PARALLEL_MIN)
     for (int r = 0; r < rows; r++) {
         const float *yr = y + (size_t)r * ldy;
         const float *zr = z + (size_t)r * ldz;
@@ -94,7 +111,7 @@ void ac_cpu_gated_rmsnorm_backward(ac_kctx *ctx, int rows, int dim, int group_si
     if (!dw)
         return;
     enum { BLOCK = 64 };
-#pragma omp parallel for schedule(static) if ((long)rows * dim > 16384)
+#pragma omp parallel for schedule(static) if ((long)rows * dim > GATED_NORM_PARALLEL_MIN)
     for (int c0 = 0; c0 < dim; c0 += BLOCK) {
         int c1 = c0 + BLOCK < dim ? c0 + BLOCK : dim;
         float acc[BLOCK] = {0};

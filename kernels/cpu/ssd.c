@@ -1,5 +1,6 @@
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/cpu_math.h"
+#include "kernels/cpu/cpu_parallel.h"
 
 #include <math.h>
 #include <string.h>
@@ -44,16 +45,16 @@ static void scan_head_transposed(int T, int P, int N, const float *x, int ldx, c
             state[(size_t)p * N + n] = sT[(size_t)n * P + p];
 }
 
-/* The recurrence step by step: exact, and cheap next to the projections at these sizes
- * (H*P*N multiply-adds a token). Heads are independent, so they run in parallel. */
-void ac_cpu_ssd_scan(ac_kctx *ctx, int T, int H, int P, int N, int G, const float *x, int ldx,
-                     const float *B, const float *C, int ldbc, const float *dt, const float *A,
-                     const float *Dskip, float *state, float *y, int ldy)
+enum { SCAN_PARALLEL_MIN = 32768 };
+
+/* The recurrence step by step for heads [first, last): exact, and cheap next to the
+ * projections at these sizes (H*P*N multiply-adds a token). */
+static void scan_heads(long first, long last, int T, int H, int P, int N, int G, const float *x, int ldx,
+                       const float *B, const float *C, int ldbc, const float *dt, const float *A, const float *Dskip,
+                       float *state, float *y, int ldy)
 {
-    (void)ctx;
     int heads_per_group = H / G;
-#pragma omp parallel for schedule(static) if ((long)T * H * P * N > 32768)
-    for (int h = 0; h < H; h++) {
+    for (long h = first; h < last; h++) {
         int g = h / heads_per_group;
         float *s = state + (size_t)h * P * N;
         if (T >= SCAN_TRANSPOSED_MIN_T && (size_t)P * N <= SCAN_TRANSPOSED_MAX_STATE && P <= SCAN_TRANSPOSED_MAX_STATE / 8) {
@@ -80,6 +81,24 @@ void ac_cpu_ssd_scan(ac_kctx *ctx, int T, int H, int P, int N, int G, const floa
                 yt[p] = acc + Dskip[h] * xt[p];
             }
         }
+    }
+}
+
+/* Heads are independent, so they run in parallel. */
+void ac_cpu_ssd_scan(ac_kctx *ctx, int T, int H, int P, int N, int G, const float *x, int ldx,
+                     const float *B, const float *C, int ldbc, const float *dt, const float *A,
+                     const float *Dskip, float *state, float *y, int ldy)
+{
+    (void)ctx;
+    if ((long)T * H * P * N <= SCAN_PARALLEL_MIN) {
+        scan_heads(0, H, T, H, P, N, G, x, ldx, B, C, ldbc, dt, A, Dskip, state, y, ldy);
+        return;
+    }
+#pragma omp parallel
+    {
+        long first, last;
+        ac_cpu_thread_share(H, &first, &last);
+        scan_heads(first, last, T, H, P, N, G, x, ldx, B, C, ldbc, dt, A, Dskip, state, y, ldy);
     }
 }
 
@@ -143,7 +162,7 @@ void ac_cpu_ssd_scan_save(ac_kctx *ctx, int T, int H, int P, int N, int G, const
     (void)ctx;
     int heads_per_group = H / G, nc = stretches(T);
     size_t step = (size_t)H * P * N, hpn = (size_t)P * N;
-#pragma omp parallel for schedule(static) if ((long)T * H * P * N > 32768)
+#pragma omp parallel for schedule(static) if ((long)T * H * P * N > SCAN_PARALLEL_MIN)
     for (int h = 0; h < H; h++) {
         int g = h / heads_per_group;
         float *s = states + (size_t)(nc - 1) * step + h * hpn; /* the running state, updated in place */

@@ -861,6 +861,7 @@ static const op_case cases[] = {
     {OP(conv1d_silu), "T7 C5 K4 ldx9 ldy6 bias", TOL_REDUCE, {7, 5, 4, 9, 6, 1}, {0}},
     {OP(conv1d_silu), "T1 C70 K4 ldx72 ldy71 no bias (decode)", TOL_REDUCE, {1, 70, 4, 72, 71, 0}, {0}},
     {OP(conv1d_silu), "T2 C3 K4 (T < K-1) bias", TOL_REDUCE, {2, 3, 4, 3, 3, 1}, {0}},
+    {OP(conv1d_silu), "T100 C200 K4 bias (blocks in parallel)", TOL_REDUCE, {100, 200, 4, 200, 200, 1}, {0}},
     {OP(softplus_dt), "T5 H3 ldraw7 dt_min0.01", TOL_ELEM, {5, 3, 7}, {0.01f}},
     {OP(softplus_dt), "T1 H6 ldraw6 dt_min0", TOL_ELEM, {1, 6, 6}, {0.0f}},
     {OP(ssd_scan), "T7 H4 P3 N5 G2 ldx14 ldbc12 ldy13", TOL_REDUCE, {7, 4, 3, 5, 2, 14, 12, 13}, {0}},
@@ -919,6 +920,8 @@ static const op_case cases[] = {
     {OP(softplus_dt_backward), "T5 H3 ldraw4 lddraw6 dbias", TOL_REDUCE, {5, 3, 4, 6, 1}, {0.01f}},
     {OP(softplus_dt_backward), "T1 H4 no dbias", TOL_REDUCE, {1, 4, 4, 4, 0}, {0.0f}},
     {OP(conv1d_silu_backward), "T7 C5 K4 ldx6 lddy7 lddx8 bias state dw", TOL_REDUCE, {7, 5, 4, 6, 7, 8, 1, 1, 1}, {0}},
+    {OP(conv1d_silu_backward), "T100 C200 K4 bias state dw (blocks in parallel)", TOL_REDUCE,
+     {100, 200, 4, 200, 200, 200, 1, 1, 1}, {0}},
     {OP(conv1d_silu_backward), "T2 C70 K4 no bias no state no dw", TOL_REDUCE, {2, 70, 4, 70, 71, 72, 0, 0, 0}, {0}},
     {OP(conv1d_silu_backward), "T1 C3 K2 state bias dw (decode)", TOL_REDUCE, {1, 3, 2, 3, 3, 3, 1, 1, 1}, {0}},
     {OP(gated_rmsnorm_backward), "rows5 dim12 group4 wide lds dw", TOL_REDUCE, {5, 12, 4, 13, 14, 15, 16, 17, 1},
@@ -1480,6 +1483,142 @@ static void test_gemv_against_double(void **state)
     }
 }
 
+/* The CPU's GEMMs cut into one slab per thread, against sums in double: linear split by
+ * rows (M >= N) and by columns (N > M), and linear_backward's dA (beta 0.5) and dW (+=),
+ * each past the size that splits, with odd sizes and leading dimensions wider than rows. */
+static void assert_close(const char *what, int i, double got, double want, double size)
+{
+    if (fabs(got - want) > 1e-6 * size + 1e-6)
+        fail_msg("%s element %d: %.9g, want %.9g", what, i, got, want);
+}
+
+static void test_gemm_split_against_double(void **state)
+{
+    (void)state;
+    enum { K = 67, LDA = 70 };
+    int shapes[2][2] = {{301, 53}, {19, 1001}}; /* M x N: by rows, by columns */
+    ac_kctx ctx = {0};
+    for (int s = 0; s < 2; s++) {
+        int M = shapes[s][0], N = shapes[s][1], ldc = N + 3;
+        assert_true((long)M * N * K >= 1 << 20);
+        float *A = malloc((size_t)M * LDA * sizeof *A), *W = malloc((size_t)N * K * sizeof *W);
+        float *C = malloc((size_t)M * ldc * sizeof *C), *dA = malloc((size_t)M * LDA * sizeof *dA);
+        float *dA0 = malloc((size_t)M * LDA * sizeof *dA0), *dW = malloc((size_t)N * K * sizeof *dW);
+        float *dW0 = malloc((size_t)N * K * sizeof *dW0);
+        assert_true(A && W && C && dA && dA0 && dW && dW0);
+        fill_uniform(A, (size_t)M * LDA, 50 + (uint64_t)s);
+        fill_uniform(W, (size_t)N * K, 60 + (uint64_t)s);
+        fill_uniform(dA0, (size_t)M * LDA, 70 + (uint64_t)s);
+        fill_uniform(dW0, (size_t)N * K, 80 + (uint64_t)s);
+        memcpy(dA, dA0, (size_t)M * LDA * sizeof *dA);
+        memcpy(dW, dW0, (size_t)N * K * sizeof *dW);
+        ac_cpu_linear(&ctx, M, N, K, A, LDA, W, 0.0f, C, ldc);
+        for (int m = 0; m < M; m++)
+            assert_dot_rows(W, N, K, A + (size_t)m * LDA, 0.0f, NULL, C + (size_t)m * ldc);
+        /* backward with C as dC: dA = 0.5 dA0 + dC W, dW = dW0 + dC^T A */
+        ac_cpu_linear_backward(&ctx, M, N, K, A, LDA, W, C, ldc, 0.5f, dA, LDA, dW);
+        for (int m = 0; m < M; m++)
+            for (int k = 0; k < K; k++) {
+                double want = 0.5 * dA0[(size_t)m * LDA + k], size = fabs(want);
+                for (int n = 0; n < N; n++) {
+                    double t = (double)C[(size_t)m * ldc + n] * W[(size_t)n * K + k];
+                    want += t;
+                    size += fabs(t);
+                }
+                assert_close("dA", m * K + k, dA[(size_t)m * LDA + k], want, size);
+            }
+        for (int n = 0; n < N; n++)
+            for (int k = 0; k < K; k++) {
+                double want = dW0[(size_t)n * K + k], size = fabs(want);
+                for (int m = 0; m < M; m++) {
+                    double t = (double)C[(size_t)m * ldc + n] * A[(size_t)m * LDA + k];
+                    want += t;
+                    size += fabs(t);
+                }
+                assert_close("dW", n * K + k, dW[(size_t)n * K + k], want, size);
+            }
+        free(A), free(W), free(C), free(dA), free(dA0), free(dW), free(dW0);
+    }
+}
+
+/* The CPU's causal conv + SiLU against a direct double computation, over blocks of
+ * channels run in parallel (T C past the size that splits): the outputs and the advanced
+ * state of a 100-step call after a non-zero state, then a 1-step call (T < K - 1); the
+ * backward's dx, dw (+=) and dbias (+=) of the first call. */
+static double silu_d(double v) { return v / (1.0 + exp(-v)); }
+
+static void test_conv1d_against_double(void **state)
+{
+    (void)state;
+    enum { T = 100, C = 203, K = 4, S = K - 1, LDX = 207 };
+    float *x = malloc((size_t)T * LDX * sizeof *x), *y = malloc((size_t)T * C * sizeof *y);
+    float w[C * K], bias[C], st[C * S], st0[C * S], dy[T * C], dw[C * K], db[C];
+    float *dx = malloc((size_t)T * C * sizeof *dx);
+    double pre[T][C];
+    assert_true(x && y && dx);
+    fill_uniform(x, (size_t)T * LDX, 90);
+    fill_uniform(w, C * K, 91);
+    fill_uniform(bias, C, 92);
+    fill_uniform(st0, C * S, 93);
+    fill_uniform(dy, T * C, 94);
+    memset(dw, 0, sizeof dw);
+    memset(db, 0, sizeof db);
+    memcpy(st, st0, sizeof st);
+    ac_kctx ctx = {0};
+    ac_cpu_conv1d_silu(&ctx, T, C, K, x, LDX, w, bias, st, y, C);
+    for (int t = 0; t < T; t++)
+        for (int c = 0; c < C; c++) {
+            double v = bias[c], size = fabs(v);
+            for (int k = 0; k < K; k++) {
+                int src = t - S + k;
+                double in = src >= 0 ? x[(size_t)src * LDX + c] : st0[c * S + S + src];
+                v += (double)w[c * K + k] * in;
+                size += fabs((double)w[c * K + k] * in);
+            }
+            pre[t][c] = v;
+            assert_close("y", t * C + c, y[(size_t)t * C + c], silu_d(v), size);
+        }
+    for (int c = 0; c < C; c++)
+        for (int k = 0; k < S; k++)
+            assert_true(st[c * S + k] == x[(size_t)(T - S + k) * LDX + c]);
+    /* one more step: the state shifts by one and takes x's row */
+    float one[C], before[C * S];
+    memcpy(before, st, sizeof st);
+    ac_cpu_conv1d_silu(&ctx, 1, C, K, x, LDX, w, bias, st, one, C);
+    for (int c = 0; c < C; c++) {
+        double v = bias[c];
+        for (int k = 0; k < S; k++)
+            v += (double)w[c * K + k] * before[c * S + k];
+        v += (double)w[c * K + S] * x[c];
+        assert_close("decode y", c, one[c], silu_d(v), 10.0);
+        assert_true(st[c * S + 0] == before[c * S + 1] && st[c * S + 1] == before[c * S + 2] && st[c * S + 2] == x[c]);
+    }
+    ac_cpu_conv1d_silu_backward(&ctx, T, C, K, x, LDX, w, bias, st0, dy, C, dx, C, dw, db);
+    for (int c = 0; c < C; c++) {
+        double dbias = 0.0, dwk[K] = {0};
+        for (int t = 0; t < T; t++) {
+            double v = pre[t][c], sg = 1.0 / (1.0 + exp(-v)), dpre = dy[t * C + c] * sg * (1.0 + v * (1.0 - sg));
+            dbias += dpre;
+            for (int k = 0; k < K; k++) {
+                int src = t - S + k;
+                dwk[k] += dpre * (src >= 0 ? x[(size_t)src * LDX + c] : st0[c * S + S + src]);
+            }
+        }
+        assert_close("dbias", c, db[c], dbias, 4.0 * T);
+        for (int k = 0; k < K; k++)
+            assert_close("dw", c * K + k, dw[c * K + k], dwk[k], 4.0 * T);
+        for (int t = 0; t < T; t++) {
+            double want = 0.0;
+            for (int k = t + S - T + 1 > 0 ? t + S - T + 1 : 0; k < K; k++) { /* rows past T give none */
+                double v = pre[t + S - k][c], sg = 1.0 / (1.0 + exp(-v));
+                want += (double)w[c * K + k] * dy[(t + S - k) * C + c] * sg * (1.0 + v * (1.0 - sg));
+            }
+            assert_close("dx", t * C + c, dx[(size_t)t * C + c], want, 8.0);
+        }
+    }
+    free(x), free(y), free(dx);
+}
+
 /* With no argument: every backend that can run here (the CPU at least). With a backend's
  * name: that one alone, exit code 77 (a skip) when this machine cannot run it. */
 int main(int argc, char **argv)
@@ -1492,6 +1631,8 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_dispatchers),
         cmocka_unit_test(test_harness_catches_a_wrong_op),
         cmocka_unit_test(test_gemv_against_double),
+        cmocka_unit_test(test_gemm_split_against_double),
+        cmocka_unit_test(test_conv1d_against_double),
     };
     const struct CMUnitTest one_backend[] = {
         cmocka_unit_test(test_registry),

@@ -397,6 +397,8 @@ static void test_bad_inputs(void **state)
     expect_error_free(with(BASE, "num_experts_per_tok", "5"), AC_ERR_INVALID,
                       "layer 3 (moe): top_k 5 exceeds the 4 experts in topk_group 1 groups", NULL);
     /* What the engine cannot run. */
+    expect_error_free(with(BASE, "conv_kernel", "17"), AC_ERR_INVALID,
+                      "layer 0 (mamba): conv_kernel 17 exceeds the engine's limit of 16", NULL);
     expect_error_free(with(BASE, "moe_latent_size", "64"), AC_ERR_UNSUPPORTED, "moe_latent_size is 64", NULL);
     expect_error_free(with(BASE, "use_bias", "true"), AC_ERR_UNSUPPORTED, "use_bias is true", NULL);
     expect_error_free(with(BASE, "mlp_bias", "true"), AC_ERR_UNSUPPORTED, "mlp_bias is true", NULL);

@@ -1,0 +1,19 @@
+/* How the CPU kernels split work among OpenMP threads. A kernel small enough to run on
+ * the calling thread calls its range function directly instead of `parallel if (...)`:
+ * an inactive region still goes through libgomp's team start and end (measured: 0.33 us
+ * a call, a tenth of a decode step over its ~70 small ops). */
+#ifndef AC_KERNELS_CPU_PARALLEL_H
+#define AC_KERNELS_CPU_PARALLEL_H
+
+#include <omp.h>
+
+/* The calling thread's share [*first, *last) of n iterations inside a region:
+ * contiguous and as even as they go (schedule(static)'s split). */
+static inline void ac_cpu_thread_share(long n, long *first, long *last)
+{
+    int threads = omp_get_num_threads(), me = omp_get_thread_num();
+    *first = n * me / threads;
+    *last = n * (me + 1) / threads;
+}
+
+#endif
