@@ -207,7 +207,7 @@ struct ac_backend {
     /* Backward of ac_k_ssd_scan_save, given dy = dL/dy [T, H*P] (lddy), the same inputs,
      * state0 and the states it filled (which it may overwrite): dx [T, H*P] (lddx), dB and
      * dC [T, G*N] (lddbc) and ddt [T, H] are overwritten; dA and dD [H] += (either may be
-     * NULL). No gradient goes to state0. work: caller scratch of H * (2T + P) * N floats. */
+     * NULL). No gradient goes to state0. work: caller scratch of H * (2T + 2P + 1) * N floats. */
     void (*ssd_scan_backward)(ac_kctx *ctx, int T, int H, int P, int N, int G, const float *x, int ldx,
                               const float *B, const float *C, int ldbc, const float *dt, const float *A,
                               const float *Dskip, const float *state0, float *states, const float *dy,

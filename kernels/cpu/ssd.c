@@ -5,20 +5,31 @@
 #include <math.h>
 #include <string.h>
 
+/* The training scan keeps a state every SSD_CHECKPOINT steps (see ac_cpu_ssd_scan_save). */
+#define SSD_CHECKPOINT 16
+
 /* A prompt's scan of one head with its state held transposed, [N, P], so that each step
  * runs along P in vectors with no horizontal sums (the [P, N] layout needs one per
- * channel for y): s[n][p] = decay s[n][p] + (dt x[p]) B[n] is the same arithmetic as the
- * step below, so the states are the same bits; y sums over n in another order. */
+ * channel for y): s[n][p] = decay s[n][p] + (dt x[p]) B[n] is the same arithmetic as
+ * scan_step's, so the states are the same bits; y sums over n in another order, four
+ * states at a time (one read-add-write of y per four, not per state). With checkpoints
+ * (not NULL), the state after steps K-1, 2K-1, ... before the last (K = SSD_CHECKPOINT)
+ * goes there in [P, N], checkpoint i at i * ckpt_stride. */
 enum { SCAN_TRANSPOSED_MIN_T = 8, SCAN_TRANSPOSED_MAX_STATE = 8192 };
+
+static void transpose(int rows, int cols, const float *in, float *out)
+{
+    for (int r = 0; r < rows; r++)
+        for (int c = 0; c < cols; c++)
+            out[(size_t)c * rows + r] = in[(size_t)r * cols + c];
+}
 
 static void scan_head_transposed(int T, int P, int N, const float *x, int ldx, const float *B, const float *C,
                                  int ldbc, const float *dt, int ldt, float A, float Dskip, float *state, float *y,
-                                 int ldy)
+                                 int ldy, float *checkpoints, size_t ckpt_stride)
 {
     float sT[SCAN_TRANSPOSED_MAX_STATE], dx[SCAN_TRANSPOSED_MAX_STATE / 8];
-    for (int p = 0; p < P; p++)
-        for (int n = 0; n < N; n++)
-            sT[(size_t)n * P + p] = state[(size_t)p * N + n];
+    transpose(P, N, state, sT);
     for (int t = 0; t < T; t++) {
         float d = dt[(size_t)t * ldt], decay = ac_cpu_expf(d * A);
         const float *xt = x + (size_t)t * ldx, *Bt = B + (size_t)t * ldbc, *Ct = C + (size_t)t * ldbc;
@@ -28,7 +39,20 @@ static void scan_head_transposed(int T, int P, int N, const float *x, int ldx, c
             dx[p] = d * xt[p];
             yt[p] = 0.0f;
         }
-        for (int n = 0; n < N; n++) {
+        int n = 0;
+        for (; n + 4 <= N; n += 4) {
+            float *r0 = sT + (size_t)n * P, *r1 = r0 + P, *r2 = r1 + P, *r3 = r2 + P;
+            const float *b = Bt + n, *c = Ct + n;
+#pragma omp simd
+            for (int p = 0; p < P; p++) {
+                r0[p] = decay * r0[p] + dx[p] * b[0];
+                r1[p] = decay * r1[p] + dx[p] * b[1];
+                r2[p] = decay * r2[p] + dx[p] * b[2];
+                r3[p] = decay * r3[p] + dx[p] * b[3];
+                yt[p] += (r0[p] * c[0] + r1[p] * c[1]) + (r2[p] * c[2] + r3[p] * c[3]);
+            }
+        }
+        for (; n < N; n++) {
             float *row = sT + (size_t)n * P, b = Bt[n], c = Ct[n];
 #pragma omp simd
             for (int p = 0; p < P; p++) {
@@ -39,10 +63,18 @@ static void scan_head_transposed(int T, int P, int N, const float *x, int ldx, c
 #pragma omp simd
         for (int p = 0; p < P; p++)
             yt[p] += Dskip * xt[p];
+        if (checkpoints && (t + 1) % SSD_CHECKPOINT == 0 && t + 1 < T)
+            transpose(N, P, sT, checkpoints + (size_t)(t / SSD_CHECKPOINT) * ckpt_stride);
     }
-    for (int p = 0; p < P; p++)
-        for (int n = 0; n < N; n++)
-            state[(size_t)p * N + n] = sT[(size_t)n * P + p];
+    transpose(N, P, sT, state);
+}
+
+/* Whether a scan of T steps runs transposed (long enough to pay for the transposes, and
+ * the state fits scan_head_transposed's stack). */
+static int scan_transposed(int T, int P, int N)
+{
+    return T >= SCAN_TRANSPOSED_MIN_T && (size_t)P * N <= SCAN_TRANSPOSED_MAX_STATE &&
+           P <= SCAN_TRANSPOSED_MAX_STATE / 8;
 }
 
 enum { SCAN_PARALLEL_MIN = 32768 };
@@ -57,9 +89,9 @@ static void scan_heads(long first, long last, int T, int H, int P, int N, int G,
     for (long h = first; h < last; h++) {
         int g = h / heads_per_group;
         float *s = state + (size_t)h * P * N;
-        if (T >= SCAN_TRANSPOSED_MIN_T && (size_t)P * N <= SCAN_TRANSPOSED_MAX_STATE && P <= SCAN_TRANSPOSED_MAX_STATE / 8) {
+        if (scan_transposed(T, P, N)) {
             scan_head_transposed(T, P, N, x + (size_t)h * P, ldx, B + (size_t)g * N, C + (size_t)g * N, ldbc, dt + h, H,
-                                 A[h], Dskip[h], s, y + (size_t)h * P, ldy);
+                                 A[h], Dskip[h], s, y + (size_t)h * P, ldy, NULL, 0);
             continue;
         }
         for (int t = 0; t < T; t++) {
@@ -113,8 +145,6 @@ void ac_cpu_ssd_scan(ac_kctx *ctx, int T, int H, int P, int N, int G, const floa
  * the state after steps K-1, 2K-1, ... (the start of stretches 1 .. nc-1, nc = ceil(T /
  * K)); the min(K, T) slots after them hold one stretch's states (the forward's running
  * state, then the backward's recomputed stretch). That fits in T slots for every T. */
-#define SSD_CHECKPOINT 16
-
 static int stretches(int T) { return (T + SSD_CHECKPOINT - 1) / SSD_CHECKPOINT; }
 
 /* One step of a head's recurrence: s [P, N] from prev (NULL: a zero state; prev may be
@@ -167,6 +197,13 @@ void ac_cpu_ssd_scan_save(ac_kctx *ctx, int T, int H, int P, int N, int G, const
         int g = h / heads_per_group;
         float *s = states + (size_t)(nc - 1) * step + h * hpn; /* the running state, updated in place */
         const float *prev = state0 ? state0 + h * hpn : NULL;
+        if (scan_transposed(T, P, N)) {
+            for (size_t i = 0; i < hpn; i++)
+                s[i] = prev ? prev[i] : 0.0f;
+            scan_head_transposed(T, P, N, x + (size_t)h * P, ldx, B + (size_t)g * N, C + (size_t)g * N, ldbc, dt + h, H,
+                                 A[h], Dskip[h], s, y + (size_t)h * P, ldy, states + h * hpn, step);
+            continue;
+        }
         for (int t = 0; t < T; t++) {
             float d = dt[(size_t)t * H + h];
             scan_step(P, N, d, ac_cpu_expf(d * A[h]), x + (size_t)t * ldx + (size_t)h * P,
@@ -179,16 +216,136 @@ void ac_cpu_ssd_scan_save(ac_kctx *ctx, int T, int H, int P, int N, int G, const
     }
 }
 
+/* One step t of a head's backward, given the carried state gradient K = dL/ds_{t+1}
+ * exp(dt_{t+1} A) (zero at the last step) twice, [P, N] and transposed [N, P] (the same
+ * bits): ds_t = dy_t C_t^T + K, then
+ *   dB_t += dt_t ds_t^T x_t;  dC_t += s_t^T dy_t          (rows of N, summed over p)
+ *   dx_t  = D dy_t + dt_t ds_t B_t                          (one per channel p)
+ *   ddt_t = x_t . (ds_t B_t) + A exp(dt_t A) <ds_t, s_{t-1}>
+ *   dA   += dt_t exp(dt_t A) <ds_t, s_{t-1}>;  dD += dy_t . x_t
+ * and K for step t-1 = ds_t exp(dt_t A). Every sum runs along a row of one of the two
+ * layouts, in vectors: with one layout, half of them were a horizontal sum per channel
+ * or per state, which was most of the backward's time. */
+typedef struct {
+    int P, N;
+    float d, decay, A, Dskip;
+    const float *x, *gy, *B, *C; /* this step's x and dy [P], B and C [N] */
+    const float *s, *prev;       /* s_t and s_{t-1} [P, N] (prev NULL: a zero state) */
+    float *K, *KT, *dot;         /* the carry [P, N] and [N, P]; dot [N] scratch */
+    float *rB, *rC, *dx;         /* this step's dB and dC rows [N] (+=), dx [P] */
+} scan_back_step;
+
+/* Pass 1 for channels p .. p + 3: ds for each, their sums into the dB, dC and
+ * <ds, s_{t-1}> rows, their carries. Four channels a pass cut the rows' read-add-write
+ * chains through memory (which bound the loop at these sizes) by four. */
+static void backward_channels4(const scan_back_step *b, int p, const float *prev)
+{
+    int N = b->N;
+    const float *gy = b->gy + p, *x = b->x + p, *s = b->s + (size_t)p * N, *pv = prev + (size_t)p * N;
+    float *k = b->K + (size_t)p * N;
+    float e0 = b->d * x[0], e1 = b->d * x[1], e2 = b->d * x[2], e3 = b->d * x[3];
+#pragma omp simd
+    for (int n = 0; n < N; n++) {
+        float c = b->C[n];
+        float d0 = gy[0] * c + k[n], d1 = gy[1] * c + k[N + n], d2 = gy[2] * c + k[2 * N + n],
+              d3 = gy[3] * c + k[3 * N + n];
+        b->rB[n] += (e0 * d0 + e1 * d1) + (e2 * d2 + e3 * d3);
+        b->rC[n] += (gy[0] * s[n] + gy[1] * s[N + n]) + (gy[2] * s[2 * N + n] + gy[3] * s[3 * N + n]);
+        b->dot[n] += (d0 * pv[n] + d1 * pv[N + n]) + (d2 * pv[2 * N + n] + d3 * pv[3 * N + n]);
+        k[n] = d0 * b->decay;
+        k[N + n] = d1 * b->decay;
+        k[2 * N + n] = d2 * b->decay;
+        k[3 * N + n] = d3 * b->decay;
+    }
+}
+
+/* Pass 1 for channel p alone (the last P % 4). */
+static void backward_channel(const scan_back_step *b, int p, const float *prev)
+{
+    int N = b->N;
+    float gy = b->gy[p], e = b->d * b->x[p];
+    const float *s = b->s + (size_t)p * N, *pv = prev + (size_t)p * N;
+    float *k = b->K + (size_t)p * N;
+#pragma omp simd
+    for (int n = 0; n < N; n++) {
+        float d = gy * b->C[n] + k[n];
+        b->rB[n] += e * d;
+        b->rC[n] += gy * s[n];
+        b->dot[n] += d * pv[n];
+        k[n] = d * b->decay;
+    }
+}
+
+/* Pass 2 for states n .. n + 3: ds again, along P in the transposed carry, times B into
+ * dx (which holds ds_t B_t meanwhile), and their carries. */
+static void backward_states4(const scan_back_step *b, int n)
+{
+    int P = b->P;
+    const float *c = b->C + n, *bn = b->B + n;
+    float *kt = b->KT + (size_t)n * P;
+#pragma omp simd
+    for (int p = 0; p < P; p++) {
+        float g = b->gy[p];
+        float d0 = g * c[0] + kt[p], d1 = g * c[1] + kt[P + p], d2 = g * c[2] + kt[2 * P + p],
+              d3 = g * c[3] + kt[3 * P + p];
+        b->dx[p] += (d0 * bn[0] + d1 * bn[1]) + (d2 * bn[2] + d3 * bn[3]);
+        kt[p] = d0 * b->decay;
+        kt[P + p] = d1 * b->decay;
+        kt[2 * P + p] = d2 * b->decay;
+        kt[3 * P + p] = d3 * b->decay;
+    }
+}
+
+/* Pass 2 for state n alone (the last N % 4). */
+static void backward_state(const scan_back_step *b, int n)
+{
+    int P = b->P;
+    float c = b->C[n], bn = b->B[n];
+    float *kt = b->KT + (size_t)n * P;
+#pragma omp simd
+    for (int p = 0; p < P; p++) {
+        float d = b->gy[p] * c + kt[p];
+        b->dx[p] += d * bn;
+        kt[p] = d * b->decay;
+    }
+}
+
+/* Returns ddt_t; adds to *a_sum (dA before its factor) and *d_sum (dD). */
+static float scan_backward_step(const scan_back_step *b, float *a_sum, float *d_sum)
+{
+    int P = b->P, N = b->N;
+    for (int n = 0; n < N; n++)
+        b->dot[n] = 0.0f;
+    /* without s_{t-1} (a zero state) the dot product is not used: s_t stands in */
+    const float *prev = b->prev ? b->prev : b->s;
+    int p = 0, n = 0;
+    for (; p + 4 <= P; p += 4)
+        backward_channels4(b, p, prev);
+    for (; p < P; p++)
+        backward_channel(b, p, prev);
+    for (p = 0; p < P; p++)
+        b->dx[p] = 0.0f;
+    for (; n + 4 <= N; n += 4)
+        backward_states4(b, n);
+    for (; n < N; n++)
+        backward_state(b, n);
+    float ddt = 0.0f, dsS = 0.0f;
+    for (int p = 0; p < P; p++) {
+        float dsB = b->dx[p];
+        ddt += b->x[p] * dsB;
+        *d_sum += b->gy[p] * b->x[p];
+        b->dx[p] = b->Dskip * b->gy[p] + b->d * dsB;
+    }
+    for (int n = 0; b->prev && n < N; n++)
+        dsS += b->dot[n];
+    *a_sum += b->d * b->decay * dsS;
+    return ddt + b->A * b->decay * dsS;
+}
+
 /* Per head (in parallel), stretch by stretch from the last, recomputing its states
- * first, then per channel p, backwards in time with the carried state gradient
- * g[n] = dL/ds_{t+1}[p, n] * exp(dt_{t+1} A) (N floats of the work buffer):
- *   ds_t   = dy_t[p] C_t + g
- *   dx_t   = D dy_t[p] + dt_t (ds_t . B_t)
- *   ddt_t += x_t[p] (ds_t . B_t) + A exp(dt_t A) (ds_t . s_{t-1})
- *   dA    += dt_t exp(dt_t A) (ds_t . s_{t-1});  dD += dy_t[p] x_t[p]
- *   dB_t  += dt_t x_t[p] ds_t;  dC_t += dy_t[p] s_t
- * dB and dC go to the head's own rows of the work buffer, summed over the heads of each
- * group afterwards, so no two threads write one float. */
+ * first, then backwards in time (scan_backward_step). dB and dC go to the head's own rows
+ * of the work buffer, summed over the heads of each group afterwards, so no two threads
+ * write one float. */
 void ac_cpu_ssd_scan_backward(ac_kctx *ctx, int T, int H, int P, int N, int G, const float *x, int ldx,
                               const float *B, const float *C, int ldbc, const float *dt, const float *A,
                               const float *Dskip, const float *state0, float *states, const float *dy,
@@ -198,13 +355,16 @@ void ac_cpu_ssd_scan_backward(ac_kctx *ctx, int T, int H, int P, int N, int G, c
     (void)ctx;
     int heads_per_group = H / G, nc = stretches(T);
     size_t step = (size_t)H * P * N, hpn = (size_t)P * N;
-    size_t head_work = (size_t)2 * T * N + (size_t)P * N; /* dB rows [T, N], dC rows [T, N], carry [P, N] */
+    /* dB rows [T, N], dC rows [T, N], the carry [P, N] and [N, P], a row [N] */
+    size_t head_work = ((size_t)2 * T + 2 * (size_t)P + 1) * N;
 #pragma omp parallel for schedule(static) if ((long)T * H * P * N > 16384)
     for (int h = 0; h < H; h++) {
         int g = h / heads_per_group;
         float *wdB = work + (size_t)h * head_work;
         float *wdC = wdB + (size_t)T * N;
-        float *carry = wdC + (size_t)T * N;
+        scan_back_step b = {.P = P, .N = N, .A = A[h], .Dskip = Dskip[h], .K = wdC + (size_t)T * N};
+        b.KT = b.K + hpn;
+        b.dot = b.KT + hpn;
         for (size_t i = 0; i < head_work; i++)
             wdB[i] = 0.0f;
         float a_sum = 0.0f, d_sum = 0.0f;
@@ -220,48 +380,18 @@ void ac_cpu_ssd_scan_backward(ac_kctx *ctx, int T, int H, int P, int N, int G, c
                           NULL);
             }
             for (int t = t1 - 1; t >= t0; t--) {
-                float d = dt[(size_t)t * H + h];
-                float decay = ac_cpu_expf(d * A[h]);
-                const float *Bt = B + (size_t)t * ldbc + (size_t)g * N;
-                const float *Ct = C + (size_t)t * ldbc + (size_t)g * N;
-                const float *st = stretch + (size_t)(t - t0) * step;
-                const float *prev = t > t0 ? st - step : start;
-                float *rB = wdB + (size_t)t * N, *rC = wdC + (size_t)t * N;
-                float ddt_sum = 0.0f;
-                for (int p = 0; p < P; p++) {
-                    float xp = x[(size_t)t * ldx + (size_t)h * P + p];
-                    float gy = dy[(size_t)t * lddy + (size_t)h * P + p];
-                    const float *sp = st + (size_t)p * N;
-                    float *cp = carry + (size_t)p * N;
-                    float dsB = 0.0f, dsS = 0.0f, dxp = d * xp;
-                    /* ds = dL/ds_t; its decayed value carries to step t-1; ds . s_{t-1} feeds ddt */
-                    if (prev) {
-                        const float *pp = prev + (size_t)p * N;
-#pragma omp simd reduction(+ : dsB, dsS)
-                        for (int n = 0; n < N; n++) {
-                            float ds = gy * Ct[n] + cp[n];
-                            dsB += ds * Bt[n];
-                            dsS += ds * pp[n];
-                            rB[n] += dxp * ds;
-                            rC[n] += gy * sp[n];
-                            cp[n] = ds * decay;
-                        }
-                    } else {
-#pragma omp simd reduction(+ : dsB)
-                        for (int n = 0; n < N; n++) {
-                            float ds = gy * Ct[n] + cp[n];
-                            dsB += ds * Bt[n];
-                            rB[n] += dxp * ds;
-                            rC[n] += gy * sp[n];
-                            cp[n] = ds * decay;
-                        }
-                    }
-                    dx[(size_t)t * lddx + (size_t)h * P + p] = Dskip[h] * gy + d * dsB;
-                    ddt_sum += xp * dsB + A[h] * decay * dsS;
-                    a_sum += d * decay * dsS;
-                    d_sum += gy * xp;
-                }
-                ddt[(size_t)t * H + h] = ddt_sum;
+                b.d = dt[(size_t)t * H + h];
+                b.decay = ac_cpu_expf(b.d * A[h]);
+                b.x = x + (size_t)t * ldx + (size_t)h * P;
+                b.gy = dy + (size_t)t * lddy + (size_t)h * P;
+                b.B = B + (size_t)t * ldbc + (size_t)g * N;
+                b.C = C + (size_t)t * ldbc + (size_t)g * N;
+                b.s = stretch + (size_t)(t - t0) * step;
+                b.prev = t > t0 ? b.s - step : start;
+                b.rB = wdB + (size_t)t * N;
+                b.rC = wdC + (size_t)t * N;
+                b.dx = dx + (size_t)t * lddx + (size_t)h * P;
+                ddt[(size_t)t * H + h] = scan_backward_step(&b, &a_sum, &d_sum);
             }
         }
         if (dA)

@@ -61,7 +61,7 @@ static size_t mamba2_state_floats(const ac_block_dims *b) { return conv_state_fl
 
 /* Per token: the forward's buffers (proj, xbc, dt, y) plus the masked y, the norm output
  * (later its gradient) and its copy for a head mask's width gradient, dL/dy, dproj, dxbc, ddt, the norm's rstd, the saved states and
- * the scan backward's work (2 H N a token plus H P N). Fixed-size buffers are counted per
+ * the scan backward's work (2 H N a token plus 2 H P N + H N). Fixed-size buffers are counted per
  * token too, which covers them for any T >= 1: the conv weight and bias gradients summed
  * over sequences (conv (K + 1)), and the zero states of the training forward (conv (K-1)
  * + H P N), so the training reservation also plans ac_mamba2_forward without caches; and
@@ -72,7 +72,7 @@ static size_t mamba2_backward_scratch_per_token(const ac_arch *arch, const ac_bl
     size_t H = (size_t)b->mamba_heads, N = (size_t)b->ssm_state, G = (size_t)b->mamba_groups;
     size_t nproj = (size_t)ac_mamba_in_proj_dim(b), conv = (size_t)ac_mamba_conv_dim(b);
     size_t dI = (size_t)ac_mamba_d_inner(b), hpn = ssm_state_floats(b);
-    return 2 * nproj + 2 * conv + 2 * H + 5 * dI + G + hpn + 2 * H * N + hpn + conv * (b->conv_kernel + 1) +
+    return 2 * nproj + 2 * conv + 2 * H + 5 * dI + G + hpn + 2 * H * N + 2 * hpn + H * N + conv * (b->conv_kernel + 1) +
            conv_state_floats(b) + hpn + 5 * H;
 }
 
@@ -220,7 +220,7 @@ static void mamba2_backward(ac_runtime *rt, int layer, const ac_seqs *seqs, cons
     float *dxbc = ac_scratch(rt, (size_t)T * conv);
     float *ddt = ac_scratch(rt, (size_t)T * H);
     float *rstd = ac_scratch(rt, (size_t)T * G);
-    float *work = ac_scratch(rt, (size_t)H * (2 * (size_t)longest + (size_t)P) * N);
+    float *work = ac_scratch(rt, (size_t)H * (2 * (size_t)longest + 2 * (size_t)P + 1) * N);
     float *conv0 = ac_scratch(rt, conv_state_floats(b));
     /* Gradients that sum over sequences go to zeroed buffers first and into grad once,
      * so a gradient arena holds the same sums whatever it held before (twice = 2x). */

@@ -699,7 +699,7 @@ static void op_ssd_scan_backward(run *r, const op_case *c)
     float *ddt = f32(r, BUF_OUT, (size_t)T * H, -1.0f, 1.0f);
     float *dA = c->p[11] ? f32(r, BUF_OUT, (size_t)H, -1.0f, 1.0f) : NULL;
     float *dD = c->p[11] ? f32(r, BUF_OUT, (size_t)H, -1.0f, 1.0f) : NULL;
-    float *work = f32(r, BUF_SCRATCH, (size_t)H * (2 * T + P) * N, -1.0f, 1.0f);
+    float *work = f32(r, BUF_SCRATCH, (size_t)H * (2 * T + 2 * P + 1) * N, -1.0f, 1.0f);
     CALL(r, ssd_scan_backward, T, H, P, N, G, x, ldx, B, C, ldbc, dt, A, D, state0, states, dy, lddy, dx, lddx, dB,
          dC, lddbc, ddt, dA, dD, work);
 }

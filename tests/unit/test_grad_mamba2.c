@@ -224,6 +224,21 @@ static void test_gradients_one_group(void **state)
     free_fixture(f);
 }
 
+/* Head and state sizes that are not multiples of 4 (the CPU scan backward runs channels
+ * and states four at a time, then the rest one by one): P = 7 = 4 + 3, N = 6 = 4 + 2. */
+static void test_gradients_odd_sizes(void **state)
+{
+    (void)state;
+    config c = small_grouped;
+    c.head_dim = 7;
+    c.state = 6;
+    c.seed = 29;
+    fixture *f = make_fixture(c);
+    printf(" head_dim 7, state 6, head mask:\n");
+    assert_int_equal(check_all(f, f->mask), 0);
+    free_fixture(f);
+}
+
 /* No conv bias, a two-tap conv, one head per group. */
 static void test_gradients_no_conv_bias(void **state)
 {
@@ -424,6 +439,7 @@ int main(void)
         cmocka_unit_test(test_backward_properties),
         cmocka_unit_test(test_gradients_grouped),
         cmocka_unit_test(test_gradients_one_group),
+        cmocka_unit_test(test_gradients_odd_sizes),
         cmocka_unit_test(test_gradients_no_conv_bias),
         cmocka_unit_test(test_gradients_dt_clamped),
         cmocka_unit_test(test_gradients_parallel_sizes),
