@@ -284,6 +284,9 @@ struct ac_backend {
     /* Backward of ac_k_gather_rows: dsrc[rows[i]] += ddst[i]; rows distinct within one call. */
     void (*gather_rows_backward)(ac_kctx *ctx, int n, int D, const float *ddst, const int32_t *rows, float *dsrc,
                                  int lddsrc);
+    /* The embedding table's gradient: dtable[ids[i]] += drows[i] ([n, D] rows), ids may
+     * repeat; each row of dtable sums its rows in the order of i (a run repeats bit for bit). */
+    void (*embedding_backward)(ac_kctx *ctx, int n, int D, const float *drows, const int32_t *ids, float *dtable);
 };
 
 /* The reference backend (kernels/cpu), always compiled in. */
@@ -581,6 +584,12 @@ static inline void ac_k_gather_rows_backward(ac_kctx *ctx, int n, int D, const f
                                              float *dsrc, int lddsrc)
 {
     ac_backend_of(ctx)->gather_rows_backward(ctx, n, D, ddst, rows, dsrc, lddsrc);
+}
+
+static inline void ac_k_embedding_backward(ac_kctx *ctx, int n, int D, const float *drows, const int32_t *ids,
+                                           float *dtable)
+{
+    ac_backend_of(ctx)->embedding_backward(ctx, n, D, drows, ids, dtable);
 }
 
 #ifdef __cplusplus

@@ -97,4 +97,5 @@ const ac_backend ac_cpu_backend = {
     .rmsnorm_width_backward = ac_cpu_rmsnorm_width_backward,
     .moe_combine_backward = ac_cpu_moe_combine_backward,
     .gather_rows_backward = ac_cpu_gather_rows_backward,
+    .embedding_backward = ac_cpu_embedding_backward,
 };

@@ -108,6 +108,34 @@ void ac_cpu_gather_rows(ac_kctx *ctx, int n, int D, const float *src, int ldsrc,
     }
 }
 
+/* Each thread owns a stretch of the D columns and adds every row into it in order of i:
+ * repeated ids never race, and each element sums in the same order as one thread would. */
+static void embedding_columns(long first, long last, int n, int D, const float *drows, const int32_t *ids,
+                              float *dtable)
+{
+    for (int i = 0; i < n; i++) {
+        const float *s = drows + (size_t)i * D;
+        float *d = dtable + (size_t)ids[i] * D;
+        for (long c = first; c < last; c++)
+            d[c] += s[c];
+    }
+}
+
+void ac_cpu_embedding_backward(ac_kctx *ctx, int n, int D, const float *drows, const int32_t *ids, float *dtable)
+{
+    (void)ctx;
+    if ((long)n * D <= ELEMENTWISE_PARALLEL_MIN) {
+        embedding_columns(0, D, n, D, drows, ids, dtable);
+        return;
+    }
+#pragma omp parallel
+    {
+        long first, last;
+        ac_cpu_thread_share(D, &first, &last);
+        embedding_columns(first, last, n, D, drows, ids, dtable);
+    }
+}
+
 void ac_cpu_scatter_add_rows(ac_kctx *ctx, int n, int D, const float *src, const int32_t *rows,
                              const float *weight, float *dst, int lddst)
 {

@@ -181,4 +181,5 @@ const ac_backend ac_cuda_backend = {
     .moe_mask_scores_backward = ac_cuda_moe_mask_scores_backward,
     .moe_combine_backward = ac_cuda_moe_combine_backward,
     .gather_rows_backward = ac_cuda_gather_rows_backward,
+    .embedding_backward = ac_cuda_embedding_backward,
 };

@@ -111,6 +111,7 @@ void ac_cuda_moe_combine_backward(ac_kctx *ctx, int n, int D, const float *dout,
                                   float *dweight, float *dmask, float *dy);
 void ac_cuda_gather_rows_backward(ac_kctx *ctx, int n, int D, const float *ddst, const int32_t *rows,
                                   float *dsrc, int lddsrc);
+void ac_cuda_embedding_backward(ac_kctx *ctx, int n, int D, const float *drows, const int32_t *ids, float *dtable);
 
 #ifdef __cplusplus
 }

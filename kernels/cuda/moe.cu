@@ -308,6 +308,26 @@ void ac_cuda_gather_rows_backward(ac_kctx *ctx, int n, int D, const float *ddst,
     ac_cuda_check("gather_rows_backward");
 }
 
+/* One thread per column, adding the rows in order of i: ids repeat (a token seen twice),
+ * so rows cannot go to threads of their own; the order is the CPU's. */
+static __global__ void embedding_backward_kernel(int n, int D, const float *drows, const int32_t *ids, float *dtable)
+{
+    for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < D; c += gridDim.x * blockDim.x)
+        for (int i = 0; i < n; i++) {
+            float *d = dtable + (size_t)ids[i] * D + c;
+            *d = __fadd_rn(*d, drows[(size_t)i * D + c]);
+        }
+}
+
+void ac_cuda_embedding_backward(ac_kctx *ctx, int n, int D, const float *drows, const int32_t *ids, float *dtable)
+{
+    if (n <= 0 || D <= 0)
+        return;
+    embedding_backward_kernel<<<ac_cuda_blocks((size_t)D, ROW_THREADS, AC_CUDA_GRID_CAP), ROW_THREADS, 0,
+                                ac_cuda_stream(ctx)>>>(n, D, drows, ids, dtable);
+    ac_cuda_check("embedding_backward");
+}
+
 /* ---- combine backward ---- */
 
 /* A block per row i: d = <dout[rows[i]], y[i]>, stored in dweight[pair[i]] as m d, or as

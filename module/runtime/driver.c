@@ -92,14 +92,20 @@ static float *stream_at(const ac_pass *pass, int l, size_t rows_x_d)
     return pass->keep_inputs ? pass->xs + (size_t)l * rows_x_d : pass->xs;
 }
 
-static void embed(ac_runtime *rt, const ac_seqs *seqs, const int32_t *const *tokens, const ac_pass *pass)
+/* The batch's token ids, packed as its rows, into rt->ids where the ops run. */
+static void upload_ids(ac_runtime *rt, const ac_seqs *seqs, const int32_t *const *tokens)
 {
-    const ac_model *m = rt->model;
-    int D = m->arch.hidden;
     for (int s = 0; s < seqs->n; s++)
         memcpy(rt->ids_host + seqs->offset[s], tokens[s], (size_t)seqs->len[s] * sizeof *rt->ids_host);
     ac_backend_of(&rt->kctx)->copy(rt->ids, rt->ids_host, (size_t)seqs->total * sizeof *rt->ids,
                                    AC_COPY_HOST_TO_DEVICE);
+}
+
+static void embed(ac_runtime *rt, const ac_seqs *seqs, const int32_t *const *tokens, const ac_pass *pass)
+{
+    const ac_model *m = rt->model;
+    int D = m->arch.hidden;
+    upload_ids(rt, seqs, tokens);
     for (int s = 0; s < seqs->n; s++)
         ac_k_gather_rows(&rt->kctx, seqs->len[s], D, m->embeddings, D, rt->ids + seqs->offset[s],
                          pass->xs + (size_t)seqs->offset[s] * D);
@@ -332,9 +338,8 @@ void ac_driver_backward(ac_runtime *rt, const ac_seqs *seqs, const int32_t *cons
         }
     if (h.host)
         ac_k_mul_columns(k, R, D, h.ops, buf->dx, D);
-    if (g)
-        for (int s = 0; s < seqs->n; s++)
-            for (int t = 0; t < seqs->len[s]; t++)
-                ac_k_add(k, (size_t)D, buf->dx + (size_t)(seqs->offset[s] + t) * D,
-                         g->embeddings + (size_t)tokens[s][t] * D);
+    if (g) { /* one op for the batch's rows, not an add per token */
+        upload_ids(rt, seqs, tokens);
+        ac_k_embedding_backward(k, R, D, buf->dx, rt->ids, g->embeddings);
+    }
 }

@@ -103,6 +103,8 @@
     X(moe_combine_backward, (ac_kctx *ctx, int n, int D, const float *dout, int lddout, const int32_t *rows,      \
       const float *y, const float *weight, const float *mask, const int32_t *pair, float *dweight, float *dmask,  \
       float *dy), (ctx, n, D, dout, lddout, rows, y, weight, mask, pair, dweight, dmask, dy))                     \
+    X(embedding_backward, (ac_kctx *ctx, int n, int D, const float *drows, const int32_t *ids, float *dtable),     \
+      (ctx, n, D, drows, ids, dtable))                                                                            \
     X(gather_rows_backward, (ac_kctx *ctx, int n, int D, const float *ddst, const int32_t *rows, float *dsrc,     \
       int lddsrc), (ctx, n, D, ddst, rows, dsrc, lddsrc))
 

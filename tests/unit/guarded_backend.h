@@ -221,6 +221,7 @@ static const ac_backend guarded_backend = {
     .moe_mask_scores_backward = guarded_moe_mask_scores_backward,
     .moe_combine_backward = guarded_moe_combine_backward,
     .gather_rows_backward = guarded_gather_rows_backward,
+    .embedding_backward = guarded_embedding_backward,
 };
 
 #endif

@@ -118,6 +118,7 @@ static const ac_backend reference = {
     .rmsnorm_width_backward = ac_cpu_rmsnorm_width_backward,
     .moe_combine_backward = ac_cpu_moe_combine_backward,
     .gather_rows_backward = ac_cpu_gather_rows_backward,
+    .embedding_backward = ac_cpu_embedding_backward,
 };
 
 /* ---- buffers and runs ---- */
@@ -834,6 +835,16 @@ static void op_gather_rows_backward(run *r, const op_case *c)
     CALL(r, gather_rows_backward, n, D, ddst, rows, dsrc, lddsrc);
 }
 
+/* p: n D vocab (ids repeat: n > vocab) */
+static void op_embedding_backward(run *r, const op_case *c)
+{
+    int n = c->p[0], D = c->p[1], V = c->p[2];
+    const float *drows = f32(r, BUF_IN, (size_t)n * D, -1.0f, 1.0f);
+    const int32_t *ids = i32_any(r, BUF_IN, n, V);
+    float *dtable = f32(r, BUF_OUT, (size_t)V * D, -1.0f, 1.0f);
+    CALL(r, embedding_backward, n, D, drows, ids, dtable);
+}
+
 /* Tolerances off the CPU: elementwise ops round once; short reductions (norms, losses,
  * small GEMMs, softmaxes) may sum in another order; the scan and attention backwards sum
  * long chains of products. */
@@ -943,6 +954,8 @@ static const op_case cases[] = {
     {OP(moe_combine_backward), "n3 D5 no mask dy=y", TOL_REDUCE, {3, 5, 5, 4, 3, 0, 0, 1}, {0}},
     {OP(gather_rows_backward), "n5 D4 lddsrc6 of8", TOL_ELEM, {5, 4, 6, 8}, {0}},
     {OP(gather_rows_backward), "n1 D2 lddsrc2 of1", TOL_ELEM, {1, 2, 2, 1}, {0}},
+    {OP(embedding_backward), "n40 D7 vocab5 (ids repeat)", TOL_ELEM, {40, 7, 5}, {0}},
+    {OP(embedding_backward), "n300 D300 vocab50 (columns in parallel)", TOL_ELEM, {300, 300, 50}, {0}},
 };
 
 enum { N_CASES = (int)(sizeof cases / sizeof cases[0]) };
@@ -1163,6 +1176,7 @@ static const ac_backend counting = {
     .rmsnorm_width_backward = counted_rmsnorm_width_backward,
     .moe_combine_backward = counted_moe_combine_backward,
     .gather_rows_backward = counted_gather_rows_backward,
+    .embedding_backward = counted_embedding_backward,
 };
 
 /* ---- deliberately wrong ops ---- */
