@@ -46,7 +46,7 @@ void ac_k_flush_denormals(void);
 
 /* The workspace (in bytes) that ac_k_attention needs for `queries` new tokens of one
  * sequence reaching `keys` positions when `threads` threads run it (the CPU kernel gives
- * each OpenMP thread a row of scores when decoding, a tile of query rows by a block of
+ * each OpenMP thread up to 8 rows of scores when decoding, a tile of query rows by a block of
  * keys when prefilling). The runtime's plan and the memory model both size it here. */
 size_t ac_k_attention_workspace(int threads, int queries, int keys);
 /* The workspace ac_k_attention_backward needs for sequences of up to `longest` tokens

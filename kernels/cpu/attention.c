@@ -51,29 +51,36 @@ static float softmax_row(float *row, int visible, int cols)
     return max + logf(sum);
 }
 
-/* Decode (a few queries): one (head, query) pair at a time, with matrix-vector products
- * (OpenBLAS, one thread inside each OpenMP task): scores = scale K q over the visible
- * keys in the thread's row of the workspace, a max-shifted softmax in f32, out = V^T p. */
+/* Decode (a few queries): per query, the query heads that share a KV head, up to
+ * DECODE_HEADS of them at a time, as two small GEMMs (OpenBLAS, one thread inside each
+ * OpenMP task): scores = scale Q_g K^T over the visible keys in the thread's rows of the
+ * workspace, a max-shifted softmax per row in f32, out_g = P V. The group's heads read
+ * their keys and values once (a matrix-vector product per head read them once each, and
+ * made four times the calls). */
+#define DECODE_HEADS 8
+
 static void attention_by_query(ac_kctx *ctx, int n_new, int past, int n_heads, int n_kv, int hd, const float *q,
                                int ldq, const float *k_cache, const float *v_cache, int cap, float scale, float *out,
                                int ldout)
 {
-    int group = n_heads / n_kv;
+    int group = n_heads / n_kv, chunks = (group + DECODE_HEADS - 1) / DECODE_HEADS;
     size_t stride = ac_k_attention_workspace(1, n_new, past + n_new) / sizeof(float);
 #pragma omp parallel
     {
         float *scores = (float *)ctx->workspace + (size_t)omp_get_thread_num() * stride;
 #pragma omp for collapse(2) schedule(dynamic, 1)
-        for (int h = 0; h < n_heads; h++)
+        for (int task = 0; task < n_kv * chunks; task++)
             for (int i = 0; i < n_new; i++) {
-                const float *K = k_cache + (size_t)(h / group) * cap * hd;
-                const float *V = v_cache + (size_t)(h / group) * cap * hd;
-                float *oi = out + (size_t)i * ldout + (size_t)h * hd;
+                int g = task / chunks, h0 = g * group + task % chunks * DECODE_HEADS;
+                int m = (g + 1) * group - h0 < DECODE_HEADS ? (g + 1) * group - h0 : DECODE_HEADS;
+                const float *K = k_cache + (size_t)g * cap * hd, *V = v_cache + (size_t)g * cap * hd;
                 int visible = past + i + 1;
-                cblas_sgemv(CblasRowMajor, CblasNoTrans, visible, hd, scale, K, hd, q + (size_t)i * ldq + (size_t)h * hd,
-                            1, 0.0f, scores, 1);
-                softmax_row(scores, visible, visible);
-                cblas_sgemv(CblasRowMajor, CblasTrans, visible, hd, 1.0f, V, hd, scores, 1, 0.0f, oi, 1);
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, visible, hd, scale,
+                            q + (size_t)i * ldq + (size_t)h0 * hd, hd, K, hd, 0.0f, scores, visible);
+                for (int r = 0; r < m; r++)
+                    softmax_row(scores + (size_t)r * visible, visible, visible);
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, hd, visible, 1.0f, scores, visible, V, hd,
+                            0.0f, out + (size_t)i * ldout + (size_t)h0 * hd, hd);
             }
     }
 }
@@ -169,7 +176,7 @@ size_t ac_k_attention_workspace(int threads, int queries, int keys)
 {
     size_t per_thread;
     if (queries < TILED_MIN_QUERIES)
-        per_thread = (size_t)keys;
+        per_thread = (size_t)DECODE_HEADS * (size_t)keys;
     else
         per_thread = (size_t)(queries < QUERY_TILE ? queries : QUERY_TILE) * (size_t)(keys < KEY_BLOCK ? keys : KEY_BLOCK);
     return (size_t)threads * per_thread * sizeof(float);

@@ -374,6 +374,47 @@ static void test_forward_kernel_across_tiles(void **state)
     check_forward(1, FPAST, 2.0f);
 }
 
+/* Decode with many query heads per KV head: 20 heads on one KV head go as GEMMs of 8, 8
+ * and 4 heads; two new queries behind 50 cached keys, against a double forward. */
+static void test_decode_heads_in_chunks(void **state)
+{
+    (void)state;
+    enum { H = 20, HD = 8, NEW = 2, PAST = 50, CAP = NEW + PAST, LD = H * HD + 1 };
+    float q[NEW * LD], out[NEW * LD], k[CAP * HD], v[CAP * HD];
+    double want[NEW * LD];
+    gc_fill(q, NEW * LD, -2.0f, 2.0f, 21);
+    gc_fill(k, CAP * HD, -2.0f, 2.0f, 22);
+    gc_fill(v, CAP * HD, -1.0f, 1.0f, 23);
+    float scale = 1.0f / sqrtf((float)HD);
+    size_t bytes = ac_k_attention_workspace(omp_get_max_threads(), NEW, CAP);
+    void *ws = malloc(bytes);
+    assert_non_null(ws);
+    ac_kctx ctx = {.workspace = ws, .workspace_bytes = bytes};
+    ac_k_attention(&ctx, NEW, PAST, H, 1, HD, q, LD, k, v, CAP, scale, out, LD);
+    for (int i = 0; i < NEW; i++)
+        for (int h = 0; h < H; h++) {
+            double p[CAP], max = -INFINITY, sum = 0;
+            int visible = PAST + i + 1;
+            for (int j = 0; j < visible; j++) {
+                double dot = 0;
+                for (int c = 0; c < HD; c++)
+                    dot += (double)q[i * LD + h * HD + c] * k[j * HD + c];
+                p[j] = dot * scale;
+                max = fmax(max, p[j]);
+            }
+            for (int j = 0; j < visible; j++)
+                sum += (p[j] = exp(p[j] - max));
+            for (int c = 0; c < HD; c++) {
+                double o = 0;
+                for (int j = 0; j < visible; j++)
+                    o += p[j] / sum * v[j * HD + c];
+                want[i * LD + h * HD + c] = o;
+            }
+        }
+    assert_close_rows("decode out", out, want, NEW, LD, H * HD);
+    free(ws);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -382,6 +423,7 @@ int main(void)
         cmocka_unit_test(test_grad_null_and_accumulation),
         cmocka_unit_test(test_kernel_across_tiles),
         cmocka_unit_test(test_forward_kernel_across_tiles),
+        cmocka_unit_test(test_decode_heads_in_chunks),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
