@@ -311,35 +311,43 @@ static void test_kernel_across_tiles(void **state)
 
 enum { FN = 150, FPAST = 300, FCAP = FN + FPAST + 5 };
 
-/* out = softmax(scale q K^T over the visible keys) V for queries at FPAST.., from the
+/* The shape of a forward check: heads, KV heads, head size, q's and out's row stride,
+ * the cache's capacity. */
+typedef struct {
+    int heads, kv_heads, hd, ld, cap;
+} fwd_shape;
+
+/* out = softmax(scale q K^T over the visible keys) V for queries at past.., from the
  * cache layout [kv, cap, hd] */
-static void reference_forward(int n_new, int past, const float *q, const float *k, const float *v, double scale,
-                              double *out)
+static void reference_forward(fwd_shape f, int n_new, int past, const float *q, const float *k, const float *v,
+                              double scale, double *out)
 {
-    static double p[FCAP];
-    for (int h = 0; h < LH; h++) {
-        int kv = h / (LH / LKV);
+    double *p = malloc((size_t)f.cap * sizeof *p);
+    assert_non_null(p);
+    for (int h = 0; h < f.heads; h++) {
+        int kv = h / (f.heads / f.kv_heads);
         for (int i = 0; i < n_new; i++) {
-            const float *qi = q + i * LDQ + h * LHD;
+            const float *qi = q + (size_t)i * f.ld + (size_t)h * f.hd;
             int visible = past + i + 1;
             double max = -INFINITY, sum = 0;
             for (int j = 0; j < visible; j++) {
                 double dot = 0;
-                for (int c = 0; c < LHD; c++)
-                    dot += (double)qi[c] * k[((size_t)kv * FCAP + j) * LHD + c];
+                for (int c = 0; c < f.hd; c++)
+                    dot += (double)qi[c] * k[((size_t)kv * f.cap + j) * f.hd + c];
                 p[j] = dot * scale;
                 max = fmax(max, p[j]);
             }
             for (int j = 0; j < visible; j++)
                 sum += (p[j] = exp(p[j] - max));
-            for (int c = 0; c < LHD; c++) {
+            for (int c = 0; c < f.hd; c++) {
                 double o = 0;
                 for (int j = 0; j < visible; j++)
-                    o += p[j] / sum * v[((size_t)kv * FCAP + j) * LHD + c];
-                out[i * LDQ + h * LHD + c] = o;
+                    o += p[j] / sum * v[((size_t)kv * f.cap + j) * f.hd + c];
+                out[(size_t)i * f.ld + (size_t)h * f.hd + c] = o;
             }
         }
     }
+    free(p);
 }
 
 static void check_forward(int n_new, int past, float spread)
@@ -356,7 +364,7 @@ static void check_forward(int n_new, int past, float spread)
     float scale = 1.0f / sqrtf((float)LHD);
     ac_kctx ctx = {.workspace = ws, .workspace_bytes = bytes};
     ac_k_attention(&ctx, n_new, past, LH, LKV, LHD, q, LDQ, k, v, FCAP, scale, out, LDQ);
-    reference_forward(n_new, past, q, k, v, scale, want);
+    reference_forward((fwd_shape){LH, LKV, LHD, LDQ, FCAP}, n_new, past, q, k, v, scale, want);
     assert_close_rows("out", out, want, n_new, LDQ, LH * LHD);
     free(q), free(out), free(k), free(v), free(want), free(ws);
 }
@@ -391,26 +399,7 @@ static void test_decode_heads_in_chunks(void **state)
     assert_non_null(ws);
     ac_kctx ctx = {.workspace = ws, .workspace_bytes = bytes};
     ac_k_attention(&ctx, NEW, PAST, H, 1, HD, q, LD, k, v, CAP, scale, out, LD);
-    for (int i = 0; i < NEW; i++)
-        for (int h = 0; h < H; h++) {
-            double p[CAP], max = -INFINITY, sum = 0;
-            int visible = PAST + i + 1;
-            for (int j = 0; j < visible; j++) {
-                double dot = 0;
-                for (int c = 0; c < HD; c++)
-                    dot += (double)q[i * LD + h * HD + c] * k[j * HD + c];
-                p[j] = dot * scale;
-                max = fmax(max, p[j]);
-            }
-            for (int j = 0; j < visible; j++)
-                sum += (p[j] = exp(p[j] - max));
-            for (int c = 0; c < HD; c++) {
-                double o = 0;
-                for (int j = 0; j < visible; j++)
-                    o += p[j] / sum * v[j * HD + c];
-                want[i * LD + h * HD + c] = o;
-            }
-        }
+    reference_forward((fwd_shape){H, 1, HD, LD, CAP}, NEW, PAST, q, k, v, scale, want);
     assert_close_rows("decode out", out, want, NEW, LD, H * HD);
     free(ws);
 }
