@@ -193,17 +193,18 @@ void ac_driver_forward(ac_runtime *rt, const ac_seqs *seqs, const int32_t *const
         ac_block_masks bm = block_masks(pass, l);
         if (probe)
             ac_probe_begin(probe, l, site);
+        /* with a stream per layer (training), the block writes into the next one, which
+         * then adds x: mix + x, the bits of x + mix, without copying x there first */
+        float *mix = next != x ? next : rt->mix;
         block_input(rt, l, x, T, &h, rt->xn);
-        block_forward(rt, l, seqs, &bm, rt->xn, rt->mix, pass->keep_inputs ? saved_at(pass, l) : NULL);
+        block_forward(rt, l, seqs, &bm, rt->xn, mix, pass->keep_inputs ? saved_at(pass, l) : NULL);
         if (pass->outs)
-            ac_rt_copy(rt, pass->outs + (size_t)l * TD, rt->mix, TD);
+            ac_rt_copy(rt, pass->outs + (size_t)l * TD, mix, TD);
         if (h.host)
-            ac_k_mul_columns(&rt->kctx, T, D, h.ops, rt->mix, D);
+            ac_k_mul_columns(&rt->kctx, T, D, h.ops, mix, D);
         if (gate)
-            ac_k_scale(&rt->kctx, TD, gate[l], rt->mix);
-        if (next != x)
-            ac_rt_copy(rt, next, x, TD);
-        ac_k_add(&rt->kctx, TD, rt->mix, next);
+            ac_k_scale(&rt->kctx, TD, gate[l], mix);
+        ac_k_add(&rt->kctx, TD, next != x ? x : rt->mix, next);
         if (probe)
             ac_probe_end(probe, l, site);
     }
@@ -303,21 +304,29 @@ void ac_driver_backward(ac_runtime *rt, const ac_seqs *seqs, const int32_t *cons
         const float *x = stream_at(pass, l, TD);
         ac_block_masks bm = block_masks(pass, l);
         ac_block_mask_grads bg = block_mask_grads(mask_grads, l);
-        width_norm(rt, R, x, m->layers[l].norm, &h, buf->xn_raw);
-        ac_rt_copy(rt, rt->xn, buf->xn_raw, TD);
-        if (h.host)
-            ac_k_mul_columns(k, R, D, h.ops, rt->xn, D);
-        if (dgate || dhidden)
-            gate_and_output_mask_grads(rt, l, seqs, &bm, pass, buf, dhidden, dgate);
-        /* dout = dx * gate * hidden, in rt->mix */
-        ac_rt_copy(rt, rt->mix, buf->dx, TD);
-        if (h.host)
-            ac_k_mul_columns(k, R, D, h.ops, rt->mix, D);
-        if (gate)
-            ac_k_scale(k, TD, gate[l], rt->mix);
+        /* dout = dx * gate * hidden; without a gate or a hidden mask the block reads dx
+         * itself and its input norm goes straight to rt->xn (two copies of the stream
+         * fewer a layer) */
+        const float *dout = buf->dx;
+        if (!h.host && !gate) {
+            width_norm(rt, R, x, m->layers[l].norm, &h, rt->xn);
+        } else {
+            width_norm(rt, R, x, m->layers[l].norm, &h, buf->xn_raw);
+            ac_rt_copy(rt, rt->xn, buf->xn_raw, TD);
+            if (h.host)
+                ac_k_mul_columns(k, R, D, h.ops, rt->xn, D);
+            if (dgate || dhidden)
+                gate_and_output_mask_grads(rt, l, seqs, &bm, pass, buf, dhidden, dgate);
+            ac_rt_copy(rt, rt->mix, buf->dx, TD);
+            if (h.host)
+                ac_k_mul_columns(k, R, D, h.ops, rt->mix, D);
+            if (gate)
+                ac_k_scale(k, TD, gate[l], rt->mix);
+            dout = rt->mix;
+        }
         rt->scratch_used = 0;
         rt->saved = saved_at(pass, l);
-        ac_block(&a->layers[l])->backward(rt, l, seqs, rt->xn, &bm, rt->mix, buf->dxn, g ? &g->layers[l] : NULL, &bg);
+        ac_block(&a->layers[l])->backward(rt, l, seqs, rt->xn, &bm, dout, buf->dxn, g ? &g->layers[l] : NULL, &bg);
         rt->saved = NULL;
         if (h.host) {
             if (dhidden)
