@@ -7,13 +7,18 @@
 
 #include <omp.h>
 
-/* The calling thread's share [*first, *last) of n iterations inside a region:
- * contiguous and as even as they go (schedule(static)'s split). */
-static inline void ac_cpu_thread_share(long n, long *first, long *last)
+/* The calling thread's share [*first, *last) of n iterations inside a region, in whole
+ * blocks of `block` (the last one may be short), contiguous and as even as they go. */
+static inline void ac_cpu_thread_blocks(long n, long block, long *first, long *last)
 {
     int threads = omp_get_num_threads(), me = omp_get_thread_num();
-    *first = n * me / threads;
-    *last = n * (me + 1) / threads;
+    long blocks = (n + block - 1) / block;
+    *first = blocks * me / threads * block;
+    *last = blocks * (me + 1) / threads * block;
+    *last = *last < n ? *last : n;
 }
+
+/* The same in single iterations (schedule(static)'s split). */
+static inline void ac_cpu_thread_share(long n, long *first, long *last) { ac_cpu_thread_blocks(n, 1, first, last); }
 
 #endif

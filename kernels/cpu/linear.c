@@ -1,4 +1,5 @@
 #include "kernels/cpu/cpu_ops.h"
+#include "kernels/cpu/cpu_parallel.h"
 
 #include <cblas.h>
 #include <omp.h>
@@ -9,17 +10,6 @@ enum { GEMV_MAX_ROWS = 4 };
 /* Matrix-vector products of fewer multiply-adds in all run on the calling thread (OpenBLAS
  * threads none below 9216 either); rows go to threads in blocks of this many. */
 enum { GEMV_PARALLEL_MIN = 9216, GEMV_ROW_BLOCK = 16 };
-
-/* The calling thread's share [*first, *last) of `total` rows: whole blocks of
- * GEMV_ROW_BLOCK, as even as they go. */
-static void thread_rows(long total, long *first, long *last)
-{
-    int threads = omp_get_num_threads(), me = omp_get_thread_num();
-    long blocks = (total + GEMV_ROW_BLOCK - 1) / GEMV_ROW_BLOCK;
-    *first = blocks * me / threads * GEMV_ROW_BLOCK;
-    *last = blocks * (me + 1) / threads * GEMV_ROW_BLOCK;
-    *last = *last < total ? *last : total;
-}
 
 /* y_i = W_i x_i + beta y_i for n products in one parallel region: the rows of all of them,
  * end to end, split evenly among the threads in blocks of GEMV_ROW_BLOCK, each thread
@@ -38,7 +28,7 @@ static void gemv_slices(int n, const float *const *W, const int *rows, const int
 #pragma omp parallel if (work >= GEMV_PARALLEL_MIN)
     {
         long first, last, base = 0;
-        thread_rows(total_rows, &first, &last);
+        ac_cpu_thread_blocks(total_rows, GEMV_ROW_BLOCK, &first, &last);
         for (int i = 0; i < n; i++) {
             long lo = first > base ? first : base, hi = last < base + rows[i] ? last : base + rows[i];
             if (lo < hi)
@@ -73,7 +63,7 @@ void ac_cpu_gemv_sum(ac_kctx *ctx, int n, const float *const *W, int rows, const
 #pragma omp parallel if (work >= GEMV_PARALLEL_MIN)
     {
         long first, last;
-        thread_rows(rows, &first, &last);
+        ac_cpu_thread_blocks(rows, GEMV_ROW_BLOCK, &first, &last);
         for (int i = 0; first < last && i < n; i++)
             cblas_sgemv(CblasRowMajor, CblasNoTrans, (int)(last - first), cols[i], alpha[i],
                         W[i] + (size_t)first * cols[i], cols[i], x[i], 1, i ? 1.0f : 0.0f, y + first, 1);
@@ -103,10 +93,8 @@ static void sgemm_split(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, in
     }
 #pragma omp parallel
     {
-        int threads = omp_get_num_threads(), me = omp_get_thread_num();
-        long side = by_rows ? M : N, slabs = (side + SGEMM_SLAB_ALIGN - 1) / SGEMM_SLAB_ALIGN;
-        long first = slabs * me / threads * SGEMM_SLAB_ALIGN, last = slabs * (me + 1) / threads * SGEMM_SLAB_ALIGN;
-        last = last < side ? last : side;
+        long first, last;
+        ac_cpu_thread_blocks(by_rows ? M : N, SGEMM_SLAB_ALIGN, &first, &last);
         if (first < last && by_rows)
             cblas_sgemm(CblasRowMajor, ta, tb, (int)(last - first), N, K, 1.0f,
                         ta == CblasNoTrans ? A + first * lda : A + first, lda, B, ldb, beta, C + first * ldc, ldc);

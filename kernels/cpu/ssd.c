@@ -317,30 +317,27 @@ static void backward_state(const scan_back_step *b, int n)
 /* Returns ddt_t; adds to *a_sum (dA before its factor) and *d_sum (dD). */
 static float scan_backward_step(const scan_back_step *b, float *a_sum, float *d_sum)
 {
-    int P = b->P, N = b->N;
-    for (int n = 0; n < N; n++)
-        b->dot[n] = 0.0f;
+    int P = b->P, N = b->N, p = 0, n = 0;
+    memset(b->dot, 0, (size_t)N * sizeof *b->dot);
+    memset(b->dx, 0, (size_t)P * sizeof *b->dx);
     /* without s_{t-1} (a zero state) the dot product is not used: s_t stands in */
     const float *prev = b->prev ? b->prev : b->s;
-    int p = 0, n = 0;
     for (; p + 4 <= P; p += 4)
         backward_channels4(b, p, prev);
     for (; p < P; p++)
         backward_channel(b, p, prev);
-    for (p = 0; p < P; p++)
-        b->dx[p] = 0.0f;
     for (; n + 4 <= N; n += 4)
         backward_states4(b, n);
     for (; n < N; n++)
         backward_state(b, n);
     float ddt = 0.0f, dsS = 0.0f;
-    for (int p = 0; p < P; p++) {
+    for (p = 0; p < P; p++) {
         float dsB = b->dx[p];
         ddt += b->x[p] * dsB;
         *d_sum += b->gy[p] * b->x[p];
         b->dx[p] = b->Dskip * b->gy[p] + b->d * dsB;
     }
-    for (int n = 0; b->prev && n < N; n++)
+    for (n = 0; b->prev && n < N; n++)
         dsS += b->dot[n];
     *a_sum += b->d * b->decay * dsS;
     return ddt + b->A * b->decay * dsS;
