@@ -1,12 +1,13 @@
 /* The tests' small hybrid model: pattern M*E-ME (Mamba2, attention, MoE, MLP, Mamba2,
  * MoE), every layer with the same block dims (each kind reads its own fields), random
- * weights. */
+ * weights; the two sets of dims the device tests use; a device model's arena read back. */
 #ifndef AC_TESTS_HYBRID_MODEL_H
 #define AC_TESTS_HYBRID_MODEL_H
 
 #include <string.h>
 
 #include "autocompress/model.h"
+#include "model/model_internal.h"
 
 static ac_model *hybrid_model(int vocab, int hidden, const ac_block_dims *dims, uint64_t seed, float std)
 {
@@ -25,6 +26,35 @@ static ac_model *hybrid_model(int vocab, int hidden, const ac_block_dims *dims, 
     ac_arch_free(&a);
     ac_model_init_random(m, seed, std);
     return m;
+}
+
+/* Heads of 4 (the guarded-device tests: many steps, cheap). */
+static inline ac_block_dims hybrid_tiny_dims(void)
+{
+    return (ac_block_dims){.mamba_heads = 4, .mamba_head_dim = 4, .mamba_groups = 2, .ssm_state = 4,
+                           .conv_kernel = 4, .attn_heads = 4, .attn_kv_heads = 2, .attn_head_dim = 4,
+                           .ffn = 12, .n_experts = 6, .top_k = 2, .expert_ffn = 6, .shared_ffn = 5,
+                           .n_group = 1, .topk_group = 1, .norm_topk_prob = 1, .routed_scaling = 2.0f};
+}
+
+/* Heads of 8 (the GPU tests: kernels past their smallest shapes). */
+static inline ac_block_dims hybrid_small_dims(void)
+{
+    return (ac_block_dims){.mamba_heads = 4, .mamba_head_dim = 8, .mamba_groups = 2, .ssm_state = 8,
+                           .conv_kernel = 4, .attn_heads = 4, .attn_kv_heads = 2, .attn_head_dim = 8,
+                           .ffn = 48, .n_experts = 8, .top_k = 2, .expert_ffn = 16, .shared_ffn = 24,
+                           .n_group = 1, .topk_group = 1, .norm_topk_prob = 1, .routed_scaling = 2.0f};
+}
+
+/* A model's arena (on whatever backend) copied into out on the host. */
+static inline void host_arena_copy(const ac_model *m, float *out)
+{
+    ac_model *back;
+    assert_int_equal(ac_model_to_backend(m, NULL, &back), AC_OK);
+    size_t n;
+    const float *w = ac_model_arena(back, &n);
+    memcpy(out, w, n * sizeof *out);
+    ac_model_free(back);
 }
 
 #endif

@@ -26,10 +26,7 @@ enum { V = 64, D = 32, L = 6, DECODE = 4 };
 
 static ac_model *make_model(void)
 {
-    static const ac_block_dims dims = {.mamba_heads = 4, .mamba_head_dim = 8, .mamba_groups = 2, .ssm_state = 8,
-                                       .conv_kernel = 4, .attn_heads = 4, .attn_kv_heads = 2, .attn_head_dim = 8,
-                                       .ffn = 48, .n_experts = 8, .top_k = 2, .expert_ffn = 16, .shared_ffn = 24,
-                                       .n_group = 1, .topk_group = 1, .norm_topk_prob = 1, .routed_scaling = 2.0f};
+    ac_block_dims dims = hybrid_small_dims();
     return hybrid_model(V, D, &dims, 3, 0.2f);
 }
 

@@ -33,10 +33,7 @@ enum { V = 40, D = 16, L = 6, PROMPT0 = 70, PROMPT1 = 5, STEPS = 3 };
 
 static ac_model *make_model(void)
 {
-    static const ac_block_dims dims = {.mamba_heads = 4, .mamba_head_dim = 4, .mamba_groups = 2, .ssm_state = 4,
-                                       .conv_kernel = 4, .attn_heads = 4, .attn_kv_heads = 2, .attn_head_dim = 4,
-                                       .ffn = 12, .n_experts = 6, .top_k = 2, .expert_ffn = 6, .shared_ffn = 5,
-                                       .n_group = 1, .topk_group = 1, .norm_topk_prob = 1, .routed_scaling = 2.0f};
+    ac_block_dims dims = hybrid_tiny_dims();
     return hybrid_model(V, D, &dims, 5, 0.3f);
 }
 

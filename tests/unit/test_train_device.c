@@ -33,10 +33,7 @@ enum { V = 40, D = 16, L = 6, B = 2, T = 9, STEPS = 3, KD_STEPS = 2 };
 
 static ac_model *make_model(uint64_t seed)
 {
-    static const ac_block_dims dims = {.mamba_heads = 4, .mamba_head_dim = 4, .mamba_groups = 2, .ssm_state = 4,
-                                       .conv_kernel = 4, .attn_heads = 4, .attn_kv_heads = 2, .attn_head_dim = 4,
-                                       .ffn = 12, .n_experts = 6, .top_k = 2, .expert_ffn = 6, .shared_ffn = 5,
-                                       .n_group = 1, .topk_group = 1, .norm_topk_prob = 1, .routed_scaling = 2.0f};
+    ac_block_dims dims = hybrid_tiny_dims();
     return hybrid_model(V, D, &dims, seed, 0.3f);
 }
 
@@ -209,7 +206,7 @@ static void make_masks(const ac_model *m, mask_set *k)
  * gradients in host memory. */
 static void masked_steps(const ac_model *model, const ac_model *teacher, mask_set *k, double *losses, float *wgrads)
 {
-    ac_model *grads, *back;
+    ac_model *grads;
     assert_int_equal(ac_model_create_on(&model->arch, model->backend, &grads), AC_OK);
     ac_train_step *step, *tstep;
     assert_int_equal(ac_train_step_create(model, B, T, &step), AC_OK);
@@ -225,11 +222,7 @@ static void masked_steps(const ac_model *model, const ac_model *teacher, mask_se
                              .masks = &k->masks, .grads = grads, .mask_grads = &k->grads};
         assert_int_equal(ac_train_step_run(step, &in, &losses[s]), AC_OK);
     }
-    assert_int_equal(ac_model_to_backend(grads, NULL, &back), AC_OK);
-    size_t n;
-    const float *g = ac_model_arena(back, &n);
-    memcpy(wgrads, g, n * sizeof *wgrads);
-    ac_model_free(back);
+    host_arena_copy(grads, wgrads);
     ac_train_step_free(tstep);
     ac_train_step_free(step);
     ac_model_free(grads);
