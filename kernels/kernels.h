@@ -165,6 +165,13 @@ struct ac_backend {
      * be NULL). A [M, K], W [N, K], dC [M, N]. */
     void (*linear_backward)(ac_kctx *ctx, int M, int N, int K, const float *A, int lda, const float *W,
                             const float *dC, int lddc, float beta_dA, float *dA, int ldda, float *dW);
+    /* Backward of ac_k_linear_batch, product by product as ac_k_linear_backward with
+     * beta_dA 0: dA_i [M[i], K] (ldda) = dC_i W_i and dW_i [N, K] += dC_i^T A_i, the dW_i
+     * distinct. dA or dW (the arrays) may be NULL: not wanted; so may A when dW is, and W
+     * when dA is. dA_i may not alias dC_i. (The experts of a batch of tokens.) */
+    void (*linear_batch_backward)(ac_kctx *ctx, int n, const int *M, int N, int K, const float *const *A, int lda,
+                                  const float *const *W, const float *const *dC, int lddc, float *const *dA,
+                                  int ldda, float *const *dW);
     /* For y = rmsnorm(x) * w: dx = dL/dx (overwritten; may not alias dy), dw += (may be NULL). */
     void (*rmsnorm_backward)(ac_kctx *ctx, int rows, int dim, const float *x, int ldx, const float *w, float eps,
                              const float *dy, int lddy, float *dx, int lddx, float *dw);
@@ -438,6 +445,14 @@ static inline void ac_k_linear_backward(ac_kctx *ctx, int M, int N, int K, const
                                         int ldda, float *dW)
 {
     ac_backend_of(ctx)->linear_backward(ctx, M, N, K, A, lda, W, dC, lddc, beta_dA, dA, ldda, dW);
+}
+
+static inline void ac_k_linear_batch_backward(ac_kctx *ctx, int n, const int *M, int N, int K,
+                                              const float *const *A, int lda, const float *const *W,
+                                              const float *const *dC, int lddc, float *const *dA, int ldda,
+                                              float *const *dW)
+{
+    ac_backend_of(ctx)->linear_batch_backward(ctx, n, M, N, K, A, lda, W, dC, lddc, dA, ldda, dW);
 }
 
 static inline void ac_k_rmsnorm_backward(ac_kctx *ctx, int rows, int dim, const float *x, int ldx,

@@ -76,6 +76,7 @@ const ac_backend ac_cpu_backend = {
     .column_dot = ac_cpu_column_dot,
     .neg_exp = ac_cpu_neg_exp,
     .linear_backward = ac_cpu_linear_backward,
+    .linear_batch_backward = ac_cpu_linear_batch_backward,
     .rmsnorm_backward = ac_cpu_rmsnorm_backward,
     .relu2_backward = ac_cpu_relu2_backward,
     .cross_entropy = ac_cpu_cross_entropy,

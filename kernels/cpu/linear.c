@@ -137,17 +137,57 @@ void ac_cpu_linear_batch(ac_kctx *ctx, int n, const int *M, int N, int K, const 
     long rows = 0;
     for (int i = 0; i < n; i++)
         rows += M[i];
-    int parallel = n <= MAX && rows * N * K >= GEMV_PARALLEL_MIN;
-#pragma omp parallel if (parallel)
+    if (n > MAX || rows * N * K < GEMV_PARALLEL_MIN) {
+        for (int i = 0; i < n; i++)
+            ac_cpu_linear(ctx, M[i], N, K, A[i], lda, W[i], 0.0f, C[i], ldc);
+        return;
+    }
+#pragma omp parallel
     {
         int me = omp_get_thread_num(), threads = omp_get_num_threads();
 #pragma omp single
-        if (parallel)
-            assign_products(n, M, threads < LINEAR_BATCH_MAX_THREADS ? threads : LINEAR_BATCH_MAX_THREADS, owner);
+        assign_products(n, M, threads < LINEAR_BATCH_MAX_THREADS ? threads : LINEAR_BATCH_MAX_THREADS, owner);
         /* single's barrier: every owner is set */
         for (int i = 0; i < n; i++)
-            if (!parallel || owner[i] == me)
+            if (owner[i] == me)
                 ac_cpu_linear(ctx, M[i], N, K, A[i], lda, W[i], 0.0f, C[i], ldc);
+    }
+}
+
+static void product_backward(ac_kctx *ctx, int i, int M, int N, int K, const float *const *A, int lda,
+                             const float *const *W, const float *const *dC, int lddc, float *const *dA, int ldda,
+                             float *const *dW)
+{
+    ac_cpu_linear_backward(ctx, M, N, K, A ? A[i] : NULL, lda, W ? W[i] : NULL, dC[i], lddc, 0.0f, dA ? dA[i] : NULL,
+                           ldda, dW ? dW[i] : NULL);
+}
+
+/* As linear_batch: products whole to threads, largest first. One product (a shared
+ * expert's T rows) goes through linear_backward, which splits it among the threads.
+ * Small batches run on the calling thread, not in a "parallel if" team of one, inside
+ * which OpenBLAS would start a nested team of its own (see sgemm_split). */
+void ac_cpu_linear_batch_backward(ac_kctx *ctx, int n, const int *M, int N, int K, const float *const *A, int lda,
+                                  const float *const *W, const float *const *dC, int lddc, float *const *dA, int ldda,
+                                  float *const *dW)
+{
+    enum { MAX = 1024 };
+    int owner[MAX];
+    long rows = 0;
+    for (int i = 0; i < n; i++)
+        rows += M[i];
+    if (n == 1 || n > MAX || rows * N * K < GEMV_PARALLEL_MIN) {
+        for (int i = 0; i < n; i++)
+            product_backward(ctx, i, M[i], N, K, A, lda, W, dC, lddc, dA, ldda, dW);
+        return;
+    }
+#pragma omp parallel
+    {
+        int me = omp_get_thread_num(), threads = omp_get_num_threads();
+#pragma omp single
+        assign_products(n, M, threads < LINEAR_BATCH_MAX_THREADS ? threads : LINEAR_BATCH_MAX_THREADS, owner);
+        for (int i = 0; i < n; i++)
+            if (owner[i] == me)
+                product_backward(ctx, i, M[i], N, K, A, lda, W, dC, lddc, dA, ldda, dW);
     }
 }
 

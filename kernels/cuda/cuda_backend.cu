@@ -160,6 +160,7 @@ const ac_backend ac_cuda_backend = {
     .column_dot = ac_cuda_column_dot,
     .neg_exp = ac_cuda_neg_exp,
     .linear_backward = ac_cuda_linear_backward,
+    .linear_batch_backward = ac_cuda_linear_batch_backward,
     .rmsnorm_backward = ac_cuda_rmsnorm_backward,
     .rmsnorm_width_backward = ac_cuda_rmsnorm_width_backward,
     .relu2_backward = ac_cuda_relu2_backward,

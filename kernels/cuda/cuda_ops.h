@@ -63,6 +63,9 @@ void ac_cuda_neg_exp(ac_kctx *ctx, int n, const float *x, float *y);
 
 void ac_cuda_linear_backward(ac_kctx *ctx, int M, int N, int K, const float *A, int lda, const float *W,
                              const float *dC, int lddc, float beta_dA, float *dA, int ldda, float *dW);
+void ac_cuda_linear_batch_backward(ac_kctx *ctx, int n, const int *M, int N, int K, const float *const *A, int lda,
+                                   const float *const *W, const float *const *dC, int lddc, float *const *dA,
+                                   int ldda, float *const *dW);
 void ac_cuda_rmsnorm_backward(ac_kctx *ctx, int rows, int dim, const float *x, int ldx, const float *w,
                               float eps, const float *dy, int lddy, float *dx, int lddx, float *dw);
 void ac_cuda_relu2_backward(ac_kctx *ctx, size_t n, const float *pre, float *grad);

@@ -124,3 +124,12 @@ extern "C" void ac_cuda_linear_backward(ac_kctx *ctx, int M, int N, int K, const
         ac_cuda_check_cublas("linear_backward", cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_T, K, N, M, &one, A, lda, dC,
                                                             lddc, &one, dW, K));
 }
+
+extern "C" void ac_cuda_linear_batch_backward(ac_kctx *ctx, int n, const int *M, int N, int K, const float *const *A,
+                                              int lda, const float *const *W, const float *const *dC, int lddc,
+                                              float *const *dA, int ldda, float *const *dW)
+{
+    for (int i = 0; i < n; i++)
+        ac_cuda_linear_backward(ctx, M[i], N, K, A ? A[i] : nullptr, lda, W ? W[i] : nullptr, dC[i], lddc, 0.0f,
+                                dA ? dA[i] : nullptr, ldda, dW ? dW[i] : nullptr);
+}

@@ -266,24 +266,47 @@ static void moe_forward(ac_runtime *rt, int layer, const ac_seqs *seqs, const fl
     }
 }
 
-/* Backward of y = down(mask * relu2(up(x))) for rows x [n, D], given dout = dL/dy and
- * dh = dL/d(mask * relu2) [n, F] (destroyed): dx [n, D] overwritten, weight and mask
- * gradients accumulated. act holds relu2(pre) (destroyed).
- * dx may alias dout: dout is last read before dx is written. */
-static void relu2_mlp_backward(ac_runtime *rt, int n, int D, int F, const float *x, const float *up, const float *pre,
-                               float *act, float *dh, const float *dout, const float *mask, float *dmask,
-                               float *dx, float *dup, float *ddown)
+/* Pointers to `count` products' parts of a buffer of stacked rows (`width` floats each):
+ * product i's M[i] rows follow product i-1's. */
+static void product_rows(int count, const int *M, float *base, int width, float **out)
 {
+    for (int i = 0; i < count; i++) {
+        out[i] = base;
+        base += (size_t)M[i] * width;
+    }
+}
+
+/* Backward of y_i = down_i(mask * relu2(up_i(x_i))) for `count` products of M[i] rows,
+ * stacked: x, dout and dx rows of D, pre, act and dh rows of F. Given dout = dL/dy and dh
+ * = dL/d(mask * relu2) (destroyed): dx overwritten, the weight gradients dup_i and
+ * ddown_i (arrays NULL: not wanted) and the mask's accumulated. act holds relu2(pre)
+ * (destroyed). dx may alias dout: dout is last read before dx is written. */
+static void relu2_mlp_backward(ac_runtime *rt, int count, const int *M, int D, int F, float *x,
+                               const float *const *up, const float *pre, float *act, float *dh, float *dout,
+                               const float *mask, float *dmask, float *dx, float *const *dup, float *const *ddown)
+{
+    enum { MAX = AC_MAX_EXPERTS + 1 };
+    float *xs[MAX], *acts[MAX], *dhs[MAX], *douts[MAX], *dxs[MAX];
+    int rows = 0;
+    for (int i = 0; i < count; i++)
+        rows += M[i];
+    product_rows(count, M, x, D, xs);
+    product_rows(count, M, act, F, acts);
+    product_rows(count, M, dh, F, dhs);
+    product_rows(count, M, dout, D, douts);
+    product_rows(count, M, dx, D, dxs);
     if (mask && dmask) /* d mask[c] = sum_t dh[t,c] relu2(pre)[t,c] */
-        ac_k_column_dot(&rt->kctx, n, F, dh, F, act, F, dmask);
+        ac_k_column_dot(&rt->kctx, rows, F, dh, F, act, F, dmask);
     if (mask) {
-        ac_k_mul_columns(&rt->kctx, n, F, mask, act, F);
-        ac_k_mul_columns(&rt->kctx, n, F, mask, dh, F);
+        ac_k_mul_columns(&rt->kctx, rows, F, mask, act, F);
+        ac_k_mul_columns(&rt->kctx, rows, F, mask, dh, F);
     }
     if (ddown)
-        ac_k_linear_backward(&rt->kctx, n, D, F, act, F, NULL, dout, D, 0.0f, NULL, F, ddown);
-    ac_k_relu2_backward(&rt->kctx, (size_t)n * F, pre, dh);
-    ac_k_linear_backward(&rt->kctx, n, F, D, x, D, up, dh, F, 0.0f, dx, D, dup);
+        ac_k_linear_batch_backward(&rt->kctx, count, M, D, F, (const float *const *)acts, F, NULL,
+                                   (const float *const *)douts, D, NULL, F, ddown);
+    ac_k_relu2_backward(&rt->kctx, (size_t)rows * F, pre, dh);
+    ac_k_linear_batch_backward(&rt->kctx, count, M, F, D, (const float *const *)xs, D, up,
+                               (const float *const *)dhs, F, dxs, D, dup);
 }
 
 static void moe_backward(ac_runtime *rt, int layer, const ac_seqs *seqs, const float *xn, const ac_block_masks *masks,
@@ -339,45 +362,72 @@ static void moe_backward(ac_runtime *rt, int layer, const ac_seqs *seqs, const f
         ac_rt_copy(rt, act_s, pre_s, (size_t)T * S);
         ac_k_relu2(&rt->kctx, (size_t)T * S, act_s);
         ac_k_linear_backward(&rt->kctx, T, D, S, NULL, S, w->down_proj, dout, D, 0.0f, dact_s, S, NULL);
-        relu2_mlp_backward(rt, T, D, S, xn, w->up_proj, pre_s, act_s, dact_s, dout, m_shared, dshared, dxn,
-                           grad ? grad->up_proj : NULL, grad ? grad->down_proj : NULL);
+        relu2_mlp_backward(rt, 1, &T, D, S, (float *)xn, (const float *const *)&w->up_proj, pre_s, act_s, dact_s, (float *)dout, m_shared,
+                           dshared, dxn, grad ? &grad->up_proj : NULL, grad ? &grad->down_proj : NULL);
     } else {
         ac_rt_zero(rt, dxn, (size_t)T * D);
     }
 
-    for (int e = 0; e < E; e++) {
-        int n = start[e + 1] - start[e];
-        if (n == 0)
-            continue;
-        const float *up = w->experts_up + (size_t)e * I * D;
-        const float *down = w->experts_down + (size_t)e * D * I;
-        const int32_t *re = rows + start[e];
-        const float *pre_e = keep ? kept.pre + (size_t)start[e] * I : pre;
-        ac_k_gather_rows(&rt->kctx, n, D, xn, D, re, xe);
-        if (!keep)
-            ac_k_linear(&rt->kctx, n, I, D, xe, D, up, 0.0f, pre, I);
-        ac_rt_copy(rt, act, pre_e, (size_t)n * I);
-        ac_k_relu2(&rt->kctx, (size_t)n * I, act);
-        /* the expert's output y (dact holds the masked activation for the moment) */
-        const float *y = keep ? kept.y + (size_t)start[e] * D : oe;
+    /* the routed experts in the forward's rounds (consecutive experts whose rows fit the
+     * T rows of xe, oe, pre, act and dact), each round's products as batches */
+    for (int e0 = 0; e0 < E;) {
+        int e1 = e0;
+        while (e1 < E && start[e1 + 1] - start[e0] <= T)
+            e1++;
+        int p0 = start[e0], n = start[e1] - p0, count = 0;
+        int M[AC_MAX_EXPERTS];
+        const float *up[AC_MAX_EXPERTS], *down[AC_MAX_EXPERTS];
+        float *dup[AC_MAX_EXPERTS], *ddown[AC_MAX_EXPERTS], *in[AC_MAX_EXPERTS], *out[AC_MAX_EXPERTS];
+        for (int e = e0; e < e1; e++) {
+            if (start[e + 1] == start[e])
+                continue;
+            M[count] = start[e + 1] - start[e];
+            up[count] = w->experts_up + (size_t)e * I * D;
+            down[count] = w->experts_down + (size_t)e * D * I;
+            dup[count] = grad ? grad->experts_up + (size_t)e * I * D : NULL;
+            ddown[count] = grad ? grad->experts_down + (size_t)e * D * I : NULL;
+            count++;
+        }
+        const float *pre_r = keep ? kept.pre + (size_t)p0 * I : pre;
+        ac_k_gather_rows(&rt->kctx, n, D, xn, D, rows + p0, xe);
         if (!keep) {
-            const float *h = act;
+            product_rows(count, M, xe, D, in);
+            product_rows(count, M, pre, I, out);
+            ac_k_linear_batch(&rt->kctx, count, M, I, D, (const float *const *)in, D, up, out, I);
+        }
+        ac_rt_copy(rt, act, pre_r, (size_t)n * I);
+        ac_k_relu2(&rt->kctx, (size_t)n * I, act);
+        /* the experts' outputs y (dact holds the masked activation for the moment) */
+        const float *y = keep ? kept.y + (size_t)p0 * D : oe;
+        if (!keep) {
+            float *h = act;
             if (m_ffn) {
                 ac_rt_copy(rt, dact, act, (size_t)n * I);
                 ac_k_mul_columns(&rt->kctx, n, I, m_ffn, dact, I);
                 h = dact;
             }
-            ac_k_linear(&rt->kctx, n, D, I, h, I, down, 0.0f, oe, D);
+            product_rows(count, M, h, I, in);
+            product_rows(count, M, oe, D, out);
+            ac_k_linear_batch(&rt->kctx, count, M, D, I, (const float *const *)in, I, down, out, D);
         }
         /* routing weight and expert-mask gradients; oe becomes dL/dy */
-        ac_k_moe_combine_backward(&rt->kctx, n, D, dout, D, re, y, row_weight + start[e], m_experts ? m_experts + e : NULL,
-                                  pair + start[e], dweight, g_experts ? g_experts + e : NULL, oe);
-        ac_k_linear_backward(&rt->kctx, n, D, I, NULL, I, down, oe, D, 0.0f, dact, I, NULL);
+        for (int e = e0; e < e1; e++) {
+            size_t r = (size_t)(start[e] - p0);
+            ac_k_moe_combine_backward(&rt->kctx, start[e + 1] - start[e], D, dout, D, rows + start[e], y + r * D,
+                                      row_weight + start[e], m_experts ? m_experts + e : NULL, pair + start[e],
+                                      dweight, g_experts ? g_experts + e : NULL, oe + r * D);
+        }
+        product_rows(count, M, oe, D, in);
+        product_rows(count, M, dact, I, out);
+        ac_k_linear_batch_backward(&rt->kctx, count, M, D, I, NULL, I, down, (const float *const *)in, D, out, I,
+                                   NULL);
         /* dL/dx of the gathered rows replaces dL/dy in oe once down's gradient has used it */
-        relu2_mlp_backward(rt, n, D, I, xe, up, pre_e, act, dact, oe, m_ffn, dffn, oe,
-                           grad ? grad->experts_up + (size_t)e * I * D : NULL,
-                           grad ? grad->experts_down + (size_t)e * D * I : NULL);
-        ac_k_gather_rows_backward(&rt->kctx, n, D, oe, re, dxn, D);
+        relu2_mlp_backward(rt, count, M, D, I, xe, up, pre_r, act, dact, oe, m_ffn, dffn, oe, grad ? dup : NULL,
+                           grad ? ddown : NULL);
+        for (int e = e0; e < e1; e++) /* a token appears once per expert: distinct rows per call */
+            ac_k_gather_rows_backward(&rt->kctx, start[e + 1] - start[e], D, oe + (size_t)(start[e] - p0) * D,
+                                      rows + start[e], dxn, D);
+        e0 = e1;
     }
 
     /* the router: gradient reaches the logits of the chosen experts only */

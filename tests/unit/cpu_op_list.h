@@ -57,6 +57,9 @@
     X(linear_backward, (ac_kctx *ctx, int M, int N, int K, const float *A, int lda, const float *W,               \
       const float *dC, int lddc, float beta_dA, float *dA, int ldda, float *dW), (ctx, M, N, K, A, lda, W, dC,    \
       lddc, beta_dA, dA, ldda, dW))                                                                               \
+    X(linear_batch_backward, (ac_kctx *ctx, int n, const int *M, int N, int K, const float *const *A, int lda,    \
+      const float *const *W, const float *const *dC, int lddc, float *const *dA, int ldda, float *const *dW),     \
+      (ctx, n, M, N, K, A, lda, W, dC, lddc, dA, ldda, dW))                                                       \
     X(rmsnorm_backward, (ac_kctx *ctx, int rows, int dim, const float *x, int ldx, const float *w, float eps,     \
       const float *dy, int lddy, float *dx, int lddx, float *dw), (ctx, rows, dim, x, ldx, w, eps, dy, lddy, dx,  \
       lddx, dw))                                                                                                  \

@@ -200,6 +200,7 @@ static const ac_backend guarded_backend = {
     .column_dot = guarded_column_dot,
     .neg_exp = guarded_neg_exp,
     .linear_backward = guarded_linear_backward,
+    .linear_batch_backward = guarded_linear_batch_backward,
     .rmsnorm_backward = guarded_rmsnorm_backward,
     .rmsnorm_width_backward = guarded_rmsnorm_width_backward,
     .relu2_backward = guarded_relu2_backward,

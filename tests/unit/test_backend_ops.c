@@ -97,6 +97,7 @@ static const ac_backend reference = {
     .column_dot = ac_cpu_column_dot,
     .neg_exp = ac_cpu_neg_exp,
     .linear_backward = ac_cpu_linear_backward,
+    .linear_batch_backward = ac_cpu_linear_batch_backward,
     .rmsnorm_backward = ac_cpu_rmsnorm_backward,
     .relu2_backward = ac_cpu_relu2_backward,
     .cross_entropy = ac_cpu_cross_entropy,
@@ -560,6 +561,24 @@ static void op_linear_backward(run *r, const op_case *c)
     CALL(r, linear_backward, M, N, K, A, lda, W, dC, lddc, c->f[0], dA, ldda, dW);
 }
 
+/* p: n N K lda lddc ldda has_dA has_dW, then M of each product (up to 3) */
+static void op_linear_batch_backward(run *r, const op_case *c)
+{
+    enum { MAX = 3 };
+    int n = c->p[0], N = c->p[1], K = c->p[2], lda = c->p[3], lddc = c->p[4], ldda = c->p[5], M[MAX];
+    const float *A[MAX], *W[MAX], *dC[MAX];
+    float *dA[MAX], *dW[MAX];
+    for (int i = 0; i < n; i++) {
+        M[i] = c->p[8 + i];
+        A[i] = f32(r, BUF_IN, (size_t)M[i] * lda + 1, -1.0f, 1.0f);
+        W[i] = f32(r, BUF_IN, (size_t)N * K, -1.0f, 1.0f);
+        dC[i] = f32(r, BUF_IN, (size_t)M[i] * lddc + 1, -1.0f, 1.0f);
+        dA[i] = f32(r, BUF_OUT, (size_t)M[i] * ldda + 1, -1.0f, 1.0f);
+        dW[i] = f32(r, BUF_OUT, (size_t)N * K, -1.0f, 1.0f);
+    }
+    CALL(r, linear_batch_backward, n, M, N, K, A, lda, W, dC, lddc, c->p[6] ? dA : NULL, ldda, c->p[7] ? dW : NULL);
+}
+
 /* p: rows dim ldx lddy lddx has_dw; f: eps */
 static void op_rmsnorm_backward(run *r, const op_case *c)
 {
@@ -901,6 +920,10 @@ static const op_case cases[] = {
     {OP(linear_backward), "M5 N7 K6 lda8 lddc9 ldda10 dA dW", TOL_REDUCE, {5, 7, 6, 8, 9, 10, 1, 1}, {0.0f}},
     {OP(linear_backward), "M3 N4 K5 dW only", TOL_REDUCE, {3, 4, 5, 5, 4, 5, 0, 1}, {0.0f}},
     {OP(linear_backward), "M1 N6 K3 dA beta1 only", TOL_REDUCE, {1, 6, 3, 3, 6, 4, 1, 0}, {1.0f}},
+    {OP(linear_batch_backward), "n3 N24 K40 lda41 lddc25 ldda43 M70,0,17 dA dW (threads)", TOL_REDUCE,
+     {3, 24, 40, 41, 25, 43, 1, 1, 70, 0, 17}, {0}},
+    {OP(linear_batch_backward), "n2 N5 K3 M4,2 dW only", TOL_REDUCE, {2, 5, 3, 3, 5, 3, 0, 1, 4, 2}, {0}},
+    {OP(linear_batch_backward), "n1 N7 K6 M9 dA only", TOL_REDUCE, {1, 7, 6, 6, 7, 6, 1, 0, 9}, {0}},
     {OP(rmsnorm_backward), "rows5 dim7 ldx9 lddy8 lddx10 dw", TOL_REDUCE, {5, 7, 9, 8, 10, 1}, {1e-5f}},
     {OP(rmsnorm_backward), "rows1 dim4 no dw", TOL_REDUCE, {1, 4, 4, 4, 4, 0}, {1e-6f}},
     {OP(rmsnorm_width_backward), "rows6 dim9 ldx11 lddy10 width6.5", TOL_REDUCE, {6, 9, 11, 10}, {1e-5f, 6.5f}},
@@ -1155,6 +1178,7 @@ static const ac_backend counting = {
     .column_dot = counted_column_dot,
     .neg_exp = counted_neg_exp,
     .linear_backward = counted_linear_backward,
+    .linear_batch_backward = counted_linear_batch_backward,
     .rmsnorm_backward = counted_rmsnorm_backward,
     .relu2_backward = counted_relu2_backward,
     .cross_entropy = counted_cross_entropy,
@@ -1555,6 +1579,66 @@ static void test_gemm_split_against_double(void **state)
     }
 }
 
+/* linear_batch_backward against sums in double: three products (150, 0 and 41 rows, past
+ * the size that runs them on separate threads) with dA and dW (+=), then one product (the
+ * path that splits it among the threads) with dW only. */
+static void assert_product_backward(int M, int N, int K, const float *A, int lda, const float *W, const float *dC,
+                                    int lddc, const float *dA, int ldda, const float *dW0, const float *dW)
+{
+    for (int m = 0; dA && m < M; m++)
+        for (int k = 0; k < K; k++) {
+            double want = 0.0, size = 0.0;
+            for (int n = 0; n < N; n++) {
+                double t = (double)dC[(size_t)m * lddc + n] * W[(size_t)n * K + k];
+                want += t;
+                size += fabs(t);
+            }
+            assert_close("batch dA", m * K + k, dA[(size_t)m * ldda + k], want, size);
+        }
+    for (int n = 0; n < N; n++)
+        for (int k = 0; k < K; k++) {
+            double want = dW0[(size_t)n * K + k], size = fabs(want);
+            for (int m = 0; m < M; m++) {
+                double t = (double)dC[(size_t)m * lddc + n] * A[(size_t)m * lda + k];
+                want += t;
+                size += fabs(t);
+            }
+            assert_close("batch dW", n * K + k, dW[(size_t)n * K + k], want, size);
+        }
+}
+
+static void test_linear_batch_backward_against_double(void **state)
+{
+    (void)state;
+    enum { B = 3, N = 29, K = 37, LDA = 40, LDDC = 31, LDDA = 39 };
+    int M[B] = {150, 0, 41};
+    ac_kctx ctx = {0};
+    float *A[B], *W[B], *dC[B], *dA[B], *dW[B], *dW0[B];
+    for (int i = 0; i < B; i++) {
+        size_t rows = (size_t)M[i] + 1;
+        A[i] = malloc(rows * LDA * sizeof *A[i]), dC[i] = malloc(rows * LDDC * sizeof *dC[i]);
+        dA[i] = malloc(rows * LDDA * sizeof *dA[i]), W[i] = malloc((size_t)N * K * sizeof *W[i]);
+        dW[i] = malloc((size_t)N * K * sizeof *dW[i]), dW0[i] = malloc((size_t)N * K * sizeof *dW0[i]);
+        assert_true(A[i] && dC[i] && dA[i] && W[i] && dW[i] && dW0[i]);
+        fill_uniform(A[i], rows * LDA, 300 + (uint64_t)i);
+        fill_uniform(dC[i], rows * LDDC, 310 + (uint64_t)i);
+        fill_uniform(W[i], (size_t)N * K, 320 + (uint64_t)i);
+        fill_uniform(dW0[i], (size_t)N * K, 330 + (uint64_t)i);
+        memcpy(dW[i], dW0[i], (size_t)N * K * sizeof *dW[i]);
+    }
+    assert_true((long)(M[0] + M[2]) * N * K >= 1 << 17);
+    ac_cpu_linear_batch_backward(&ctx, B, M, N, K, (const float *const *)A, LDA, (const float *const *)W,
+                                 (const float *const *)dC, LDDC, dA, LDDA, dW);
+    for (int i = 0; i < B; i++)
+        assert_product_backward(M[i], N, K, A[i], LDA, W[i], dC[i], LDDC, dA[i], LDDA, dW0[i], dW[i]);
+    memcpy(dW0[0], dW[0], (size_t)N * K * sizeof *dW[0]);
+    ac_cpu_linear_batch_backward(&ctx, 1, M, N, K, (const float *const *)A, LDA, NULL, (const float *const *)dC,
+                                 LDDC, NULL, LDDA, dW);
+    assert_product_backward(M[0], N, K, A[0], LDA, W[0], dC[0], LDDC, NULL, LDDA, dW0[0], dW[0]);
+    for (int i = 0; i < B; i++)
+        free(A[i]), free(W[i]), free(dC[i]), free(dA[i]), free(dW[i]), free(dW0[i]);
+}
+
 /* The CPU's causal conv + SiLU against a direct double computation, over blocks of
  * channels run in parallel (T C past the size that splits): the outputs and the advanced
  * state of a 100-step call after a non-zero state, then a 1-step call (T < K - 1); the
@@ -1646,6 +1730,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_harness_catches_a_wrong_op),
         cmocka_unit_test(test_gemv_against_double),
         cmocka_unit_test(test_gemm_split_against_double),
+        cmocka_unit_test(test_linear_batch_backward_against_double),
         cmocka_unit_test(test_conv1d_against_double),
     };
     const struct CMUnitTest one_backend[] = {
