@@ -55,6 +55,9 @@ size_t ac_k_attention_backward_workspace(int threads, int longest);
 
 struct ac_backend {
     const char *name; /* "cpu", "cuda": what ac_backend_find takes */
+    /* ssd_scan_save keeps the state every this many steps (the CPU 16, recomputing the
+     * rest in the backward; CUDA 1): see ac_k_ssd_states_floats. */
+    int ssd_state_interval;
 
     /* ---- memory: device memory on an accelerator, host memory on the CPU ---- */
 
@@ -205,16 +208,16 @@ struct ac_backend {
     /* ---- Mamba2 backward ---- */
 
     /* ac_k_ssd_scan that keeps what its backward needs: starts from state0 [H, P, N]
-     * (NULL: zeros; not modified) and fills `states`, T * H * P * N floats whose layout
-     * belongs to the backend (the CPU keeps a state every 16 steps and recomputes the
-     * rest in the backward). Other arguments as ac_k_ssd_scan. */
+     * (NULL: zeros; not modified) and fills `states`, ac_k_ssd_states_floats(T) floats
+     * whose layout belongs to the backend. Other arguments as ac_k_ssd_scan. */
     void (*ssd_scan_save)(ac_kctx *ctx, int T, int H, int P, int N, int G, const float *x, int ldx,
                           const float *B, const float *C, int ldbc, const float *dt, const float *A,
                           const float *Dskip, const float *state0, float *states, float *y, int ldy);
     /* Backward of ac_k_ssd_scan_save, given dy = dL/dy [T, H*P] (lddy), the same inputs,
      * state0 and the states it filled (which it may overwrite): dx [T, H*P] (lddx), dB and
      * dC [T, G*N] (lddbc) and ddt [T, H] are overwritten; dA and dD [H] += (either may be
-     * NULL). No gradient goes to state0. work: caller scratch of H * (2T + 2P + 1) * N floats. */
+     * NULL). No gradient goes to state0. work: caller scratch of
+     * ac_k_ssd_backward_work_floats(T) floats. */
     void (*ssd_scan_backward)(ac_kctx *ctx, int T, int H, int P, int N, int G, const float *x, int ldx,
                               const float *B, const float *C, int ldbc, const float *dt, const float *A,
                               const float *Dskip, const float *state0, float *states, const float *dy,
@@ -493,6 +496,23 @@ static inline double ac_k_sum_squares(ac_kctx *ctx, size_t n, const float *x)
 static inline void ac_k_scale(ac_kctx *ctx, size_t n, float s, float *x)
 {
     ac_backend_of(ctx)->scale(ctx, n, s, x);
+}
+
+/* Floats of `states` for a T-step ac_k_ssd_scan_save: a state [H, P, N] every
+ * ssd_state_interval steps, ceil(T / interval) of them. */
+static inline size_t ac_k_ssd_states_floats(const ac_backend *be, int T, int H, int P, int N)
+{
+    int interval = be->ssd_state_interval;
+    return (size_t)((T + interval - 1) / interval) * H * P * N;
+}
+
+/* Floats of the work buffer of a T-step ac_k_ssd_scan_backward: per head, dB and dC rows
+ * [T, N] each, the carried state gradient twice and a row ([2P + 1, N]), and the states
+ * between two kept ones, min(interval, T) [P, N]. */
+static inline size_t ac_k_ssd_backward_work_floats(const ac_backend *be, int T, int H, int P, int N)
+{
+    int between = be->ssd_state_interval < T ? be->ssd_state_interval : T;
+    return (size_t)H * N * ((size_t)2 * T + 2 * (size_t)P + 1 + (size_t)between * P);
 }
 
 static inline void ac_k_ssd_scan_save(ac_kctx *ctx, int T, int H, int P, int N, int G, const float *x, int ldx,

@@ -49,6 +49,7 @@ static const char *cpu_take_error(void)
 
 const ac_backend ac_cpu_backend = {
     .name = "cpu",
+    .ssd_state_interval = AC_CPU_SSD_STATE_INTERVAL,
     .alloc = cpu_alloc,
     .free = cpu_free,
     .copy = cpu_copy,

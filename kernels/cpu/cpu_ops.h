@@ -11,6 +11,9 @@
 extern "C" {
 #endif
 
+/* The CPU's ssd_scan_save keeps a state every this many steps (kernels/cpu/ssd.c). */
+#define AC_CPU_SSD_STATE_INTERVAL 16
+
 /* ---- forward ---- */
 
 void ac_cpu_linear(ac_kctx *ctx, int M, int N, int K, const float *A, int lda, const float *W, float beta,

@@ -7,7 +7,7 @@
 #include <string.h>
 
 /* The training scan keeps a state every SSD_CHECKPOINT steps (see ac_cpu_ssd_scan_save). */
-#define SSD_CHECKPOINT 16
+#define SSD_CHECKPOINT AC_CPU_SSD_STATE_INTERVAL
 
 /* A prompt's scan of one head with its state held transposed, [N, P], so that each step
  * runs along P in vectors with no horizontal sums (the [P, N] layout needs one per
@@ -143,12 +143,11 @@ void ac_cpu_ssd_scan(ac_kctx *ctx, int T, int H, int P, int N, int G, const floa
 /* The training scan keeps a state every SSD_CHECKPOINT steps, not every state: all of
  * them were T H P N floats written by the forward and read back by the backward, which
  * made the scan memory-bound (67 MB a Mamba layer for the parent at 8 x 256 tokens). The
- * backward recomputes one stretch of SSD_CHECKPOINT states at a time, in cache, with the
- * same arithmetic as the forward, so the states it uses are bit for bit the forward's.
- * Layout of `states` (T slots of H P N floats, slot i at i H P N): slots 0 .. nc-2 hold
- * the state after steps K-1, 2K-1, ... (the start of stretches 1 .. nc-1, nc = ceil(T /
- * K)); the min(K, T) slots after them hold one stretch's states (the forward's running
- * state, then the backward's recomputed stretch). That fits in T slots for every T. */
+ * backward recomputes one stretch of SSD_CHECKPOINT states at a time, in cache (its work
+ * buffer), with the same arithmetic as the forward, so the states it uses are bit for bit
+ * the forward's. Layout of `states` (nc = ceil(T / K) slots of H P N floats, slot i at
+ * i H P N): slots 0 .. nc-2 hold the state after steps K-1, 2K-1, ... (the start of
+ * stretches 1 .. nc-1); slot nc-1 the running state while the forward scans. */
 static int stretches(int T) { return (T + SSD_CHECKPOINT - 1) / SSD_CHECKPOINT; }
 
 /* One step of a head's recurrence: s [P, N] from prev (NULL: a zero state; prev may be
@@ -356,8 +355,10 @@ void ac_cpu_ssd_scan_backward(ac_kctx *ctx, int T, int H, int P, int N, int G, c
     (void)ctx;
     int heads_per_group = H / G, nc = stretches(T);
     size_t step = (size_t)H * P * N, hpn = (size_t)P * N;
-    /* dB rows [T, N], dC rows [T, N], the carry [P, N] and [N, P], a row [N] */
-    size_t head_work = ((size_t)2 * T + 2 * (size_t)P + 1) * N;
+    /* dB rows [T, N], dC rows [T, N], the carry [P, N] and [N, P], a row [N], a stretch's
+     * states (ac_k_ssd_backward_work_floats) */
+    int stretch_len = SSD_CHECKPOINT < T ? SSD_CHECKPOINT : T;
+    size_t head_work = ((size_t)2 * T + 2 * (size_t)P + 1 + (size_t)stretch_len * P) * N;
 #pragma omp parallel for schedule(static) if ((long)T * H * P * N > 16384)
     for (int h = 0; h < H; h++) {
         int g = h / heads_per_group;
@@ -366,10 +367,12 @@ void ac_cpu_ssd_scan_backward(ac_kctx *ctx, int T, int H, int P, int N, int G, c
         scan_back_step b = {.P = P, .N = N, .A = A[h], .Dskip = Dskip[h], .K = wdC + (size_t)T * N};
         b.KT = b.K + hpn;
         b.dot = b.KT + hpn;
-        for (size_t i = 0; i < head_work; i++)
+        for (size_t i = 0; i < (size_t)2 * T * N; i++)
             wdB[i] = 0.0f;
+        for (size_t i = 0; i < 2 * hpn; i++)
+            b.K[i] = 0.0f;
         float a_sum = 0.0f, d_sum = 0.0f;
-        float *stretch = states + (size_t)(nc - 1) * step + h * hpn; /* slot k of it at k * step */
+        float *stretch = b.dot + N; /* state k of it at k * hpn */
         for (int c = nc - 1; c >= 0; c--) {
             int t0 = c * SSD_CHECKPOINT, t1 = t0 + SSD_CHECKPOINT < T ? t0 + SSD_CHECKPOINT : T;
             const float *start = c > 0 ? states + (size_t)(c - 1) * step + h * hpn : state0 ? state0 + h * hpn : NULL;
@@ -377,7 +380,7 @@ void ac_cpu_ssd_scan_backward(ac_kctx *ctx, int T, int H, int P, int N, int G, c
                 float d = dt[(size_t)t * H + h];
                 scan_step(P, N, d, ac_cpu_expf(d * A[h]), x + (size_t)t * ldx + (size_t)h * P,
                           B + (size_t)t * ldbc + (size_t)g * N, NULL, 0.0f,
-                          t > t0 ? stretch + (size_t)(t - t0 - 1) * step : start, stretch + (size_t)(t - t0) * step,
+                          t > t0 ? stretch + (size_t)(t - t0 - 1) * hpn : start, stretch + (size_t)(t - t0) * hpn,
                           NULL);
             }
             for (int t = t1 - 1; t >= t0; t--) {
@@ -387,8 +390,8 @@ void ac_cpu_ssd_scan_backward(ac_kctx *ctx, int T, int H, int P, int N, int G, c
                 b.gy = dy + (size_t)t * lddy + (size_t)h * P;
                 b.B = B + (size_t)t * ldbc + (size_t)g * N;
                 b.C = C + (size_t)t * ldbc + (size_t)g * N;
-                b.s = stretch + (size_t)(t - t0) * step;
-                b.prev = t > t0 ? b.s - step : start;
+                b.s = stretch + (size_t)(t - t0) * hpn;
+                b.prev = t > t0 ? b.s - hpn : start;
                 b.rB = wdB + (size_t)t * N;
                 b.rC = wdC + (size_t)t * N;
                 b.dx = dx + (size_t)t * lddx + (size_t)h * P;

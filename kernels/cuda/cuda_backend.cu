@@ -133,6 +133,7 @@ static void cuda_sync(ac_kctx *ctx)
 
 const ac_backend ac_cuda_backend = {
     .name = "cuda",
+    .ssd_state_interval = 1,
     .alloc = cuda_alloc,
     .free = cuda_free,
     .copy = cuda_copy,

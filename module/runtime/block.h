@@ -72,6 +72,10 @@ typedef struct {
     /* Floats per token that a training forward keeps for its backward (its projections,
      * which the backward would otherwise recompute). */
     size_t (*saved_per_token)(const ac_arch *arch, const ac_block_dims *b);
+    /* Floats a training forward keeps besides, for each sequence of seq_len tokens on
+     * backend be (Mamba2: the scan's kept states, as many as the backend keeps); NULL:
+     * none. */
+    size_t (*saved_per_sequence)(const ac_block_dims *b, const struct ac_backend *be, int seq_len);
     /* Floats per token of host memory the forward reads back from a device's memory to
      * decide on the host (the MoE's routing: which expert gets which token); NULL: none.
      * On the CPU the forward reads its scratch in place and none is allocated. */
@@ -88,9 +92,11 @@ typedef struct {
     void (*forward)(ac_runtime *rt, int layer, const ac_seqs *seqs, const float *xn, const ac_block_masks *masks,
                     float *out);
     /* With rt->saved set (a training forward, seqs->caches NULL), forward also keeps
-     * saved_per_token x T floats there, and the backward of the same pass reads them
-     * instead of recomputing them: the same arithmetic on the same inputs, so the
-     * gradients are the same bits either way. */
+     * saved_per_token x T (+ saved_per_sequence for each sequence) floats there, and the
+     * backward of the same pass reads them instead of recomputing them: the same
+     * arithmetic on the same inputs, so the gradients are the same bits either way. One
+     * backward per forward: a backward may overwrite what it read (a device's scan
+     * turns its kept states into their gradients). */
     /* Training (seqs->caches is NULL). Recomputes what it needs from xn, then, given
      * dout = dL/dout: dxn [T, D] = dL/dxn, overwritten; grad: the layer's weight
      * gradients (+=, NULL: not wanted); mask_grads (+=) for the masks given. */

@@ -8,9 +8,10 @@
  * and one rule keeps a decoded sequence identical to the same sequence prefilled.
  *
  * Training (seqs->caches == NULL): every sequence starts from zero conv and SSM state in
- * scratch and keeps none. The backward recomputes the forward from xn and stores every
- * step's SSM state ([T, H, P, N], T the packed tokens) for the reverse recurrence: one
- * forward scan, no chunk checkpoints, at H*P*N floats a token of scratch. */
+ * scratch and keeps none. A training forward with rt->saved keeps its projections, the
+ * scan's output and kept states (as many as the backend keeps, ac_k_ssd_states_floats)
+ * and the gated norm's output, so its backward recomputes nothing; without them the
+ * backward recomputes the forward from xn. */
 #include "runtime/runtime_internal.h"
 
 #include <inttypes.h>
@@ -28,27 +29,44 @@ static size_t mamba2_scratch_per_token(const ac_arch *arch, const ac_block_dims 
            (size_t)ac_mamba_d_inner(b) + 2 * (size_t)b->mamba_heads;
 }
 
-/* A training forward keeps in_proj's output, the conv's and dt: proj | xbc | dt per token
- * (the backward recomputes only the scan, whose states would take H P N a token). */
+/* A training forward keeps, per token, in_proj's output, the conv's, dt, the scan's
+ * output y and the gated norm's output: proj | xbc | dt | y | normed; then the scan's
+ * kept states, sequence by sequence (mamba2_saved_per_sequence). */
 static size_t mamba2_saved_per_token(const ac_arch *arch, const ac_block_dims *b)
 {
     (void)arch;
-    return (size_t)ac_mamba_in_proj_dim(b) + (size_t)ac_mamba_conv_dim(b) + (size_t)b->mamba_heads;
+    return (size_t)ac_mamba_in_proj_dim(b) + (size_t)ac_mamba_conv_dim(b) + (size_t)b->mamba_heads +
+           2 * (size_t)ac_mamba_d_inner(b);
 }
 
-/* proj, xbc and dt [T rows each] in rt->saved when it is set, else in scratch. */
-static void projections(ac_runtime *rt, const ac_block_dims *b, int T, float **proj, float **xbc, float **dt)
+static size_t mamba2_saved_per_sequence(const ac_block_dims *b, const ac_backend *be, int seq_len)
+{
+    return ac_k_ssd_states_floats(be, seq_len, b->mamba_heads, b->mamba_head_dim, b->ssm_state);
+}
+
+/* The forward's internals [T rows each] and the scan's states (sequence after sequence,
+ * ac_k_ssd_states_floats each): in rt->saved when it is set; else proj, xbc and dt in
+ * scratch and the rest NULL (each pass makes its own). */
+typedef struct {
+    float *proj, *xbc, *dt, *y, *normed, *states;
+} mamba2_kept;
+
+static int kept_internals(ac_runtime *rt, const ac_block_dims *b, int T, mamba2_kept *k)
 {
     size_t nproj = (size_t)ac_mamba_in_proj_dim(b), conv = (size_t)ac_mamba_conv_dim(b);
+    size_t dI = (size_t)ac_mamba_d_inner(b);
     if (rt->saved) {
-        *proj = rt->saved;
-        *xbc = *proj + (size_t)T * nproj;
-        *dt = *xbc + (size_t)T * conv;
-        return;
+        k->proj = rt->saved;
+        k->xbc = k->proj + (size_t)T * nproj;
+        k->dt = k->xbc + (size_t)T * conv;
+        k->y = k->dt + (size_t)T * (size_t)b->mamba_heads;
+        k->normed = k->y + (size_t)T * dI;
+        k->states = k->normed + (size_t)T * dI;
+        return 1;
     }
-    *proj = ac_scratch(rt, (size_t)T * nproj);
-    *xbc = ac_scratch(rt, (size_t)T * conv);
-    *dt = ac_scratch(rt, (size_t)T * (size_t)b->mamba_heads);
+    *k = (mamba2_kept){.proj = ac_scratch(rt, (size_t)T * nproj), .xbc = ac_scratch(rt, (size_t)T * conv),
+                       .dt = ac_scratch(rt, (size_t)T * (size_t)b->mamba_heads)};
+    return 0;
 }
 
 /* Floats of one sequence's conv and SSM state; the cache holds them in this order. */
@@ -61,7 +79,7 @@ static size_t mamba2_state_floats(const ac_block_dims *b) { return conv_state_fl
 
 /* Per token: the forward's buffers (proj, xbc, dt, y) plus the masked y, the norm output
  * (later its gradient) and its copy for a head mask's width gradient, dL/dy, dproj, dxbc, ddt, the norm's rstd, the saved states and
- * the scan backward's work (2 H N a token plus 2 H P N + H N). Fixed-size buffers are counted per
+ * the scan backward's work (2 H N a token plus 2 H P N + H N, and a stretch of states, at most H P N a token). Fixed-size buffers are counted per
  * token too, which covers them for any T >= 1: the conv weight and bias gradients summed
  * over sequences (conv (K + 1)), and the zero states of the training forward (conv (K-1)
  * + H P N), so the training reservation also plans ac_mamba2_forward without caches; and
@@ -72,7 +90,7 @@ static size_t mamba2_backward_scratch_per_token(const ac_arch *arch, const ac_bl
     size_t H = (size_t)b->mamba_heads, N = (size_t)b->ssm_state, G = (size_t)b->mamba_groups;
     size_t nproj = (size_t)ac_mamba_in_proj_dim(b), conv = (size_t)ac_mamba_conv_dim(b);
     size_t dI = (size_t)ac_mamba_d_inner(b), hpn = ssm_state_floats(b);
-    return 2 * nproj + 2 * conv + 2 * H + 5 * dI + G + hpn + 2 * H * N + 2 * hpn + H * N + conv * (b->conv_kernel + 1) +
+    return 2 * nproj + 2 * conv + 2 * H + 5 * dI + G + hpn + 2 * H * N + 3 * hpn + H * N + conv * (b->conv_kernel + 1) +
            conv_state_floats(b) + hpn + 5 * H;
 }
 
@@ -150,9 +168,11 @@ static void mamba2_forward(ac_runtime *rt, int layer, const ac_seqs *seqs, const
     int dI = ac_mamba_d_inner(b), conv = ac_mamba_conv_dim(b), nproj = ac_mamba_in_proj_dim(b);
     const float *mask = masks ? masks->mamba_heads : NULL;
 
-    float *proj, *xbc, *dt; /* z | xBC | dt per row; after conv + SiLU: x | B | C; dt */
-    projections(rt, b, T, &proj, &xbc, &dt);
-    float *y = ac_scratch(rt, (size_t)T * dI);
+    mamba2_kept k; /* proj: z | xBC | dt per row; xbc after conv + SiLU: x | B | C; dt */
+    int keep = kept_internals(rt, b, T, &k);
+    float *proj = k.proj, *xbc = k.xbc, *dt = k.dt;
+    float *y = keep ? k.y : ac_scratch(rt, (size_t)T * dI);
+    size_t states_at = 0;
     /* training: a fresh state per sequence (planned by ac_runtime_reserve_training) */
     float *conv0 = NULL, *ssm0 = NULL;
     if (!seqs->caches) {
@@ -179,17 +199,30 @@ static void mamba2_forward(ac_runtime *rt, int layer, const ac_seqs *seqs, const
         ac_k_softplus_dt(&rt->kctx, L, H, rows + dI + conv, nproj, w->dt_bias, a->time_step_min,
                          dt + (size_t)o * H);
         const float *xs = xbc + (size_t)o * conv;
-        ac_k_ssd_scan(&rt->kctx, L, H, P, N, G, xs, conv, xs + dI, xs + dI + G * N, conv,
-                      dt + (size_t)o * H, A, w->D, ssm_state, y + (size_t)o * dI, dI);
+        if (keep) { /* the zero state0 of training */
+            ac_k_ssd_scan_save(&rt->kctx, L, H, P, N, G, xs, conv, xs + dI, xs + dI + G * N, conv, dt + (size_t)o * H,
+                               A, w->D, NULL, k.states + states_at, y + (size_t)o * dI, dI);
+            states_at += ac_k_ssd_states_floats(ac_backend_of(&rt->kctx), L, H, P, N);
+        } else {
+            ac_k_ssd_scan(&rt->kctx, L, H, P, N, G, xs, conv, xs + dI, xs + dI + G * N, conv, dt + (size_t)o * H, A,
+                          w->D, ssm_state, y + (size_t)o * dI, dI);
+        }
     }
-    float width[AC_MAX_MAMBA_HEADS];
-    if (mask)
-        ac_k_mul_heads(&rt->kctx, T, H, P, mask, y, dI);
+    /* the masked y, in place unless y is kept for the backward */
+    float *ym = y;
+    if (mask) {
+        if (keep) {
+            ym = ac_scratch(rt, (size_t)T * dI);
+            ac_rt_copy(rt, ym, y, (size_t)T * dI);
+        }
+        ac_k_mul_heads(&rt->kctx, T, H, P, mask, ym, dI);
+    }
+    float *normed = keep ? k.normed : ym, width[AC_MAX_MAMBA_HEADS];
     if (group_widths(masks ? ac_block_mask_host(masks->host_mamba_heads, mask) : NULL, H, P, G, width))
-        width_gated_norm(rt, T, dI, G, y, proj, nproj, w->gate_norm, a->norm_eps, width, y);
+        width_gated_norm(rt, T, dI, G, ym, proj, nproj, w->gate_norm, a->norm_eps, width, normed);
     else
-        ac_k_gated_rmsnorm(&rt->kctx, T, dI, dI / G, y, dI, proj, nproj, w->gate_norm, a->norm_eps, y, dI);
-    ac_k_linear(&rt->kctx, T, D, dI, y, dI, w->out_proj, 0.0f, out, D);
+        ac_k_gated_rmsnorm(&rt->kctx, T, dI, dI / G, ym, dI, proj, nproj, w->gate_norm, a->norm_eps, normed, dI);
+    ac_k_linear(&rt->kctx, T, D, dI, normed, dI, w->out_proj, 0.0f, out, D);
 }
 
 static void mamba2_backward(ac_runtime *rt, int layer, const ac_seqs *seqs, const float *xn, const ac_block_masks *masks,
@@ -208,19 +241,20 @@ static void mamba2_backward(ac_runtime *rt, int layer, const ac_seqs *seqs, cons
     for (int s = 0; s < seqs->n; s++)
         longest = seqs->len[s] > longest ? seqs->len[s] : longest;
 
-    int kept = rt->saved != NULL; /* proj, xbc and dt from this pass's forward */
-    float *proj, *xbc, *dt;
-    projections(rt, b, T, &proj, &xbc, &dt);
-    float *states = ac_scratch(rt, (size_t)T * hpn);
-    float *y = ac_scratch(rt, (size_t)T * dI);                    /* the scan's output */
+    mamba2_kept k;
+    int kept = kept_internals(rt, b, T, &k); /* everything from this pass's forward */
+    float *proj = k.proj, *xbc = k.xbc, *dt = k.dt;
+    float *states = kept ? k.states : ac_scratch(rt, (size_t)T * hpn);
+    float *y = kept ? k.y : ac_scratch(rt, (size_t)T * dI);       /* the scan's output */
     float *ym = mask ? ac_scratch(rt, (size_t)T * dI) : y;        /* masked: the norm's input */
-    float *nrm = ac_scratch(rt, (size_t)T * dI);                  /* norm output, then its gradient */
+    float *nrm = ac_scratch(rt, (size_t)T * dI);                  /* norm output (unless kept), then its gradient */
     float *dy = ac_scratch(rt, (size_t)T * dI);
     float *dproj = ac_scratch(rt, (size_t)T * nproj);
     float *dxbc = ac_scratch(rt, (size_t)T * conv);
     float *ddt = ac_scratch(rt, (size_t)T * H);
     float *rstd = ac_scratch(rt, (size_t)T * G);
-    float *work = ac_scratch(rt, (size_t)H * (2 * (size_t)longest + 2 * (size_t)P + 1) * N);
+    const ac_backend *be = ac_backend_of(&rt->kctx);
+    float *work = ac_scratch(rt, ac_k_ssd_backward_work_floats(be, longest, H, P, N));
     float *conv0 = ac_scratch(rt, conv_state_floats(b));
     /* Gradients that sum over sequences go to zeroed buffers first and into grad once,
      * so a gradient arena holds the same sums whatever it held before (twice = 2x). */
@@ -235,23 +269,21 @@ static void mamba2_backward(ac_runtime *rt, int layer, const ac_seqs *seqs, cons
         dconv_b = w->conv_b ? dconv_w + (size_t)conv * K : NULL;
     }
 
-    /* recompute the forward (the scan only, when the forward kept the rest), keeping
-     * the scan's states */
+    size_t states_at = 0; /* the scan's states sequence after sequence, as the forward keeps them */
+    /* recompute the forward when it kept nothing, keeping the scan's states */
     if (!kept)
         ac_k_linear(&rt->kctx, T, nproj, D, xn, D, w->in_proj, 0.0f, proj, nproj);
-    for (int s = 0; s < seqs->n; s++) {
+    for (int s = 0; !kept && s < seqs->n; s++) {
         int o = seqs->offset[s], L = seqs->len[s];
         const float *rows = proj + (size_t)o * nproj;
-        if (!kept) {
-            ac_rt_zero(rt, conv0, conv_state_floats(b));
-            ac_k_conv1d_silu(&rt->kctx, L, conv, K, rows + dI, nproj, w->conv_w, w->conv_b, conv0,
-                             xbc + (size_t)o * conv, conv);
-            ac_k_softplus_dt(&rt->kctx, L, H, rows + dI + conv, nproj, w->dt_bias, a->time_step_min,
-                             dt + (size_t)o * H);
-        }
+        ac_rt_zero(rt, conv0, conv_state_floats(b));
+        ac_k_conv1d_silu(&rt->kctx, L, conv, K, rows + dI, nproj, w->conv_w, w->conv_b, conv0, xbc + (size_t)o * conv,
+                         conv);
+        ac_k_softplus_dt(&rt->kctx, L, H, rows + dI + conv, nproj, w->dt_bias, a->time_step_min, dt + (size_t)o * H);
         const float *xs = xbc + (size_t)o * conv;
         ac_k_ssd_scan_save(&rt->kctx, L, H, P, N, G, xs, conv, xs + dI, xs + dI + G * N, conv, dt + (size_t)o * H,
-                           A, w->D, NULL, states + (size_t)o * hpn, y + (size_t)o * dI, dI);
+                           A, w->D, NULL, states + states_at, y + (size_t)o * dI, dI);
+        states_at += ac_k_ssd_states_floats(be, L, H, P, N);
     }
     if (mask) {
         ac_rt_copy(rt, ym, y, (size_t)T * dI);
@@ -259,18 +291,24 @@ static void mamba2_backward(ac_runtime *rt, int layer, const ac_seqs *seqs, cons
     }
     float width[AC_MAX_MAMBA_HEADS];
     int widened = group_widths(masks ? ac_block_mask_host(masks->host_mamba_heads, mask) : NULL, H, P, G, width);
-    if (widened)
+    /* the norm's output: kept, or made in nrm and (for the width's gradient, after nrm
+     * turns into its gradient) copied */
+    const float *normed = kept ? k.normed : nrm, *out_kept = NULL;
+    if (!kept && widened)
         width_gated_norm(rt, T, dI, G, ym, proj, nproj, w->gate_norm, a->norm_eps, width, nrm);
-    else
+    else if (!kept)
         ac_k_gated_rmsnorm(&rt->kctx, T, dI, dI / G, ym, dI, proj, nproj, w->gate_norm, a->norm_eps, nrm, dI);
-    /* the width's gradient needs the norm output after nrm turns into its gradient */
-    float *out_kept = widened && dmask ? ac_scratch(rt, (size_t)T * dI) : NULL;
-    if (out_kept)
-        ac_rt_copy(rt, out_kept, nrm, (size_t)T * dI);
+    if (widened && dmask && kept) {
+        out_kept = k.normed;
+    } else if (widened && dmask) {
+        float *copy = ac_scratch(rt, (size_t)T * dI);
+        ac_rt_copy(rt, copy, nrm, (size_t)T * dI);
+        out_kept = copy;
+    }
 
-    /* out_proj: the weight gradient reads the norm output, which then becomes its gradient */
+    /* out_proj: the weight gradient reads the norm output; its gradient goes to nrm */
     if (grad)
-        ac_k_linear_backward(&rt->kctx, T, D, dI, nrm, dI, NULL, dout, D, 0.0f, NULL, dI, grad->out_proj);
+        ac_k_linear_backward(&rt->kctx, T, D, dI, normed, dI, NULL, dout, D, 0.0f, NULL, dI, grad->out_proj);
     ac_k_linear_backward(&rt->kctx, T, D, dI, NULL, dI, w->out_proj, dout, D, 0.0f, nrm, dI, NULL);
     /* gated norm: dL/d(masked y) to dy, dL/dz straight into dproj's z columns */
     if (widened)
@@ -282,14 +320,16 @@ static void mamba2_backward(ac_runtime *rt, int layer, const ac_seqs *seqs, cons
     if (mask)
         ac_k_mul_heads_backward(&rt->kctx, T, H, P, mask, y, dI, dy, dI, dmask);
     /* scan, then conv + SiLU, per sequence; softplus is per token */
+    states_at = 0;
     for (int s = 0; s < seqs->n; s++) {
         int o = seqs->offset[s], L = seqs->len[s];
         const float *xs = xbc + (size_t)o * conv;
         float *dxs = dxbc + (size_t)o * conv;
         ac_k_ssd_scan_backward(&rt->kctx, L, H, P, N, G, xs, conv, xs + dI, xs + dI + G * N, conv, dt + (size_t)o * H,
-                               A, w->D, NULL, states + (size_t)o * hpn, dy + (size_t)o * dI, dI, dxs, conv, dxs + dI,
+                               A, w->D, NULL, states + states_at, dy + (size_t)o * dI, dI, dxs, conv, dxs + dI,
                                dxs + dI + G * N, conv, ddt + (size_t)o * H, grad ? dA : NULL, grad ? dD : NULL,
                                work);
+        states_at += ac_k_ssd_states_floats(be, L, H, P, N);
         ac_k_conv1d_silu_backward(&rt->kctx, L, conv, K, proj + (size_t)o * nproj + dI, nproj, w->conv_w, w->conv_b,
                                   NULL, dxs, conv, dproj + (size_t)o * nproj + dI, nproj, dconv_w, dconv_b);
     }
@@ -447,6 +487,7 @@ const ac_block_ops ac_mamba2_ops = {
     .scratch_per_token = mamba2_scratch_per_token,
     .backward_scratch_per_token = mamba2_backward_scratch_per_token,
     .saved_per_token = mamba2_saved_per_token,
+    .saved_per_sequence = mamba2_saved_per_sequence,
     .state_floats = mamba2_state_floats,
     .kv_heads = ac_block_zero,
     .kv_head_dim = ac_block_zero,

@@ -92,8 +92,9 @@ typedef struct {
                                mask and gate), kept for the gate and hidden-mask gradients,
                                which otherwise recompute it */
     float *const *saved;    /* [L] or NULL: where a keep_inputs forward keeps each block's
-                               internals for the backward (saved_per_token x T floats each,
-                               NULL for a block that keeps none) */
+                               internals for the backward (block.h: saved_per_token x T
+                               and saved_per_sequence floats each, NULL for a block that
+                               keeps none) */
 } ac_pass;
 
 /* The backward's buffers, [T, D] each but column [D]. */

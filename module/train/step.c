@@ -36,6 +36,17 @@ struct ac_train_step {
 
 static const ac_backend *step_backend(const ac_train_step *s) { return ac_model_backend(s->model); }
 
+/* Floats block l's training forward keeps for the step's B sequences of T tokens. */
+static size_t saved_floats(const ac_train_step *s, int l)
+{
+    const ac_arch *a = &s->model->arch;
+    const ac_block_ops *ops = ac_block(&a->layers[l]);
+    size_t n = ops->saved_per_token(a, &a->layers[l]) * (size_t)s->rows;
+    if (ops->saved_per_sequence)
+        n += ops->saved_per_sequence(&a->layers[l], step_backend(s), s->T) * (size_t)s->B;
+    return n;
+}
+
 /* The blocks' kept forward internals: one arena, a slice per block that keeps any. */
 static ac_status alloc_saved(ac_train_step *s)
 {
@@ -45,7 +56,7 @@ static ac_status alloc_saved(ac_train_step *s)
     if (!s->saved)
         return AC_ERR_NOMEM;
     for (int l = 0; l < a->n_layers; l++)
-        total += ac_block(&a->layers[l])->saved_per_token(a, &a->layers[l]) * (size_t)s->rows;
+        total += saved_floats(s, l);
     if (total == 0)
         return AC_OK;
     s->saved_arena = step_backend(s)->alloc(total * sizeof(float));
@@ -53,7 +64,7 @@ static ac_status alloc_saved(ac_train_step *s)
         return AC_ERR_NOMEM;
     size_t used = 0;
     for (int l = 0; l < a->n_layers; l++) {
-        size_t n = ac_block(&a->layers[l])->saved_per_token(a, &a->layers[l]) * (size_t)s->rows;
+        size_t n = saved_floats(s, l);
         s->saved[l] = n ? s->saved_arena + used : NULL;
         used += n;
     }

@@ -173,6 +173,7 @@ static double guarded_sum_squares(ac_kctx *ctx, size_t n, const float *x)
 
 static const ac_backend guarded_backend = {
     .name = "guarded",
+    .ssd_state_interval = AC_CPU_SSD_STATE_INTERVAL,
     .alloc = guarded_alloc,
     .free = guarded_free,
     .copy = guarded_copy,

@@ -72,6 +72,7 @@ static void host_sync(ac_kctx *ctx)
  * points at the wrong op then disagrees with this table instead of with itself. */
 static const ac_backend reference = {
     .name = "reference",
+    .ssd_state_interval = AC_CPU_SSD_STATE_INTERVAL,
     .alloc = host_alloc,
     .free = host_free,
     .copy = host_copy,
@@ -692,7 +693,8 @@ static void op_ssd_scan_save(run *r, const op_case *c)
     const float *A = f32(r, BUF_IN, (size_t)H, -2.0f, -0.1f);
     const float *D = f32(r, BUF_IN, (size_t)H, -1.0f, 1.0f);
     const float *state0 = c->p[8] ? f32(r, BUF_IN, (size_t)H * P * N, -1.0f, 1.0f) : NULL;
-    float *states = f32(r, BUF_SCRATCH, (size_t)T * H * P * N, -1.0f, 1.0f); /* the backend's own layout */
+    /* the backend's own layout */
+    float *states = f32(r, BUF_SCRATCH, ac_k_ssd_states_floats(r->be, T, H, P, N), -1.0f, 1.0f);
     float *y = f32(r, BUF_OUT, (size_t)T * ldy, -1.0f, 1.0f);
     CALL(r, ssd_scan_save, T, H, P, N, G, x, ldx, B, C, ldbc, dt, A, D, state0, states, y, ldy);
 }
@@ -709,7 +711,7 @@ static void op_ssd_scan_backward(run *r, const op_case *c)
     const float *A = f32(r, BUF_IN, (size_t)H, -2.0f, -0.1f);
     const float *D = f32(r, BUF_IN, (size_t)H, -1.0f, 1.0f);
     const float *state0 = c->p[10] ? f32(r, BUF_IN, (size_t)H * P * N, -1.0f, 1.0f) : NULL;
-    float *states = f32(r, BUF_SCRATCH, (size_t)T * H * P * N, -1.0f, 1.0f);
+    float *states = f32(r, BUF_SCRATCH, ac_k_ssd_states_floats(r->be, T, H, P, N), -1.0f, 1.0f);
     CALL(r, ssd_scan_save, T, H, P, N, G, x, ldx, B, C, ldbc, dt, A, D, state0, states,
          f32(r, BUF_SCRATCH, (size_t)T * H * P, -1.0f, 1.0f), H * P);
     const float *dy = f32(r, BUF_IN, (size_t)T * lddy, -1.0f, 1.0f);
@@ -719,7 +721,7 @@ static void op_ssd_scan_backward(run *r, const op_case *c)
     float *ddt = f32(r, BUF_OUT, (size_t)T * H, -1.0f, 1.0f);
     float *dA = c->p[11] ? f32(r, BUF_OUT, (size_t)H, -1.0f, 1.0f) : NULL;
     float *dD = c->p[11] ? f32(r, BUF_OUT, (size_t)H, -1.0f, 1.0f) : NULL;
-    float *work = f32(r, BUF_SCRATCH, (size_t)H * (2 * T + 2 * P + 1) * N, -1.0f, 1.0f);
+    float *work = f32(r, BUF_SCRATCH, ac_k_ssd_backward_work_floats(r->be, T, H, P, N), -1.0f, 1.0f);
     CALL(r, ssd_scan_backward, T, H, P, N, G, x, ldx, B, C, ldbc, dt, A, D, state0, states, dy, lddy, dx, lddx, dB,
          dC, lddbc, ddt, dA, dD, work);
 }
@@ -1153,6 +1155,7 @@ static double counted_sum_squares(ac_kctx *ctx, size_t n, const float *x)
 
 static const ac_backend counting = {
     .name = "counting",
+    .ssd_state_interval = AC_CPU_SSD_STATE_INTERVAL,
     .alloc = host_alloc,
     .free = host_free,
     .copy = host_copy,

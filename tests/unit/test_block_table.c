@@ -3,7 +3,7 @@
  * descriptions of one block); its cost-table key holds the dims that set its cost; an
  * unknown kind is refused by name; what a training forward keeps for its backward
  * (rt->saved) changes no bit of the output or of any gradient and stays within
- * saved_per_token. */
+ * saved_per_token and saved_per_sequence. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -191,19 +191,22 @@ static void test_kept_internals_change_no_bit(void **state)
             r[i].mask_grads = malloc(sizeof masks);
             assert_true(r[i].out && r[i].dxn && r[i].grads && r[i].mask_grads);
         }
-        size_t kept = ac_block(&a.layers[0])->saved_per_token(&a, &a.layers[0]) * 14;
+        const ac_block_ops *ops = ac_block(&a.layers[0]);
+        size_t kept = ops->saved_per_token(&a, &a.layers[0]) * 14;
+        for (int s = 0; ops->saved_per_sequence && s < 2; s++) /* the sequences of train_pass */
+            kept += ops->saved_per_sequence(&a.layers[0], ac_model_backend(m), s ? 9 : 5);
         float *saved = malloc((kept + KEPT_GUARD) * sizeof *saved);
         for (int i = 0; i < KEPT_GUARD; i++)
             saved[kept + i] = -7.0f;
         train_pass(rt, grads, NULL, xn, dout, masks, &r[0]);
         train_pass(rt, grads, saved, xn, dout, masks, &r[1]);
-        printf("%s: keeps %zu floats a token\n", ac_block_name((ac_block_kind)k), kept / 14);
+        printf("%s: keeps %zu floats for 14 tokens\n", ac_block_name((ac_block_kind)k), kept);
         assert_memory_equal(r[0].out, r[1].out, TD * sizeof(float));
         assert_memory_equal(r[0].dxn, r[1].dxn, TD * sizeof(float));
         assert_memory_equal(r[0].grads, r[1].grads, arena * sizeof(float));
         assert_memory_equal(r[0].mask_grads, r[1].mask_grads, sizeof masks);
         for (int i = 0; i < KEPT_GUARD; i++)
-            assert_true(saved[kept + i] == -7.0f); /* nothing written past saved_per_token */
+            assert_true(saved[kept + i] == -7.0f); /* nothing written past what the block says it keeps */
         for (int i = 0; i < 2; i++)
             free(r[i].out), free(r[i].dxn), free(r[i].grads), free(r[i].mask_grads);
         free(saved), free(xn), free(dout);
