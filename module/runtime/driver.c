@@ -196,8 +196,9 @@ void ac_driver_forward(ac_runtime *rt, const ac_seqs *seqs, const int32_t *const
         /* with a stream per layer (training), the block writes into the next one, which
          * then adds x: mix + x, the bits of x + mix, without copying x there first */
         float *mix = next != x ? next : rt->mix;
-        block_input(rt, l, x, T, &h, rt->xn);
-        block_forward(rt, l, seqs, &bm, rt->xn, mix, pass->keep_inputs ? saved_at(pass, l) : NULL);
+        float *xn = pass->keep_inputs && pass->xns ? pass->xns + (size_t)l * TD : rt->xn;
+        block_input(rt, l, x, T, &h, xn);
+        block_forward(rt, l, seqs, &bm, xn, mix, pass->keep_inputs ? saved_at(pass, l) : NULL);
         if (pass->outs)
             ac_rt_copy(rt, pass->outs + (size_t)l * TD, mix, TD);
         if (h.host)
@@ -305,10 +306,12 @@ void ac_driver_backward(ac_runtime *rt, const ac_seqs *seqs, const int32_t *cons
         ac_block_masks bm = block_masks(pass, l);
         ac_block_mask_grads bg = block_mask_grads(mask_grads, l);
         /* dout = dx * gate * hidden; without a gate or a hidden mask the block reads dx
-         * itself and its input norm goes straight to rt->xn (two copies of the stream
-         * fewer a layer) */
-        const float *dout = buf->dx;
-        if (!h.host && !gate) {
+         * itself and its input is the forward's, kept or normed again into rt->xn (two
+         * copies of the stream fewer a layer) */
+        const float *dout = buf->dx, *xn = rt->xn;
+        if (!h.host && !gate && pass->xns) {
+            xn = pass->xns + (size_t)l * TD;
+        } else if (!h.host && !gate) {
             width_norm(rt, R, x, m->layers[l].norm, &h, rt->xn);
         } else {
             width_norm(rt, R, x, m->layers[l].norm, &h, buf->xn_raw);
@@ -326,7 +329,7 @@ void ac_driver_backward(ac_runtime *rt, const ac_seqs *seqs, const int32_t *cons
         }
         rt->scratch_used = 0;
         rt->saved = saved_at(pass, l);
-        ac_block(&a->layers[l])->backward(rt, l, seqs, rt->xn, &bm, dout, buf->dxn, g ? &g->layers[l] : NULL, &bg);
+        ac_block(&a->layers[l])->backward(rt, l, seqs, xn, &bm, dout, buf->dxn, g ? &g->layers[l] : NULL, &bg);
         rt->saved = NULL;
         if (h.host) {
             if (dhidden)

@@ -91,6 +91,9 @@ typedef struct {
     float *outs;            /* [L, T, D] or NULL: each block's mixer output (before the hidden
                                mask and gate), kept for the gate and hidden-mask gradients,
                                which otherwise recompute it */
+    float *xns;             /* [L, T, D] or NULL: where a keep_inputs forward keeps each block's
+                               input (the normed, masked stream), which the backward
+                               otherwise recomputes */
     float *const *saved;    /* [L] or NULL: where a keep_inputs forward keeps each block's
                                internals for the backward (block.h: saved_per_token x T
                                and saved_per_sequence floats each, NULL for a block that

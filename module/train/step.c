@@ -19,6 +19,7 @@ struct ac_train_step {
     ac_seqs seqs;
     const int32_t **seq_tokens; /* [B]: each sequence's inputs in this step's tokens */
     float *xs;      /* [L + 1, rows, D]: the residual stream entering each layer, and after the last */
+    float *xns;     /* [L, rows, D]: each block's input, the normed stream */
     float *outs;    /* [L, rows, D], made at the first step with mask gradients: each block's
                        mixer output, which their backward would otherwise recompute */
     float *saved_arena; /* every block's kept forward internals (block.h saved_per_token) */
@@ -96,6 +97,7 @@ ac_status ac_train_step_create(const ac_model *model, int batch, int seq_len, ac
     s->seq_tokens = calloc((size_t)batch, sizeof *s->seq_tokens);
     const ac_backend *be = step_backend(s);
     s->xs = be->alloc(((size_t)a->n_layers + 1) * rows * D * sizeof(float));
+    s->xns = be->alloc((size_t)a->n_layers * rows * D * sizeof(float));
     if (alloc_saved(s) != AC_OK) {
         ac_train_step_free(s);
         return ac_fail(AC_ERR_NOMEM, "train: cannot allocate the kept forward internals for %d x %d tokens", batch,
@@ -117,7 +119,7 @@ ac_status ac_train_step_create(const ac_model *model, int batch, int seq_len, ac
         s->row_loss_host = malloc(rows * sizeof(double));
         s->logits_host = malloc(rows * (size_t)a->vocab * sizeof(float));
     }
-    if (!s->seqs.offset || !s->seqs.len || !s->seq_tokens || !s->xs || !s->buf.xn_raw || !s->buf.dx || !s->buf.dxn ||
+    if (!s->seqs.offset || !s->seqs.len || !s->seq_tokens || !s->xs || !s->xns || !s->buf.xn_raw || !s->buf.dx || !s->buf.dxn ||
         !s->buf.column || !s->logits || !s->row_loss ||
         (!on_host && (!s->targets || !s->row_loss_host || !s->logits_host))) {
         ac_train_step_free(s);
@@ -141,6 +143,7 @@ void ac_train_step_free(ac_train_step *s)
     free(s->seqs.len);
     free(s->seq_tokens);
     be->free(s->xs);
+    be->free(s->xns);
     be->free(s->saved_arena);
     free(s->saved);
     be->free(s->outs);
@@ -199,7 +202,8 @@ static void forward(ac_train_step *s, const ac_step_inputs *in, int keep_inputs)
 {
     for (int b = 0; b < s->B; b++)
         s->seq_tokens[b] = in->tokens + (size_t)b * s->T;
-    ac_pass pass = {.masks = in->masks, .dev_masks = device_masks(s, in), .xs = s->xs, .keep_inputs = keep_inputs,
+    ac_pass pass = {.masks = in->masks, .dev_masks = device_masks(s, in), .xs = s->xs, .xns = s->xns,
+                    .keep_inputs = keep_inputs,
                     .outs = keep_inputs && in->mask_grads ? s->outs : NULL, .saved = s->saved};
     ac_driver_forward(s->rt, &s->seqs, s->seq_tokens, &pass);
     ac_driver_logits(s->rt, &s->seqs, &pass, AC_LOGITS_ALL, s->logits);
@@ -261,7 +265,8 @@ static ac_status reserve_teacher(ac_train_step *s)
 
 static void backward(ac_train_step *s, const ac_step_inputs *in)
 {
-    ac_pass pass = {.masks = in->masks, .dev_masks = device_masks(s, in), .xs = s->xs, .keep_inputs = 1,
+    ac_pass pass = {.masks = in->masks, .dev_masks = device_masks(s, in), .xs = s->xs, .xns = s->xns,
+                    .keep_inputs = 1,
                     .outs = in->mask_grads ? s->outs : NULL, .saved = s->saved};
     int mirrored = s->model->backend && in->mask_grads;
     ac_driver_backward(s->rt, &s->seqs, s->seq_tokens, &pass, s->logits, &s->buf, in->grads,
