@@ -175,9 +175,11 @@ struct ac_backend {
     void (*linear_batch_backward)(ac_kctx *ctx, int n, const int *M, int N, int K, const float *const *A, int lda,
                                   const float *const *W, const float *const *dC, int lddc, float *const *dA,
                                   int ldda, float *const *dW);
-    /* For y = rmsnorm(x) * w: dx = dL/dx (overwritten; may not alias dy), dw += (may be NULL). */
+    /* For y = rmsnorm(x) * w: dx = dL/dx + beta_dx * dx (beta_dx 0: overwritten, not read;
+     * 1: the residual stream's gradient added in the same pass; dx may not alias dy), dw
+     * += (may be NULL). */
     void (*rmsnorm_backward)(ac_kctx *ctx, int rows, int dim, const float *x, int ldx, const float *w, float eps,
-                             const float *dy, int lddy, float *dx, int lddx, float *dw);
+                             const float *dy, int lddy, float beta_dx, float *dx, int lddx, float *dw);
     /* For y = x * rsqrt(sum(x^2) / width + eps) * w per row (an RMSNorm over `width`
      * channels, width <= dim, the rest zero or masked): *dwidth += dL/dwidth summed over
      * rows, given dy = dL/dy. */
@@ -459,10 +461,10 @@ static inline void ac_k_linear_batch_backward(ac_kctx *ctx, int n, const int *M,
 }
 
 static inline void ac_k_rmsnorm_backward(ac_kctx *ctx, int rows, int dim, const float *x, int ldx,
-                                         const float *w, float eps, const float *dy, int lddy, float *dx,
-                                         int lddx, float *dw)
+                                         const float *w, float eps, const float *dy, int lddy, float beta_dx,
+                                         float *dx, int lddx, float *dw)
 {
-    ac_backend_of(ctx)->rmsnorm_backward(ctx, rows, dim, x, ldx, w, eps, dy, lddy, dx, lddx, dw);
+    ac_backend_of(ctx)->rmsnorm_backward(ctx, rows, dim, x, ldx, w, eps, dy, lddy, beta_dx, dx, lddx, dw);
 }
 
 static inline void ac_k_relu2_backward(ac_kctx *ctx, size_t n, const float *pre, float *grad)

@@ -38,9 +38,11 @@ void ac_cpu_rmsnorm(ac_kctx *ctx, int rows, int dim, const float *x, int ldx, co
     }
 }
 
-/* With r = rsqrt(mean(x^2) + eps) and g = dy * w: dx = r g - x r^3 mean(g x). */
+/* With r = rsqrt(mean(x^2) + eps) and g = dy * w: dx = r g - x r^3 mean(g x). The
+ * gradient is rounded before beta_dx dx is added, so adding costs no bit against a
+ * separate add. */
 void ac_cpu_rmsnorm_backward(ac_kctx *ctx, int rows, int dim, const float *x, int ldx, const float *w, float eps,
-                             const float *dy, int lddy, float *dx, int lddx, float *dw)
+                             const float *dy, int lddy, float beta_dx, float *dx, int lddx, float *dw)
 {
     (void)ctx;
 #pragma omp parallel for schedule(static) if ((long)rows * dim > NORM_PARALLEL_MIN)
@@ -56,9 +58,17 @@ void ac_cpu_rmsnorm_backward(ac_kctx *ctx, int rows, int dim, const float *x, in
         }
         float inv = 1.0f / sqrtf((float)(sum / dim) + eps);
         float coef = (float)(gx / dim) * inv * inv * inv;
+        if (beta_dx == 0.0f) {
 #pragma omp simd
-        for (int i = 0; i < dim; i++)
-            dxr[i] = inv * dyr[i] * w[i] - coef * xr[i];
+            for (int i = 0; i < dim; i++)
+                dxr[i] = inv * dyr[i] * w[i] - coef * xr[i];
+        } else {
+#pragma omp simd
+            for (int i = 0; i < dim; i++) {
+                float g = inv * dyr[i] * w[i] - coef * xr[i];
+                dxr[i] = g + beta_dx * dxr[i];
+            }
+        }
     }
     if (!dw)
         return;

@@ -67,7 +67,7 @@ void ac_cuda_linear_batch_backward(ac_kctx *ctx, int n, const int *M, int N, int
                                    const float *const *W, const float *const *dC, int lddc, float *const *dA,
                                    int ldda, float *const *dW);
 void ac_cuda_rmsnorm_backward(ac_kctx *ctx, int rows, int dim, const float *x, int ldx, const float *w,
-                              float eps, const float *dy, int lddy, float *dx, int lddx, float *dw);
+                              float eps, const float *dy, int lddy, float beta_dx, float *dx, int lddx, float *dw);
 void ac_cuda_relu2_backward(ac_kctx *ctx, size_t n, const float *pre, float *grad);
 void ac_cuda_cross_entropy(ac_kctx *ctx, int rows, int V, const float *logits, const int32_t *targets,
                            float scale, float *dlogits, double *row_loss);

@@ -44,8 +44,8 @@ void ac_cuda_rmsnorm(ac_kctx *ctx, int rows, int dim, const float *x, int ldx, c
 /* With r = rsqrt(mean(x^2) + eps) and g = dy * w: dx = r g - x r^3 mean(g x), and
  * dw += dy x r summed over rows. */
 static __global__ void rmsnorm_backward_kernel(int rows, int dim, const float *x, int ldx, const float *w,
-                                               float eps, const float *dy, int lddy, float *dx, int lddx,
-                                               float *dw)
+                                               float eps, const float *dy, int lddy, float beta_dx, float *dx,
+                                               int lddx, float *dw)
 {
     __shared__ float inv_of[AC_NORM_TILE], coef_of[AC_NORM_TILE];
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -72,7 +72,9 @@ static __global__ void rmsnorm_backward_kernel(int rows, int dim, const float *x
             float wc = w[c], acc = 0.0f;
             for (int r = r0; r < r1; r++) {
                 float xv = x[(size_t)r * ldx + c], g = dy[(size_t)r * lddy + c], inv = inv_of[r - r0];
-                dx[(size_t)r * lddx + c] = inv * g * wc - coef_of[r - r0] * xv;
+                float grad = inv * g * wc - coef_of[r - r0] * xv;
+                float *d = dx + (size_t)r * lddx + c;
+                *d = beta_dx == 0.0f ? grad : grad + beta_dx * *d;
                 acc += g * xv * inv;
             }
             if (dw)
@@ -83,12 +85,12 @@ static __global__ void rmsnorm_backward_kernel(int rows, int dim, const float *x
 }
 
 void ac_cuda_rmsnorm_backward(ac_kctx *ctx, int rows, int dim, const float *x, int ldx, const float *w,
-                              float eps, const float *dy, int lddy, float *dx, int lddx, float *dw)
+                              float eps, const float *dy, int lddy, float beta_dx, float *dx, int lddx, float *dw)
 {
     if (rows <= 0 || dim <= 0)
         return;
     rmsnorm_backward_kernel<<<ac_norm_tile_blocks(rows), AC_NORM_THREADS, 0, ac_cuda_stream(ctx)>>>(
-        rows, dim, x, ldx, w, eps, dy, lddy, dx, lddx, dw);
+        rows, dim, x, ldx, w, eps, dy, lddy, beta_dx, dx, lddx, dw);
     ac_cuda_check("rmsnorm_backward");
 }
 

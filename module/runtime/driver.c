@@ -142,15 +142,15 @@ static void width_norm(ac_runtime *rt, int rows, const float *x, const float *w,
     ac_k_scale(&rt->kctx, (size_t)rows * D, sqrtf(M / (float)D), y);
 }
 
-/* Backward of width_norm: dx = dL/dx (overwritten) from dy = dL/dy (destroyed), dw +=
+/* Backward of width_norm: dx = dL/dx + beta_dx * dx from dy = dL/dy (destroyed), dw +=
  * (may be NULL), and dL/dM added to every channel of dhidden (may be NULL). */
 static void width_norm_backward(ac_runtime *rt, int rows, const float *x, const float *w, const hidden_mask *h,
-                                float *dy, float *dx, float *dw, float *dhidden)
+                                float *dy, float beta_dx, float *dx, float *dw, float *dhidden)
 {
     int D = rt->model->arch.hidden;
     float eps = rt->model->arch.norm_eps, M = kept_width(h->host, D);
     if (M == (float)D && !dhidden) {
-        ac_k_rmsnorm_backward(&rt->kctx, rows, D, x, D, w, eps, dy, D, dx, D, dw);
+        ac_k_rmsnorm_backward(&rt->kctx, rows, D, x, D, w, eps, dy, D, beta_dx, dx, D, dw);
         return;
     }
     if (dhidden) {
@@ -160,7 +160,7 @@ static void width_norm_backward(ac_runtime *rt, int rows, const float *x, const 
         ac_k_add(&rt->kctx, (size_t)D, spread_value(rt, dM), dhidden);
     }
     ac_k_scale(&rt->kctx, (size_t)rows * D, sqrtf(M / (float)D), dy);
-    ac_k_rmsnorm_backward(&rt->kctx, rows, D, x, D, w, eps * M / (float)D, dy, D, dx, D, dw);
+    ac_k_rmsnorm_backward(&rt->kctx, rows, D, x, D, w, eps * M / (float)D, dy, D, beta_dx, dx, D, dw);
 }
 
 /* xn = hidden * norm_l(x) */
@@ -299,7 +299,7 @@ void ac_driver_backward(ac_runtime *rt, const ac_seqs *seqs, const int32_t *cons
             ac_k_column_dot(k, R, D, buf->dxn, D, buf->xn_raw, D, dhidden);
         ac_k_mul_columns(k, R, D, h.ops, buf->dxn, D);
     }
-    width_norm_backward(rt, R, last, m->norm_f, &h, buf->dxn, buf->dx, g ? g->norm_f : NULL, dhidden);
+    width_norm_backward(rt, R, last, m->norm_f, &h, buf->dxn, 0.0f, buf->dx, g ? g->norm_f : NULL, dhidden);
 
     for (int l = a->n_layers - 1; l >= 0; l--) {
         const float *x = stream_at(pass, l, TD);
@@ -336,10 +336,9 @@ void ac_driver_backward(ac_runtime *rt, const ac_seqs *seqs, const int32_t *cons
                 ac_k_column_dot(k, R, D, buf->dxn, D, buf->xn_raw, D, dhidden);
             ac_k_mul_columns(k, R, D, h.ops, buf->dxn, D);
         }
-        /* dx (residual) += the norm's backward; xn_raw is free to hold it */
-        width_norm_backward(rt, R, x, m->layers[l].norm, &h, buf->dxn, buf->xn_raw,
-                            g ? g->layers[l].norm : NULL, dhidden);
-        ac_k_add(k, TD, buf->xn_raw, buf->dx);
+        /* dx (residual) += the norm's backward, in its pass */
+        width_norm_backward(rt, R, x, m->layers[l].norm, &h, buf->dxn, 1.0f, buf->dx, g ? g->layers[l].norm : NULL,
+                            dhidden);
     }
     for (int s = 0; s < seqs->n; s++)
         for (int t = 0; t < seqs->len[s]; t++) {

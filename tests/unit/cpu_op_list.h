@@ -61,8 +61,8 @@
       const float *const *W, const float *const *dC, int lddc, float *const *dA, int ldda, float *const *dW),     \
       (ctx, n, M, N, K, A, lda, W, dC, lddc, dA, ldda, dW))                                                       \
     X(rmsnorm_backward, (ac_kctx *ctx, int rows, int dim, const float *x, int ldx, const float *w, float eps,     \
-      const float *dy, int lddy, float *dx, int lddx, float *dw), (ctx, rows, dim, x, ldx, w, eps, dy, lddy, dx,  \
-      lddx, dw))                                                                                                  \
+      const float *dy, int lddy, float beta_dx, float *dx, int lddx, float *dw), (ctx, rows, dim, x, ldx, w, eps, \
+      dy, lddy, beta_dx, dx, lddx, dw))                                                                           \
     X(relu2_backward, (ac_kctx *ctx, size_t n, const float *pre, float *grad), (ctx, n, pre, grad))               \
     X(cross_entropy, (ac_kctx *ctx, int rows, int V, const float *logits, const int32_t *targets, float scale,    \
       float *dlogits, double *row_loss), (ctx, rows, V, logits, targets, scale, dlogits, row_loss))               \

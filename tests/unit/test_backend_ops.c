@@ -580,7 +580,7 @@ static void op_linear_batch_backward(run *r, const op_case *c)
     CALL(r, linear_batch_backward, n, M, N, K, A, lda, W, dC, lddc, c->p[6] ? dA : NULL, ldda, c->p[7] ? dW : NULL);
 }
 
-/* p: rows dim ldx lddy lddx has_dw; f: eps */
+/* p: rows dim ldx lddy lddx has_dw; f: eps beta_dx */
 static void op_rmsnorm_backward(run *r, const op_case *c)
 {
     int rows = c->p[0], dim = c->p[1], ldx = c->p[2], lddy = c->p[3], lddx = c->p[4];
@@ -589,7 +589,7 @@ static void op_rmsnorm_backward(run *r, const op_case *c)
     const float *dy = f32(r, BUF_IN, (size_t)rows * lddy, -1.0f, 1.0f);
     float *dx = f32(r, BUF_OUT, (size_t)rows * lddx, -1.0f, 1.0f);
     float *dw = c->p[5] ? f32(r, BUF_OUT, (size_t)dim, -1.0f, 1.0f) : NULL;
-    CALL(r, rmsnorm_backward, rows, dim, x, ldx, w, c->f[0], dy, lddy, dx, lddx, dw);
+    CALL(r, rmsnorm_backward, rows, dim, x, ldx, w, c->f[0], dy, lddy, c->f[1], dx, lddx, dw);
 }
 
 /* p: rows dim ldx lddy; f: eps width */
@@ -928,6 +928,9 @@ static const op_case cases[] = {
     {OP(linear_batch_backward), "n1 N7 K6 M9 dA only", TOL_REDUCE, {1, 7, 6, 6, 7, 6, 1, 0, 9}, {0}},
     {OP(rmsnorm_backward), "rows5 dim7 ldx9 lddy8 lddx10 dw", TOL_REDUCE, {5, 7, 9, 8, 10, 1}, {1e-5f}},
     {OP(rmsnorm_backward), "rows1 dim4 no dw", TOL_REDUCE, {1, 4, 4, 4, 4, 0}, {1e-6f}},
+    {OP(rmsnorm_backward), "rows6 dim9 dx += (beta 1) dw", TOL_REDUCE, {6, 9, 9, 9, 11, 1}, {1e-5f, 1.0f}},
+    {OP(rmsnorm_backward), "rows70 dim300 dx 0.5 dx + (threads)", TOL_REDUCE, {70, 300, 300, 300, 300, 0},
+     {1e-5f, 0.5f}},
     {OP(rmsnorm_width_backward), "rows6 dim9 ldx11 lddy10 width6.5", TOL_REDUCE, {6, 9, 11, 10}, {1e-5f, 6.5f}},
     {OP(relu2_backward), "n41", TOL_ELEM, {41}, {0}},
     {OP(cross_entropy), "rows5 V11 one ignored", TOL_REDUCE, {5, 11, GRAD_SEPARATE}, {0.2f}},
