@@ -173,6 +173,25 @@ static void block_input(ac_runtime *rt, int l, const float *x, int T, const hidd
         ac_k_mul_columns(&rt->kctx, T, D, h->ops, xn, D);
 }
 
+/* Block l's input into rt->xn, or with pass->xns (a training forward) its norm before
+ * the hidden mask into the pass's slot, which the backward then reads; returns where the
+ * block's input is. */
+static float *kept_norm_input(ac_runtime *rt, int l, const float *x, int T, const hidden_mask *h, const ac_pass *pass)
+{
+    size_t TD = (size_t)T * rt->model->arch.hidden;
+    if (!pass->keep_inputs || !pass->xns) {
+        block_input(rt, l, x, T, h, rt->xn);
+        return rt->xn;
+    }
+    float *raw = pass->xns + (size_t)l * TD;
+    width_norm(rt, T, x, rt->model->layers[l].norm, h, raw);
+    if (!h->host)
+        return raw;
+    ac_rt_copy(rt, rt->xn, raw, TD);
+    ac_k_mul_columns(&rt->kctx, T, rt->model->arch.hidden, h->ops, rt->xn, rt->model->arch.hidden);
+    return rt->xn;
+}
+
 void ac_driver_forward(ac_runtime *rt, const ac_seqs *seqs, const int32_t *const *tokens, const ac_pass *pass)
 {
     const ac_arch *a = &rt->model->arch;
@@ -196,8 +215,7 @@ void ac_driver_forward(ac_runtime *rt, const ac_seqs *seqs, const int32_t *const
         /* with a stream per layer (training), the block writes into the next one, which
          * then adds x: mix + x, the bits of x + mix, without copying x there first */
         float *mix = next != x ? next : rt->mix;
-        float *xn = pass->keep_inputs && pass->xns ? pass->xns + (size_t)l * TD : rt->xn;
-        block_input(rt, l, x, T, &h, xn);
+        float *xn = kept_norm_input(rt, l, x, T, &h, pass);
         block_forward(rt, l, seqs, &bm, xn, mix, pass->keep_inputs ? saved_at(pass, l) : NULL);
         if (pass->outs)
             ac_rt_copy(rt, pass->outs + (size_t)l * TD, mix, TD);
@@ -305,17 +323,19 @@ void ac_driver_backward(ac_runtime *rt, const ac_seqs *seqs, const int32_t *cons
         const float *x = stream_at(pass, l, TD);
         ac_block_masks bm = block_masks(pass, l);
         ac_block_mask_grads bg = block_mask_grads(mask_grads, l);
-        /* dout = dx * gate * hidden; without a gate or a hidden mask the block reads dx
-         * itself and its input is the forward's, kept or normed again into rt->xn (two
-         * copies of the stream fewer a layer) */
-        const float *dout = buf->dx, *xn = rt->xn;
-        if (!h.host && !gate && pass->xns) {
-            xn = pass->xns + (size_t)l * TD;
-        } else if (!h.host && !gate) {
-            width_norm(rt, R, x, m->layers[l].norm, &h, rt->xn);
+        /* the block's input norm before the hidden mask: the forward's, or normed again;
+         * dout = dx * gate * hidden. Without a gate or a hidden mask the block reads dx
+         * and the norm themselves (two copies of the stream fewer a layer). */
+        const float *dout = buf->dx, *xn = rt->xn, *raw = pass->xns ? pass->xns + (size_t)l * TD : NULL;
+        if (!raw) {
+            float *normed = h.host || gate ? buf->xn_raw : rt->xn;
+            width_norm(rt, R, x, m->layers[l].norm, &h, normed);
+            raw = normed;
+        }
+        if (!h.host && !gate) {
+            xn = raw;
         } else {
-            width_norm(rt, R, x, m->layers[l].norm, &h, buf->xn_raw);
-            ac_rt_copy(rt, rt->xn, buf->xn_raw, TD);
+            ac_rt_copy(rt, rt->xn, raw, TD);
             if (h.host)
                 ac_k_mul_columns(k, R, D, h.ops, rt->xn, D);
             if (dgate || dhidden)
@@ -333,7 +353,7 @@ void ac_driver_backward(ac_runtime *rt, const ac_seqs *seqs, const int32_t *cons
         rt->saved = NULL;
         if (h.host) {
             if (dhidden)
-                ac_k_column_dot(k, R, D, buf->dxn, D, buf->xn_raw, D, dhidden);
+                ac_k_column_dot(k, R, D, buf->dxn, D, raw, D, dhidden);
             ac_k_mul_columns(k, R, D, h.ops, buf->dxn, D);
         }
         /* dx (residual) += the norm's backward, in its pass */
