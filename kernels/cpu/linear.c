@@ -129,17 +129,36 @@ static void assign_products(int n, const int *M, int threads, int *owner)
     }
 }
 
-void ac_cpu_linear_batch(ac_kctx *ctx, int n, const int *M, int N, int K, const float *const *A, int lda,
-                         const float *const *W, float *const *C, int ldc)
+/* One batch of products, forward (C_i = A_i W_i^T) or backward (dA_i, dW_i from dC_i). */
+typedef struct {
+    int N, K, lda, ldc, ldda, backward; /* ldc: C's or dC's */
+    const float *const *A, *const *W, *const *dC;
+    float *const *C, *const *dA, *const *dW; /* C: forward; dA and dW: backward (either may be NULL) */
+} product_batch;
+
+static void run_product(ac_kctx *ctx, const product_batch *b, int i, int M)
+{
+    if (!b->backward) {
+        ac_cpu_linear(ctx, M, b->N, b->K, b->A[i], b->lda, b->W[i], 0.0f, b->C[i], b->ldc);
+        return;
+    }
+    ac_cpu_linear_backward(ctx, M, b->N, b->K, b->A ? b->A[i] : NULL, b->lda, b->W ? b->W[i] : NULL, b->dC[i], b->ldc,
+                           0.0f, b->dA ? b->dA[i] : NULL, b->ldda, b->dW ? b->dW[i] : NULL);
+}
+
+/* Small batches, and a single product when split_one (it then splits among the threads
+ * itself), run on the calling thread, not in a "parallel if" team of one, inside which
+ * OpenBLAS would start a nested team of its own (see sgemm_split). */
+static void run_batch(ac_kctx *ctx, int n, const int *M, const product_batch *b, int split_one)
 {
     enum { MAX = 1024 };
     int owner[MAX];
     long rows = 0;
     for (int i = 0; i < n; i++)
         rows += M[i];
-    if (n > MAX || rows * N * K < GEMV_PARALLEL_MIN) {
+    if ((split_one && n == 1) || n > MAX || rows * b->N * b->K < GEMV_PARALLEL_MIN) {
         for (int i = 0; i < n; i++)
-            ac_cpu_linear(ctx, M[i], N, K, A[i], lda, W[i], 0.0f, C[i], ldc);
+            run_product(ctx, b, i, M[i]);
         return;
     }
 #pragma omp parallel
@@ -150,45 +169,26 @@ void ac_cpu_linear_batch(ac_kctx *ctx, int n, const int *M, int N, int K, const 
         /* single's barrier: every owner is set */
         for (int i = 0; i < n; i++)
             if (owner[i] == me)
-                ac_cpu_linear(ctx, M[i], N, K, A[i], lda, W[i], 0.0f, C[i], ldc);
+                run_product(ctx, b, i, M[i]);
     }
 }
 
-static void product_backward(ac_kctx *ctx, int i, int M, int N, int K, const float *const *A, int lda,
-                             const float *const *W, const float *const *dC, int lddc, float *const *dA, int ldda,
-                             float *const *dW)
+void ac_cpu_linear_batch(ac_kctx *ctx, int n, const int *M, int N, int K, const float *const *A, int lda,
+                         const float *const *W, float *const *C, int ldc)
 {
-    ac_cpu_linear_backward(ctx, M, N, K, A ? A[i] : NULL, lda, W ? W[i] : NULL, dC[i], lddc, 0.0f, dA ? dA[i] : NULL,
-                           ldda, dW ? dW[i] : NULL);
+    product_batch b = {.N = N, .K = K, .lda = lda, .ldc = ldc, .A = A, .W = W, .C = C};
+    run_batch(ctx, n, M, &b, 0);
 }
 
-/* As linear_batch: products whole to threads, largest first. One product (a shared
- * expert's T rows) goes through linear_backward, which splits it among the threads.
- * Small batches run on the calling thread, not in a "parallel if" team of one, inside
- * which OpenBLAS would start a nested team of its own (see sgemm_split). */
+/* As linear_batch; one product (a shared expert's T rows) goes through linear_backward,
+ * which splits it among the threads. */
 void ac_cpu_linear_batch_backward(ac_kctx *ctx, int n, const int *M, int N, int K, const float *const *A, int lda,
                                   const float *const *W, const float *const *dC, int lddc, float *const *dA, int ldda,
                                   float *const *dW)
 {
-    enum { MAX = 1024 };
-    int owner[MAX];
-    long rows = 0;
-    for (int i = 0; i < n; i++)
-        rows += M[i];
-    if (n == 1 || n > MAX || rows * N * K < GEMV_PARALLEL_MIN) {
-        for (int i = 0; i < n; i++)
-            product_backward(ctx, i, M[i], N, K, A, lda, W, dC, lddc, dA, ldda, dW);
-        return;
-    }
-#pragma omp parallel
-    {
-        int me = omp_get_thread_num(), threads = omp_get_num_threads();
-#pragma omp single
-        assign_products(n, M, threads < LINEAR_BATCH_MAX_THREADS ? threads : LINEAR_BATCH_MAX_THREADS, owner);
-        for (int i = 0; i < n; i++)
-            if (owner[i] == me)
-                product_backward(ctx, i, M[i], N, K, A, lda, W, dC, lddc, dA, ldda, dW);
-    }
+    product_batch b = {.N = N, .K = K, .lda = lda, .ldc = lddc, .ldda = ldda, .backward = 1, .A = A, .W = W, .dC = dC,
+                       .dA = dA, .dW = dW};
+    run_batch(ctx, n, M, &b, 1);
 }
 
 void ac_cpu_linear(ac_kctx *ctx, int M, int N, int K, const float *A, int lda, const float *W,

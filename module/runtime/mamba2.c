@@ -78,8 +78,9 @@ static size_t ssm_state_floats(const ac_block_dims *b)
 static size_t mamba2_state_floats(const ac_block_dims *b) { return conv_state_floats(b) + ssm_state_floats(b); }
 
 /* Per token: the forward's buffers (proj, xbc, dt, y) plus the masked y, the norm output
- * (later its gradient) and its copy for a head mask's width gradient, dL/dy, dproj, dxbc, ddt, the norm's rstd, the saved states and
- * the scan backward's work (2 H N a token plus 2 H P N + H N, and a stretch of states, at most H P N a token). Fixed-size buffers are counted per
+ * (later its gradient) and its copy for a head mask's width gradient, dL/dy, dproj, dxbc,
+ * ddt, the norm's rstd, the saved states and the scan backward's work (2 H N a token plus
+ * 2 H P N + H N, and a stretch of states, at most H P N a token). Fixed-size buffers are counted per
  * token too, which covers them for any T >= 1: the conv weight and bias gradients summed
  * over sequences (conv (K + 1)), and the zero states of the training forward (conv (K-1)
  * + H P N), so the training reservation also plans ac_mamba2_forward without caches; and

@@ -185,6 +185,17 @@ static void moe_token(ac_runtime *rt, const ac_layer_weights *w, const ac_block_
     ac_k_gemv_sum(&rt->kctx, n, down, D, rows, xs, alpha, out);
 }
 
+/* The end of the round of consecutive experts from e0 whose rows (grouped by expert)
+ * fit the T rows of one expert pass's scratch: at least e0 + 1, as a token picks an
+ * expert at most once. */
+static int round_end(const int *start, int E, int e0, int T)
+{
+    int e1 = e0;
+    while (e1 < E && start[e1 + 1] - start[e0] <= T)
+        e1++;
+    return e1;
+}
+
 static void moe_forward(ac_runtime *rt, int layer, const ac_seqs *seqs, const float *xn, const ac_block_masks *masks, float *out)
 {
     const ac_arch *a = &rt->model->arch;
@@ -229,10 +240,8 @@ static void moe_forward(ac_runtime *rt, int layer, const ac_seqs *seqs, const fl
     /* experts in rounds of consecutive ones whose tokens fit the T rows of xe, he and oe:
      * their rows are one range of the grouped pairs, so one gather, one batch of up
      * projections, one of down projections */
-    for (int e0 = 0; e0 < E;) {
-        int e1 = e0;
-        while (e1 < E && start[e1 + 1] - start[e0] <= T)
-            e1++;
+    for (int e0 = 0, e1; e0 < E; e0 = e1) {
+        e1 = round_end(start, E, e0, T);
         int p0 = start[e0], n = start[e1] - p0, count = 0;
         int M[AC_MAX_EXPERTS];
         const float *up[AC_MAX_EXPERTS], *down[AC_MAX_EXPERTS], *xs[AC_MAX_EXPERTS];
@@ -262,7 +271,6 @@ static void moe_forward(ac_runtime *rt, int layer, const ac_seqs *seqs, const fl
         for (int e = e0; e < e1; e++) /* a token appears once per expert: distinct rows per call */
             ac_k_scatter_add_rows(&rt->kctx, start[e + 1] - start[e], D, y + (size_t)(start[e] - p0) * D,
                                   rows + start[e], row_weight + start[e], out, D);
-        e0 = e1;
     }
 }
 
@@ -362,18 +370,17 @@ static void moe_backward(ac_runtime *rt, int layer, const ac_seqs *seqs, const f
         ac_rt_copy(rt, act_s, pre_s, (size_t)T * S);
         ac_k_relu2(&rt->kctx, (size_t)T * S, act_s);
         ac_k_linear_backward(&rt->kctx, T, D, S, NULL, S, w->down_proj, dout, D, 0.0f, dact_s, S, NULL);
-        relu2_mlp_backward(rt, 1, &T, D, S, (float *)xn, (const float *const *)&w->up_proj, pre_s, act_s, dact_s, (float *)dout, m_shared,
-                           dshared, dxn, grad ? &grad->up_proj : NULL, grad ? &grad->down_proj : NULL);
+        relu2_mlp_backward(rt, 1, &T, D, S, (float *)xn, (const float *const *)&w->up_proj, pre_s, act_s, dact_s,
+                           (float *)dout, m_shared, dshared, dxn, grad ? &grad->up_proj : NULL,
+                           grad ? &grad->down_proj : NULL);
     } else {
         ac_rt_zero(rt, dxn, (size_t)T * D);
     }
 
     /* the routed experts in the forward's rounds (consecutive experts whose rows fit the
      * T rows of xe, oe, pre, act and dact), each round's products as batches */
-    for (int e0 = 0; e0 < E;) {
-        int e1 = e0;
-        while (e1 < E && start[e1 + 1] - start[e0] <= T)
-            e1++;
+    for (int e0 = 0, e1; e0 < E; e0 = e1) {
+        e1 = round_end(start, E, e0, T);
         int p0 = start[e0], n = start[e1] - p0, count = 0;
         int M[AC_MAX_EXPERTS];
         const float *up[AC_MAX_EXPERTS], *down[AC_MAX_EXPERTS];
@@ -427,7 +434,6 @@ static void moe_backward(ac_runtime *rt, int layer, const ac_seqs *seqs, const f
         for (int e = e0; e < e1; e++) /* a token appears once per expert: distinct rows per call */
             ac_k_gather_rows_backward(&rt->kctx, start[e + 1] - start[e], D, oe + (size_t)(start[e] - p0) * D,
                                       rows + start[e], dxn, D);
-        e0 = e1;
     }
 
     /* the router: gradient reaches the logits of the chosen experts only */
