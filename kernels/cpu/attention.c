@@ -256,11 +256,48 @@ static void backward_key_tile(int L, int n_heads, int group, int hd, int g, int 
     }
 }
 
+/* With at least as many KV heads as threads, one pass per KV head instead: each query
+ * tile of each query head sharing it runs pass 1 (backward_query_tile leaves P and dS in
+ * its tiles) and adds dv += P^T datt and dk += dS^T Q over the keys the tile sees, so the
+ * head's dk and dv have one writer and nothing is recomputed: 6 GEMMs a tile, not 8, and
+ * one exp per score. */
+static void backward_kv_head(int L, int n_heads, int group, int hd, int g, const float *q, int ldq, const float *k,
+                             const float *v, int ldkv, const float *datt, float scale, float *out, float *stats,
+                             float *dq, float *dk, float *dv, float *P, float *dS)
+{
+    float *dK = dk + (size_t)g * hd, *dV = dv + (size_t)g * hd;
+    for (int r = 0; r < L; r++)
+        for (int c = 0; c < hd; c++) {
+            dK[(size_t)r * ldkv + c] = 0.0f;
+            dV[(size_t)r * ldkv + c] = 0.0f;
+        }
+    for (int i0 = 0; i0 < L; i0 += BACKWARD_TILE) {
+        int n = L - i0 < BACKWARD_TILE ? L - i0 : BACKWARD_TILE, cols = i0 + n;
+        for (int h = g * group; h < (g + 1) * group; h++) {
+            const float *Q = q + (size_t)i0 * ldq + (size_t)h * hd, *G = datt + (size_t)i0 * ldq + (size_t)h * hd;
+            backward_query_tile(L, n_heads, hd, h, g, i0, q, ldq, k, v, ldkv, datt, scale, out, stats, dq, P, dS);
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, cols, hd, n, 1.0f, P, cols, G, ldq, 1.0f, dV, ldkv);
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, cols, hd, n, 1.0f, dS, cols, Q, ldq, 1.0f, dK, ldkv);
+        }
+    }
+}
+
 void ac_cpu_attention_backward(ac_kctx *ctx, int L, int n_heads, int n_kv, int hd, const float *q, int ldq,
                                const float *k, const float *v, int ldkv, const float *datt, float scale,
                                float *out, float *stats, float *dq, float *dk, float *dv)
 {
     int group = n_heads / n_kv, tiles = (L + BACKWARD_TILE - 1) / BACKWARD_TILE;
+    if (n_kv >= omp_get_max_threads()) {
+#pragma omp parallel
+        {
+            float *a = (float *)ctx->workspace + (size_t)omp_get_thread_num() * 2 * BACKWARD_TILE * L;
+#pragma omp for schedule(dynamic, 1)
+            for (int g = 0; g < n_kv; g++)
+                backward_kv_head(L, n_heads, group, hd, g, q, ldq, k, v, ldkv, datt, scale, out, stats, dq, dk, dv, a,
+                                 a + (size_t)BACKWARD_TILE * L);
+        }
+        return;
+    }
 #pragma omp parallel
     {
         float *a = (float *)ctx->workspace + (size_t)omp_get_thread_num() * 2 * BACKWARD_TILE * L;

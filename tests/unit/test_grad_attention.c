@@ -286,7 +286,8 @@ static void test_kernel_across_tiles(void **state)
     float *stats = malloc(sizeof(float) * LT * 2 * LH);
     double *rout = calloc(LT * LDQ, sizeof(double)), *rdq = calloc(LT * LDQ, sizeof(double));
     double *rdk = calloc(LT * LDKV, sizeof(double)), *rdv = calloc(LT * LDKV, sizeof(double));
-    size_t bytes = ac_k_attention_backward_workspace(omp_get_max_threads(), LT);
+    int threads = omp_get_max_threads(), more = LKV + 1 > threads ? LKV + 1 : threads;
+    size_t bytes = ac_k_attention_backward_workspace(more, LT);
     void *ws = malloc(bytes);
     assert_true(q && g && k && v && out && dq && dk && dv && stats && rout && rdq && rdk && rdv && ws);
     /* scores of a few units: peaked rows and flat ones */
@@ -296,12 +297,20 @@ static void test_kernel_across_tiles(void **state)
     gc_fill(v, LT * LDKV, -1.0f, 1.0f, 10);
     float scale = 1.0f / sqrtf((float)LHD);
     ac_kctx ctx = {.workspace = ws, .workspace_bytes = bytes};
-    ac_k_attention_backward(&ctx, LT, LH, LKV, LHD, q, LDQ, k, v, LDKV, g, scale, out, stats, dq, dk, dv);
     reference_backward(q, k, v, g, scale, rout, rdq, rdk, rdv);
-    assert_close_rows("out", out, rout, LT, LDQ, LH * LHD);
-    assert_close_rows("dq", dq, rdq, LT, LDQ, LH * LHD);
-    assert_close_rows("dk", dk, rdk, LT, LDKV, LKV * LHD);
-    assert_close_rows("dv", dv, rdv, LT, LDKV, LKV * LHD);
+    /* one pass per KV head (at least as many KV heads as threads: one thread here), then
+     * the two passes (more threads than KV heads) */
+    for (int pass = 0; pass < 2; pass++) {
+        omp_set_num_threads(pass ? more : 1);
+        for (int i = 0; i < LT * LDKV; i++) /* every element must be overwritten */
+            dk[i] = dv[i] = 1e6f;
+        ac_k_attention_backward(&ctx, LT, LH, LKV, LHD, q, LDQ, k, v, LDKV, g, scale, out, stats, dq, dk, dv);
+        assert_close_rows("out", out, rout, LT, LDQ, LH * LHD);
+        assert_close_rows("dq", dq, rdq, LT, LDQ, LH * LHD);
+        assert_close_rows("dk", dk, rdk, LT, LDKV, LKV * LHD);
+        assert_close_rows("dv", dv, rdv, LT, LDKV, LKV * LHD);
+    }
+    omp_set_num_threads(threads);
     free(q), free(g), free(k), free(v), free(out), free(dq), free(dk), free(dv), free(stats);
     free(rout), free(rdq), free(rdk), free(rdv), free(ws);
 }
