@@ -329,15 +329,21 @@ static float scan_backward_step(const scan_back_step *b, float *a_sum, float *d_
         backward_states4(b, n);
     for (; n < N; n++)
         backward_state(b, n);
-    float ddt = 0.0f, dsS = 0.0f;
+    /* the step's sums in vectors (chains of scalar adds were a tenth of the step) */
+    float ddt = 0.0f, dsS = 0.0f, dD = 0.0f;
+#pragma omp simd reduction(+ : ddt, dD)
     for (p = 0; p < P; p++) {
         float dsB = b->dx[p];
         ddt += b->x[p] * dsB;
-        *d_sum += b->gy[p] * b->x[p];
+        dD += b->gy[p] * b->x[p];
         b->dx[p] = b->Dskip * b->gy[p] + b->d * dsB;
     }
-    for (n = 0; b->prev && n < N; n++)
-        dsS += b->dot[n];
+    if (b->prev) {
+#pragma omp simd reduction(+ : dsS)
+        for (n = 0; n < N; n++)
+            dsS += b->dot[n];
+    }
+    *d_sum += dD;
     *a_sum += b->d * b->decay * dsS;
     return ddt + b->A * b->decay * dsS;
 }
