@@ -55,7 +55,7 @@ size_t ac_k_attention_backward_workspace(int threads, int longest);
 
 struct ac_backend {
     const char *name; /* "cpu", "cuda": what ac_backend_find takes */
-    /* ssd_scan_save keeps the state every this many steps (the CPU 16, recomputing the
+    /* ssd_scan_save keeps the state every this many steps (the CPU 32, recomputing the
      * rest in the backward; CUDA 1): see ac_k_ssd_states_floats. */
     int ssd_state_interval;
 
