@@ -4,7 +4,9 @@
 #include <math.h>
 
 /* log-sum-exp of one row, max-shifted */
-static double row_logsumexp(const float *x, int V, float inv_tau, float *max_out)
+/* log sum exp(x inv_tau) of a row; its largest scaled entry in *max_out and, when exps is
+ * not NULL, exp(x inv_tau - max) there (the softmax before its division by the sum). */
+static double row_logsumexp(const float *x, int V, float inv_tau, float *max_out, float *exps, double *sum_out)
 {
     float max = x[0] * inv_tau;
     /* a compare, not fmaxf: its NaN rules keep it a call per element */
@@ -12,10 +14,20 @@ static double row_logsumexp(const float *x, int V, float inv_tau, float *max_out
     for (int v = 1; v < V; v++)
         max = x[v] * inv_tau > max ? x[v] * inv_tau : max;
     double sum = 0.0;
+    if (exps) {
 #pragma omp simd reduction(+ : sum)
-    for (int v = 0; v < V; v++)
-        sum += ac_cpu_expf(x[v] * inv_tau - max);
+        for (int v = 0; v < V; v++) {
+            exps[v] = ac_cpu_expf(x[v] * inv_tau - max);
+            sum += exps[v];
+        }
+    } else {
+#pragma omp simd reduction(+ : sum)
+        for (int v = 0; v < V; v++)
+            sum += ac_cpu_expf(x[v] * inv_tau - max);
+    }
     *max_out = max;
+    if (sum_out)
+        *sum_out = sum;
     return (double)max + log(sum);
 }
 
@@ -33,14 +45,19 @@ void ac_cpu_cross_entropy(ac_kctx *ctx, int rows, int V, const float *logits, co
                 d[v] = 0.0f;
             continue;
         }
-        float max;
-        double lse = row_logsumexp(x, V, 1.0f, &max);
-        row_loss[r] = lse - x[targets[r]];
+        /* the exps go to d (which may be the logits themselves: the target's logit is
+         * read first) in the normaliser's pass, then one multiply each: softmax = exp(x -
+         * max) / sum (a second pass of exps was half the loss's time) */
+        float max, target = x[targets[r]];
+        double sum;
+        double lse = row_logsumexp(x, V, 1.0f, &max, d, &sum);
+        row_loss[r] = lse - target;
         if (!d)
             continue;
+        float factor = (float)(scale / sum);
 #pragma omp simd
         for (int v = 0; v < V; v++)
-            d[v] = scale * ac_cpu_expf((float)((double)x[v] - lse));
+            d[v] *= factor;
         d[targets[r]] -= scale;
     }
 }
@@ -56,8 +73,8 @@ void ac_cpu_kd_loss(ac_kctx *ctx, int rows, int V, const float *student, const f
         const float *t = teacher + (size_t)r * V;
         float *d = dlogits ? dlogits + (size_t)r * V : NULL;
         float smax, tmax;
-        double s_lse = row_logsumexp(s, V, inv_tau, &smax);
-        double t_lse = row_logsumexp(t, V, inv_tau, &tmax);
+        double s_lse = row_logsumexp(s, V, inv_tau, &smax, NULL, NULL);
+        double t_lse = row_logsumexp(t, V, inv_tau, &tmax, NULL, NULL);
         /* log-probabilities in f32 (the normalisers in double), exps vectorized: the
          * gradient p_s - p_t carries 3e-7 of p in rounding, as the f32 GEMMs around it do */
         float ft = (float)t_lse, fs = (float)s_lse;
