@@ -125,10 +125,13 @@ struct ac_backend {
 
     /* Causal GQA attention of one sequence: n_new queries at positions past..past+n_new-1
      * over keys 0..past+n_new-1 held in k_cache / v_cache [n_kv, cap, hd]. Query head h
-     * reads KV head h / (n_heads / n_kv). q and out [n_new, n_heads*hd]. The workspace
-     * holds ac_k_attention_workspace(omp threads, n_new, past + n_new) bytes. */
+     * reads KV head h / (n_heads / n_kv). q and out [n_new, n_heads*hd]. lse (NULL: not
+     * wanted) gets each query's and head's log normaliser of its scaled scores at lse[i *
+     * ldlse + h] (what ac_k_attention_backward reads). The workspace holds
+     * ac_k_attention_workspace(omp threads, n_new, past + n_new) bytes. */
     void (*attention)(ac_kctx *ctx, int n_new, int past, int n_heads, int n_kv, int hd, const float *q, int ldq,
-                      const float *k_cache, const float *v_cache, int cap, float scale, float *out, int ldout);
+                      const float *k_cache, const float *v_cache, int cap, float scale, float *out, int ldout,
+                      float *lse, int ldlse);
 
     /* MoE routing for T tokens over E experts: scores = sigmoid(logits); selection by
      * scores + bias, limited to the topk_group best of n_group groups (a group scores the
@@ -265,14 +268,14 @@ struct ac_backend {
 
     /* Backward of causal GQA attention for one sequence of L tokens that starts empty
      * (training), keys and values in rows: q, datt = dL/d(attention output), out, dq
-     * [L, n_heads*hd] (ldq); k, v, dk, dv [L, n_kv*hd] (ldkv). Scores are recomputed tile
-     * by tile (nothing T^2 is kept). Writes out (the forward's output, recomputed), dq, dk,
-     * dv (all overwritten) and stats [L, 2*n_heads] (per query and head: the softmax's log
-     * normaliser, then sum_c datt*out). The workspace holds
-     * ac_k_attention_backward_workspace(omp threads, L). */
+     * [L, n_heads*hd] (ldq); k, v, dk, dv [L, n_kv*hd] (ldkv). out is the forward's
+     * output and stats [L, 2*n_heads] holds, per query and head, the forward's log
+     * normaliser (ac_k_attention's lse with ldlse 2*n_heads), then gets sum_c datt*out.
+     * Scores are recomputed tile by tile (nothing T^2 is kept). dq, dk, dv overwritten.
+     * The workspace holds ac_k_attention_backward_workspace(omp threads, L). */
     void (*attention_backward)(ac_kctx *ctx, int L, int n_heads, int n_kv, int hd, const float *q, int ldq,
                                const float *k, const float *v, int ldkv, const float *datt, float scale,
-                               float *out, float *stats, float *dq, float *dk, float *dv);
+                               const float *out, float *stats, float *dq, float *dk, float *dv);
 
     /* Backward of ac_k_moe_route's weights. The selection is piecewise constant and passes
      * no gradient (neither does the bias): from dweight = dL/dweight [T, top_k] of the chosen
@@ -388,10 +391,10 @@ static inline void ac_k_ssd_scan(ac_kctx *ctx, int T, int H, int P, int N, int G
 
 static inline void ac_k_attention(ac_kctx *ctx, int n_new, int past, int n_heads, int n_kv, int hd,
                                   const float *q, int ldq, const float *k_cache, const float *v_cache, int cap,
-                                  float scale, float *out, int ldout)
+                                  float scale, float *out, int ldout, float *lse, int ldlse)
 {
     ac_backend_of(ctx)->attention(ctx, n_new, past, n_heads, n_kv, hd, q, ldq, k_cache, v_cache, cap, scale, out,
-                                  ldout);
+                                  ldout, lse, ldlse);
 }
 
 static inline void ac_k_moe_route(ac_kctx *ctx, int T, int E, const float *logits, const float *bias,
@@ -582,7 +585,7 @@ static inline void ac_k_gated_rmsnorm_width_backward(ac_kctx *ctx, int rows, int
 
 static inline void ac_k_attention_backward(ac_kctx *ctx, int L, int n_heads, int n_kv, int hd, const float *q,
                                            int ldq, const float *k, const float *v, int ldkv, const float *datt,
-                                           float scale, float *out, float *stats, float *dq, float *dk,
+                                           float scale, const float *out, float *stats, float *dq, float *dk,
                                            float *dv)
 {
     ac_backend_of(ctx)->attention_backward(ctx, L, n_heads, n_kv, hd, q, ldq, k, v, ldkv, datt, scale, out, stats,

@@ -61,7 +61,7 @@ static float softmax_row(float *row, int visible, int cols)
 
 static void attention_by_query(ac_kctx *ctx, int n_new, int past, int n_heads, int n_kv, int hd, const float *q,
                                int ldq, const float *k_cache, const float *v_cache, int cap, float scale, float *out,
-                               int ldout)
+                               int ldout, float *lse, int ldlse)
 {
     int group = n_heads / n_kv, chunks = (group + DECODE_HEADS - 1) / DECODE_HEADS;
     size_t stride = ac_k_attention_workspace(1, n_new, past + n_new) / sizeof(float);
@@ -77,8 +77,11 @@ static void attention_by_query(ac_kctx *ctx, int n_new, int past, int n_heads, i
                 int visible = past + i + 1;
                 cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, visible, hd, scale,
                             q + (size_t)i * ldq + (size_t)h0 * hd, hd, K, hd, 0.0f, scores, visible);
-                for (int r = 0; r < m; r++)
-                    softmax_row(scores + (size_t)r * visible, visible, visible);
+                for (int r = 0; r < m; r++) {
+                    float l = softmax_row(scores + (size_t)r * visible, visible, visible);
+                    if (lse)
+                        lse[(size_t)i * ldlse + h0 + r] = l;
+                }
                 cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, hd, visible, 1.0f, scores, visible, V, hd,
                             0.0f, out + (size_t)i * ldout + (size_t)h0 * hd, hd);
             }
@@ -110,7 +113,7 @@ static float online_softmax_row(float *row, int visible, int m, float *row_max, 
 }
 
 static void prefill_tile(int n, int first, int hd, const float *Q, int ldq, const float *K, const float *V, float scale,
-                         float *O, int ldo, float *S)
+                         float *O, int ldo, float *S, float *lse, int ldlse)
 {
     float row_max[QUERY_TILE], row_sum[QUERY_TILE];
     int keys = first + n; /* the tile's last row sees keys 0..first+n-1 */
@@ -139,12 +142,14 @@ static void prefill_tile(int n, int first, int hd, const float *Q, int ldq, cons
         float inv = 1.0f / row_sum[r];
         for (int c = 0; c < hd; c++)
             O[(size_t)r * ldo + c] *= inv;
+        if (lse)
+            lse[(size_t)r * ldlse] = row_max[r] + logf(row_sum[r]);
     }
 }
 
 static void attention_by_tile(ac_kctx *ctx, int n_new, int past, int n_heads, int n_kv, int hd, const float *q,
                               int ldq, const float *k_cache, const float *v_cache, int cap, float scale, float *out,
-                              int ldout)
+                              int ldout, float *lse, int ldlse)
 {
     int group = n_heads / n_kv, tiles = (n_new + QUERY_TILE - 1) / QUERY_TILE;
     size_t stride = ac_k_attention_workspace(1, n_new, past + n_new) / sizeof(float);
@@ -158,18 +163,22 @@ static void attention_by_tile(ac_kctx *ctx, int n_new, int past, int n_heads, in
                 int i0 = t * QUERY_TILE, n = n_new - i0 < QUERY_TILE ? n_new - i0 : QUERY_TILE;
                 size_t kv = (size_t)(h / group) * cap * hd;
                 prefill_tile(n, past + i0, hd, q + (size_t)i0 * ldq + (size_t)h * hd, ldq, k_cache + kv, v_cache + kv,
-                             scale, out + (size_t)i0 * ldout + (size_t)h * hd, ldout, S);
+                             scale, out + (size_t)i0 * ldout + (size_t)h * hd, ldout, S,
+                             lse ? lse + (size_t)i0 * ldlse + h : NULL, ldlse);
             }
     }
 }
 
 void ac_cpu_attention(ac_kctx *ctx, int n_new, int past, int n_heads, int n_kv, int hd, const float *q, int ldq,
-                      const float *k_cache, const float *v_cache, int cap, float scale, float *out, int ldout)
+                      const float *k_cache, const float *v_cache, int cap, float scale, float *out, int ldout,
+                      float *lse, int ldlse)
 {
     if (n_new < TILED_MIN_QUERIES)
-        attention_by_query(ctx, n_new, past, n_heads, n_kv, hd, q, ldq, k_cache, v_cache, cap, scale, out, ldout);
+        attention_by_query(ctx, n_new, past, n_heads, n_kv, hd, q, ldq, k_cache, v_cache, cap, scale, out, ldout, lse,
+                           ldlse);
     else
-        attention_by_tile(ctx, n_new, past, n_heads, n_kv, hd, q, ldq, k_cache, v_cache, cap, scale, out, ldout);
+        attention_by_tile(ctx, n_new, past, n_heads, n_kv, hd, q, ldq, k_cache, v_cache, cap, scale, out, ldout, lse,
+                          ldlse);
 }
 
 size_t ac_k_attention_workspace(int threads, int queries, int keys)
@@ -185,9 +194,10 @@ size_t ac_k_attention_workspace(int threads, int queries, int keys)
 /* The backward by tiles of query rows, with GEMMs (OpenBLAS, one thread inside each
  * OpenMP task). With P the causal softmax, dP = datt V^T, delta_i = datt_i . out_i and
  * dS = P (dP - delta) scale: pass 1, over (head, tile of BACKWARD_TILE queries), computes
- * the tile's scores S = scale Q K^T over the keys it sees, P, out = P V, delta, the log
- * normaliser, and dq = dS K. Pass 2, over (KV head, tile of keys), rebuilds P^T and dS^T
- * for the queries at or after the tile from the saved normalisers, for every query head
+ * the tile's scores S = scale Q K^T over the keys it sees, P = exp(S - the forward's log
+ * normaliser), delta from the forward's out, and dq = dS K. Pass 2, over (KV head, tile
+ * of keys), rebuilds P^T and dS^T for the queries at or after the tile from the
+ * normalisers and deltas, for every query head
  * sharing the KV head, and adds dv = P^T datt and dk = dS^T Q, so each tile of dk and dv
  * has one writer. Each thread's workspace holds two BACKWARD_TILE x L tiles. */
 #define BACKWARD_TILE 64
@@ -197,18 +207,27 @@ size_t ac_k_attention_backward_workspace(int threads, int longest)
     return (size_t)threads * 2 * BACKWARD_TILE * (size_t)longest * sizeof(float);
 }
 
+/* P = exp(S - lse) over the first `visible` of `cols` scores, zeros after them. */
+static void probabilities_row(float *row, int visible, int cols, float lse)
+{
+#pragma omp simd
+    for (int j = 0; j < visible; j++)
+        row[j] = softmax_exp(row[j] - lse);
+    for (int j = visible; j < cols; j++)
+        row[j] = 0.0f;
+}
+
 static void backward_query_tile(int L, int n_heads, int hd, int h, int g, int i0, const float *q, int ldq,
-                                const float *k, const float *v, int ldkv, const float *datt, float scale, float *out,
-                                float *stats, float *dq, float *S, float *dP)
+                                const float *k, const float *v, int ldkv, const float *datt, float scale,
+                                const float *out, float *stats, float *dq, float *S, float *dP)
 {
     int n = L - i0 < BACKWARD_TILE ? L - i0 : BACKWARD_TILE, cols = i0 + n, ldst = 2 * n_heads;
     const float *Q = q + (size_t)i0 * ldq + (size_t)h * hd, *G = datt + (size_t)i0 * ldq + (size_t)h * hd;
     const float *K = k + (size_t)g * hd, *V = v + (size_t)g * hd;
-    float *O = out + (size_t)i0 * ldq + (size_t)h * hd;
+    const float *O = out + (size_t)i0 * ldq + (size_t)h * hd;
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, cols, hd, scale, Q, ldq, K, ldkv, 0.0f, S, cols);
     for (int r = 0; r < n; r++)
-        stats[(size_t)(i0 + r) * ldst + h] = softmax_row(S + (size_t)r * cols, i0 + r + 1, cols);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, hd, cols, 1.0f, S, cols, V, ldkv, 0.0f, O, ldq);
+        probabilities_row(S + (size_t)r * cols, i0 + r + 1, cols, stats[(size_t)(i0 + r) * ldst + h]);
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, cols, hd, 1.0f, G, ldq, V, ldkv, 0.0f, dP, cols);
     for (int r = 0; r < n; r++) {
         float delta = 0.0f;
@@ -259,11 +278,11 @@ static void backward_key_tile(int L, int n_heads, int group, int hd, int g, int 
 /* With at least as many KV heads as threads, one pass per KV head instead: each query
  * tile of each query head sharing it runs pass 1 (backward_query_tile leaves P and dS in
  * its tiles) and adds dv += P^T datt and dk += dS^T Q over the keys the tile sees, so the
- * head's dk and dv have one writer and nothing is recomputed: 6 GEMMs a tile, not 8, and
+ * head's dk and dv have one writer and nothing is recomputed: 5 GEMMs a tile, not 7, and
  * one exp per score. */
 static void backward_kv_head(int L, int n_heads, int group, int hd, int g, const float *q, int ldq, const float *k,
-                             const float *v, int ldkv, const float *datt, float scale, float *out, float *stats,
-                             float *dq, float *dk, float *dv, float *P, float *dS)
+                             const float *v, int ldkv, const float *datt, float scale, const float *out,
+                             float *stats, float *dq, float *dk, float *dv, float *P, float *dS)
 {
     float *dK = dk + (size_t)g * hd, *dV = dv + (size_t)g * hd;
     for (int r = 0; r < L; r++)
@@ -284,7 +303,7 @@ static void backward_kv_head(int L, int n_heads, int group, int hd, int g, const
 
 void ac_cpu_attention_backward(ac_kctx *ctx, int L, int n_heads, int n_kv, int hd, const float *q, int ldq,
                                const float *k, const float *v, int ldkv, const float *datt, float scale,
-                               float *out, float *stats, float *dq, float *dk, float *dv)
+                               const float *out, float *stats, float *dq, float *dk, float *dv)
 {
     int group = n_heads / n_kv, tiles = (L + BACKWARD_TILE - 1) / BACKWARD_TILE;
     if (n_kv >= omp_get_max_threads()) {

@@ -38,7 +38,8 @@ void ac_cpu_ssd_scan(ac_kctx *ctx, int T, int H, int P, int N, int G, const floa
                      const float *C, int ldbc, const float *dt, const float *A, const float *Dskip,
                      float *state, float *y, int ldy);
 void ac_cpu_attention(ac_kctx *ctx, int n_new, int past, int n_heads, int n_kv, int hd, const float *q, int ldq,
-                      const float *k_cache, const float *v_cache, int cap, float scale, float *out, int ldout);
+                      const float *k_cache, const float *v_cache, int cap, float scale, float *out, int ldout,
+                      float *lse, int ldlse);
 void ac_cpu_moe_route(ac_kctx *ctx, int T, int E, const float *logits, const float *bias, int n_group,
                       int topk_group, int top_k, int norm, float scale, int32_t *idx, float *weight);
 void ac_cpu_moe_mask_scores(ac_kctx *ctx, int T, int E, const float *mask, const float *bias, float *logits,
@@ -97,7 +98,7 @@ void ac_cpu_gated_rmsnorm_width_backward(ac_kctx *ctx, int rows, int dim, const 
                                      float scale, float per_head, int heads, float *dmask);
 void ac_cpu_attention_backward(ac_kctx *ctx, int L, int n_heads, int n_kv, int hd, const float *q, int ldq,
                                const float *k, const float *v, int ldkv, const float *datt, float scale,
-                               float *out, float *stats, float *dq, float *dk, float *dv);
+                               const float *out, float *stats, float *dq, float *dk, float *dv);
 void ac_cpu_moe_route_backward(ac_kctx *ctx, int T, int E, const float *logits, int top_k, int norm,
                                float scale, const int32_t *idx, const float *dweight, float *dlogits);
 void ac_cpu_rmsnorm_width_backward(ac_kctx *ctx, int rows, int dim, const float *x, int ldx, const float *w,

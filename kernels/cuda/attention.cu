@@ -103,26 +103,29 @@ static __device__ float attend_row(const float *q, const float *K, const float *
 
 static __global__ void attention_kernel(int n_new, int past, int n_heads, int n_kv, int hd, const float *q, int ldq,
                                         const float *k_cache, const float *v_cache, int cap, float scale, float *out,
-                                        int ldout)
+                                        int ldout, float *lse, int ldlse)
 {
     extern __shared__ float smem[];
     for (int b = blockIdx.x; b < n_new * n_heads; b += gridDim.x) {
         int i, h;
         ac_attn_query_item(b, n_heads, &i, &h);
         size_t kv = (size_t)ac_attn_kv_head(h, n_heads, n_kv) * cap * hd;
-        attend_row(q + (size_t)i * ldq + (size_t)h * hd, k_cache + kv, v_cache + kv, (size_t)hd, past + i + 1, hd,
-                   scale, out + (size_t)i * ldout + (size_t)h * hd, smem);
+        float l = attend_row(q + (size_t)i * ldq + (size_t)h * hd, k_cache + kv, v_cache + kv, (size_t)hd,
+                             past + i + 1, hd, scale, out + (size_t)i * ldout + (size_t)h * hd, smem);
+        if (lse && threadIdx.x == 0)
+            lse[(size_t)i * ldlse + h] = l;
     }
 }
 
 void ac_cuda_attention(ac_kctx *ctx, int n_new, int past, int n_heads, int n_kv, int hd, const float *q, int ldq,
-                       const float *k_cache, const float *v_cache, int cap, float scale, float *out, int ldout)
+                       const float *k_cache, const float *v_cache, int cap, float scale, float *out, int ldout,
+                       float *lse, int ldlse)
 {
     if (n_new <= 0 || n_heads <= 0 || hd <= 0)
         return;
     attention_kernel<<<ac_attn_grid((size_t)n_new * n_heads), AC_ATTN_WARPS * 32, ac_attn_query_smem(hd),
                        ac_cuda_stream(ctx)>>>(n_new, past, n_heads, n_kv, hd, q, ldq, k_cache, v_cache, cap, scale,
-                                              out, ldout);
+                                              out, ldout, lse, ldlse);
     ac_cuda_check("attention");
 }
 
@@ -157,24 +160,22 @@ static __device__ void query_grad(const float *q, const float *datt, const float
     }
 }
 
-/* A block per (query i, head h): out_i, stats_i (log normaliser, delta) and dq_i. The
- * sequence starts empty, so query i sees keys 0..i. */
+/* A block per (query i, head h): delta_i (into stats, beside the forward's log
+ * normaliser) and dq_i. The sequence starts empty, so query i sees keys 0..i. */
 static __global__ void backward_query_kernel(int L, int n_heads, int n_kv, int hd, const float *q, int ldq,
                                              const float *k, const float *v, int ldkv, const float *datt,
-                                             float scale, float *out, float *stats, float *dq)
+                                             float scale, const float *out, float *stats, float *dq)
 {
     extern __shared__ float smem[];
-    float *red = smem + (size_t)(blockDim.x / 32) * ac_attn_chunk(hd); /* attend_row's row stats, free between calls */
+    float *red = smem + (size_t)(blockDim.x / 32) * ac_attn_chunk(hd); /* block_dot's, apart from query_grad's */
     for (int b = blockIdx.x; b < L * n_heads; b += gridDim.x) {
         int i, h;
         ac_attn_query_item(b, n_heads, &i, &h);
         size_t row = (size_t)i * ldq + (size_t)h * hd, kv = (size_t)ac_attn_kv_head(h, n_heads, n_kv) * hd;
-        float lse = attend_row(q + row, k + kv, v + kv, (size_t)ldkv, i + 1, hd, scale, out + row, smem);
-        float delta = block_dot(datt + row, out + row, hd, red); /* out is complete: attend_row's barrier */
-        if (threadIdx.x == 0) {
-            stats[(size_t)i * 2 * n_heads + h] = lse;
+        float lse = stats[(size_t)i * 2 * n_heads + h];
+        float delta = block_dot(datt + row, out + row, hd, red);
+        if (threadIdx.x == 0)
             stats[(size_t)i * 2 * n_heads + n_heads + h] = delta;
-        }
         query_grad(q + row, datt + row, k + kv, v + kv, (size_t)ldkv, i + 1, hd, scale, lse, delta, dq + row, smem);
     }
 }
@@ -229,7 +230,7 @@ static __global__ void backward_key_kernel(int L, int n_heads, int n_kv, int hd,
 
 void ac_cuda_attention_backward(ac_kctx *ctx, int L, int n_heads, int n_kv, int hd, const float *q, int ldq,
                                 const float *k, const float *v, int ldkv, const float *datt, float scale,
-                                float *out, float *stats, float *dq, float *dk, float *dv)
+                                const float *out, float *stats, float *dq, float *dk, float *dv)
 {
     if (L <= 0 || n_heads <= 0 || hd <= 0)
         return;

@@ -14,21 +14,24 @@ static size_t attention_scratch_per_token(const ac_arch *arch, const ac_block_di
     return 2 * q + 2 * kv;
 }
 
-/* q, k, v, att, datt, dq, dk, dv and two statistics per query and head. The scores are
- * recomputed row by row in the kernel's workspace, so nothing grows with T^2. */
+/* q, k, v, att, datt, dq, dk, dv, K and V in the cache layout (when the forward is
+ * recomputed) and two statistics per query and head. The scores are recomputed row by row
+ * in the kernel's workspace, so nothing grows with T^2. */
 static size_t attention_backward_scratch_per_token(const ac_arch *arch, const ac_block_dims *b)
 {
     (void)arch;
     size_t q = (size_t)b->attn_heads * b->attn_head_dim, kv = (size_t)b->attn_kv_heads * b->attn_head_dim;
-    return 4 * q + 4 * kv + 2 * (size_t)b->attn_heads;
+    return 4 * q + 6 * kv + 2 * (size_t)b->attn_heads;
 }
 
-/* A training forward keeps q, k and v in rows ([T, nq], [T, nkv] twice), which the
- * backward would recompute. */
+/* A training forward keeps q, k and v in rows ([T, nq], [T, nkv] twice), the attention's
+ * output [T, nq] and its log normalisers ([T, 2 nH], the backward's stats: the first
+ * half), which the backward would recompute. */
 static size_t attention_saved_per_token(const ac_arch *arch, const ac_block_dims *b)
 {
     (void)arch;
-    return (size_t)b->attn_heads * b->attn_head_dim + 2 * (size_t)b->attn_kv_heads * b->attn_head_dim;
+    return 2 * (size_t)b->attn_heads * b->attn_head_dim + 2 * (size_t)b->attn_kv_heads * b->attn_head_dim +
+           2 * (size_t)b->attn_heads;
 }
 
 /* Copies L rows of K (or V) [L, n_kv*hd] into the cache layout [n_kv, cap, hd] from row
@@ -77,7 +80,8 @@ static void attention_forward(ac_runtime *rt, int layer, const ac_seqs *seqs, co
     float *q = rt->saved ? rt->saved : ac_scratch(rt, (size_t)T * nq);
     float *k = ac_scratch(rt, (size_t)T * nkv);
     float *v = ac_scratch(rt, (size_t)T * nkv);
-    float *att = ac_scratch(rt, (size_t)T * nq);
+    float *att = rt->saved ? q + (size_t)T * (nq + 2 * nkv) : ac_scratch(rt, (size_t)T * nq);
+    float *stats = rt->saved ? att + (size_t)T * nq : NULL; /* the log normalisers, for the backward */
     float scale = 1.0f / sqrtf((float)hd);
     if (seqs->caches && T <= QKV_TOKENS_MAX)
         qkv_of_tokens(rt, w, T, D, nq, nkv, xn, q, k, v);
@@ -102,7 +106,8 @@ static void attention_forward(ac_runtime *rt, int layer, const ac_seqs *seqs, co
         for (int s = 0; s < seqs->n; s++) {
             int o = seqs->offset[s];
             ac_k_attention(&rt->kctx, seqs->len[s], 0, nH, nKV, hd, q + (size_t)o * nq, nq, k + (size_t)o * hd,
-                           v + (size_t)o * hd, T, scale, att + (size_t)o * nq, nq);
+                           v + (size_t)o * hd, T, scale, att + (size_t)o * nq, nq,
+                           stats ? stats + (size_t)o * 2 * nH : NULL, 2 * nH);
         }
     } else {
         if (T > QKV_TOKENS_MAX) {
@@ -115,7 +120,7 @@ static void attention_forward(ac_runtime *rt, int layer, const ac_seqs *seqs, co
             rows_to_heads(rt, c->k[layer], c->capacity, c->tokens, L, nKV, hd, k + (size_t)o * nkv);
             rows_to_heads(rt, c->v[layer], c->capacity, c->tokens, L, nKV, hd, v + (size_t)o * nkv);
             ac_k_attention(&rt->kctx, L, c->tokens, nH, nKV, hd, q + (size_t)o * nq, nq, c->k[layer],
-                           c->v[layer], c->capacity, scale, att + (size_t)o * nq, nq);
+                           c->v[layer], c->capacity, scale, att + (size_t)o * nq, nq, NULL, 0);
         }
     }
     ac_k_linear(&rt->kctx, T, D, nq, att, nq, w->o_proj, 0.0f, out, D);
@@ -133,22 +138,30 @@ static void attention_backward(ac_runtime *rt, int layer, const ac_seqs *seqs, c
     int nH = b->attn_heads, nKV = b->attn_kv_heads, hd = b->attn_head_dim;
     int nq = nH * hd, nkv = nKV * hd;
 
-    int kept = rt->saved != NULL; /* q, k, v from this pass's forward */
+    int kept = rt->saved != NULL; /* q, k, v, the output and its normalisers from this pass's forward */
     float *q = kept ? rt->saved : ac_scratch(rt, (size_t)T * nq);
     float *k = kept ? q + (size_t)T * nq : ac_scratch(rt, (size_t)T * nkv);
     float *v = kept ? k + (size_t)T * nkv : ac_scratch(rt, (size_t)T * nkv);
-    float *att = ac_scratch(rt, (size_t)T * nq);
+    float *att = kept ? v + (size_t)T * nkv : ac_scratch(rt, (size_t)T * nq);
+    float *stats = kept ? att + (size_t)T * nq : ac_scratch(rt, (size_t)T * 2 * nH);
     float *datt = ac_scratch(rt, (size_t)T * nq);
     float *dq = ac_scratch(rt, (size_t)T * nq);
     float *dk = ac_scratch(rt, (size_t)T * nkv);
     float *dv = ac_scratch(rt, (size_t)T * nkv);
-    float *stats = ac_scratch(rt, (size_t)T * 2 * nH);
     float scale = 1.0f / sqrtf((float)hd);
 
-    if (!kept) {
+    if (!kept) { /* the forward again, as it runs: K and V in the cache layout of the batch */
+        float *k_heads = ac_scratch(rt, (size_t)T * nkv), *v_heads = ac_scratch(rt, (size_t)T * nkv);
         ac_k_linear(&rt->kctx, T, nq, D, xn, D, w->q_proj, 0.0f, q, nq);
         ac_k_linear(&rt->kctx, T, nkv, D, xn, D, w->k_proj, 0.0f, k, nkv);
         ac_k_linear(&rt->kctx, T, nkv, D, xn, D, w->v_proj, 0.0f, v, nkv);
+        rows_to_heads(rt, k_heads, T, 0, T, nKV, hd, k);
+        rows_to_heads(rt, v_heads, T, 0, T, nKV, hd, v);
+        for (int s = 0; s < seqs->n; s++) {
+            size_t o = (size_t)seqs->offset[s];
+            ac_k_attention(&rt->kctx, seqs->len[s], 0, nH, nKV, hd, q + o * nq, nq, k_heads + o * hd, v_heads + o * hd,
+                           T, scale, att + o * nq, nq, stats + o * 2 * nH, 2 * nH);
+        }
     }
     ac_k_linear_backward(&rt->kctx, T, D, nq, NULL, nq, w->o_proj, dout, D, 0.0f, datt, nq, NULL);
     for (int s = 0; s < seqs->n; s++) {

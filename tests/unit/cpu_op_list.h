@@ -27,8 +27,9 @@
       const float *C, int ldbc, const float *dt, const float *A, const float *Dskip, float *state, float *y,      \
       int ldy), (ctx, T, H, P, N, G, x, ldx, B, C, ldbc, dt, A, Dskip, state, y, ldy))                            \
     X(attention, (ac_kctx *ctx, int n_new, int past, int n_heads, int n_kv, int hd, const float *q, int ldq,      \
-      const float *k_cache, const float *v_cache, int cap, float scale, float *out, int ldout), (ctx, n_new,      \
-      past, n_heads, n_kv, hd, q, ldq, k_cache, v_cache, cap, scale, out, ldout))                                 \
+      const float *k_cache, const float *v_cache, int cap, float scale, float *out, int ldout, float *lse,        \
+      int ldlse), (ctx, n_new, past, n_heads, n_kv, hd, q, ldq, k_cache, v_cache, cap, scale, out, ldout, lse,    \
+      ldlse))                                                                                                     \
     X(moe_route, (ac_kctx *ctx, int T, int E, const float *logits, const float *bias, int n_group,                \
       int topk_group, int top_k, int norm, float scale, int32_t *idx, float *weight), (ctx, T, E, logits, bias,   \
       n_group, topk_group, top_k, norm, scale, idx, weight))                                                      \
@@ -97,7 +98,7 @@
       float *dz, int lddz, float *dw, float *rstd), (ctx, rows, dim, group_size, y, ldy, z, ldz, w, eps, dout,    \
       lddout, dy, lddy, dz, lddz, dw, rstd))                                                                      \
     X(attention_backward, (ac_kctx *ctx, int L, int n_heads, int n_kv, int hd, const float *q, int ldq,           \
-      const float *k, const float *v, int ldkv, const float *datt, float scale, float *out, float *stats,         \
+      const float *k, const float *v, int ldkv, const float *datt, float scale, const float *out, float *stats,   \
       float *dq, float *dk, float *dv), (ctx, L, n_heads, n_kv, hd, q, ldq, k, v, ldkv, datt, scale, out, stats,  \
       dq, dk, dv))                                                                                                \
     X(moe_route_backward, (ac_kctx *ctx, int T, int E, const float *logits, int top_k, int norm, float scale,     \

@@ -429,7 +429,7 @@ static void op_ssd_scan(run *r, const op_case *c)
     CALL(r, ssd_scan, T, H, P, N, G, x, ldx, B, C, ldbc, dt, A, D, state, y, ldy);
 }
 
-/* p: n_new past n_heads n_kv hd ldq cap ldout; f: scale */
+/* p: n_new past n_heads n_kv hd ldq cap ldout ldlse (0: no lse); f: scale */
 static void op_attention(run *r, const op_case *c)
 {
     int n_new = c->p[0], past = c->p[1], n_heads = c->p[2], n_kv = c->p[3], hd = c->p[4];
@@ -438,8 +438,10 @@ static void op_attention(run *r, const op_case *c)
     const float *k = f32(r, BUF_IN, (size_t)n_kv * cap * hd, -1.0f, 1.0f);
     const float *v = f32(r, BUF_IN, (size_t)n_kv * cap * hd, -1.0f, 1.0f);
     float *out = f32(r, BUF_OUT, (size_t)n_new * ldout, -1.0f, 1.0f);
+    int ldlse = c->p[8];
+    float *lse = ldlse ? f32(r, BUF_OUT, (size_t)n_new * ldlse, -1.0f, 1.0f) : NULL;
     workspace(r, ac_k_attention_workspace(omp_get_max_threads(), n_new, past + n_new));
-    CALL(r, attention, n_new, past, n_heads, n_kv, hd, q, ldq, k, v, cap, c->f[0], out, ldout);
+    CALL(r, attention, n_new, past, n_heads, n_kv, hd, q, ldq, k, v, cap, c->f[0], out, ldout, lse, ldlse);
 }
 
 /* p: T E n_group topk_group top_k norm; f: scale */
@@ -810,8 +812,9 @@ static void op_attention_backward(run *r, const op_case *c)
     const float *k = f32(r, BUF_IN, (size_t)L * ldkv, -1.0f, 1.0f);
     const float *v = f32(r, BUF_IN, (size_t)L * ldkv, -1.0f, 1.0f);
     const float *datt = f32(r, BUF_IN, (size_t)L * ldq, -1.0f, 1.0f);
-    float *out = f32(r, BUF_OUT, (size_t)L * ldq, -1.0f, 1.0f);
-    float *stats = f32(r, BUF_OUT, (size_t)L * 2 * n_heads, -1.0f, 1.0f);
+    const float *out = f32(r, BUF_IN, (size_t)L * ldq, -1.0f, 1.0f);
+    /* the log normalisers (read) and deltas (written): normalisers above the scores */
+    float *stats = f32(r, BUF_OUT, (size_t)L * 2 * n_heads, 1.0f, 3.0f);
     float *dq = f32(r, BUF_OUT, (size_t)L * ldq, -1.0f, 1.0f);
     float *dk = f32(r, BUF_OUT, (size_t)L * ldkv, -1.0f, 1.0f);
     float *dv = f32(r, BUF_OUT, (size_t)L * ldkv, -1.0f, 1.0f);
@@ -903,6 +906,10 @@ static const op_case cases[] = {
      {0.5f}},
     {OP(attention), "new1 past6 heads4 kv1 hd3 cap9 (decode)", TOL_REDUCE, {1, 6, 4, 1, 3, 12, 9, 12}, {0.577f}},
     {OP(attention), "new4 past0 heads2 kv2 hd5 cap4 (prefill)", TOL_REDUCE, {4, 0, 2, 2, 5, 10, 4, 11}, {0.447f}},
+    {OP(attention), "new70 past3 heads4 kv2 hd4 cap80 lse ld5 (tiles)", TOL_REDUCE, {70, 3, 4, 2, 4, 16, 80, 16, 5},
+     {0.5f}},
+    {OP(attention), "new2 past6 heads4 kv1 hd3 cap9 lse (decode)", TOL_REDUCE, {2, 6, 4, 1, 3, 12, 9, 12, 4},
+     {0.577f}},
     {OP(moe_route), "T5 E8 groups4 keep2 top3 norm scale2.5", TOL_REDUCE, {5, 8, 4, 2, 3, 1}, {2.5f}},
     {OP(moe_route), "T3 E12 groups3 keep1 top2 raw", TOL_REDUCE, {3, 12, 3, 1, 2, 0}, {1.0f}},
     {OP(moe_route), "T1 E6 ungrouped top2 norm", TOL_REDUCE, {1, 6, 1, 1, 2, 1}, {1.0f}},

@@ -298,6 +298,17 @@ static void test_kernel_across_tiles(void **state)
     float scale = 1.0f / sqrtf((float)LHD);
     ac_kctx ctx = {.workspace = ws, .workspace_bytes = bytes};
     reference_backward(q, k, v, g, scale, rout, rdq, rdk, rdv);
+    /* the forward's output and log normalisers, from K and V in the cache layout */
+    float *kc = malloc(sizeof(float) * LT * LKV * LHD), *vc = malloc(sizeof(float) * LT * LKV * LHD);
+    assert_true(kc && vc);
+    for (int j = 0; j < LT; j++)
+        for (int x = 0; x < LKV * LHD; x++) {
+            kc[((size_t)(x / LHD) * LT + j) * LHD + x % LHD] = k[j * LDKV + x];
+            vc[((size_t)(x / LHD) * LT + j) * LHD + x % LHD] = v[j * LDKV + x];
+        }
+    ac_k_attention(&ctx, LT, 0, LH, LKV, LHD, q, LDQ, kc, vc, LT, scale, out, LDQ, stats, 2 * LH);
+    assert_close_rows("out", out, rout, LT, LDQ, LH * LHD);
+    free(kc), free(vc);
     /* one pass per KV head (at least as many KV heads as threads: one thread here), then
      * the two passes (more threads than KV heads) */
     for (int pass = 0; pass < 2; pass++) {
@@ -305,7 +316,6 @@ static void test_kernel_across_tiles(void **state)
         for (int i = 0; i < LT * LDKV; i++) /* every element must be overwritten */
             dk[i] = dv[i] = 1e6f;
         ac_k_attention_backward(&ctx, LT, LH, LKV, LHD, q, LDQ, k, v, LDKV, g, scale, out, stats, dq, dk, dv);
-        assert_close_rows("out", out, rout, LT, LDQ, LH * LHD);
         assert_close_rows("dq", dq, rdq, LT, LDQ, LH * LHD);
         assert_close_rows("dk", dk, rdk, LT, LDKV, LKV * LHD);
         assert_close_rows("dv", dv, rdv, LT, LDKV, LKV * LHD);
@@ -327,9 +337,9 @@ typedef struct {
 } fwd_shape;
 
 /* out = softmax(scale q K^T over the visible keys) V for queries at past.., from the
- * cache layout [kv, cap, hd] */
+ * cache layout [kv, cap, hd]; lse [n_new, heads] the log normalisers */
 static void reference_forward(fwd_shape f, int n_new, int past, const float *q, const float *k, const float *v,
-                              double scale, double *out)
+                              double scale, double *out, double *lse)
 {
     double *p = malloc((size_t)f.cap * sizeof *p);
     assert_non_null(p);
@@ -348,6 +358,7 @@ static void reference_forward(fwd_shape f, int n_new, int past, const float *q, 
             }
             for (int j = 0; j < visible; j++)
                 sum += (p[j] = exp(p[j] - max));
+            lse[(size_t)i * f.heads + h] = max + log(sum);
             for (int c = 0; c < f.hd; c++) {
                 double o = 0;
                 for (int j = 0; j < visible; j++)
@@ -363,19 +374,21 @@ static void check_forward(int n_new, int past, float spread)
 {
     float *q = malloc(sizeof(float) * n_new * LDQ), *out = malloc(sizeof(float) * n_new * LDQ);
     float *k = malloc(sizeof(float) * LKV * FCAP * LHD), *v = malloc(sizeof(float) * LKV * FCAP * LHD);
-    double *want = calloc((size_t)n_new * LDQ, sizeof(double));
+    float *lse = malloc(sizeof(float) * n_new * LH);
+    double *want = calloc((size_t)n_new * LDQ, sizeof(double)), *want_lse = calloc((size_t)n_new * LH, sizeof(double));
     size_t bytes = ac_k_attention_workspace(omp_get_max_threads(), n_new, past + n_new);
     void *ws = malloc(bytes);
-    assert_true(q && out && k && v && want && ws);
+    assert_true(q && out && k && v && lse && want && want_lse && ws);
     gc_fill(q, n_new * LDQ, -spread, spread, 11);
     gc_fill(k, LKV * FCAP * LHD, -spread, spread, 12);
     gc_fill(v, LKV * FCAP * LHD, -1.0f, 1.0f, 13);
     float scale = 1.0f / sqrtf((float)LHD);
     ac_kctx ctx = {.workspace = ws, .workspace_bytes = bytes};
-    ac_k_attention(&ctx, n_new, past, LH, LKV, LHD, q, LDQ, k, v, FCAP, scale, out, LDQ);
-    reference_forward((fwd_shape){LH, LKV, LHD, LDQ, FCAP}, n_new, past, q, k, v, scale, want);
+    ac_k_attention(&ctx, n_new, past, LH, LKV, LHD, q, LDQ, k, v, FCAP, scale, out, LDQ, lse, LH);
+    reference_forward((fwd_shape){LH, LKV, LHD, LDQ, FCAP}, n_new, past, q, k, v, scale, want, want_lse);
     assert_close_rows("out", out, want, n_new, LDQ, LH * LHD);
-    free(q), free(out), free(k), free(v), free(want), free(ws);
+    assert_close_rows("lse", lse, want_lse, n_new, LH, LH);
+    free(q), free(out), free(k), free(v), free(lse), free(want), free(want_lse), free(ws);
 }
 
 static void test_forward_kernel_across_tiles(void **state)
@@ -397,8 +410,8 @@ static void test_decode_heads_in_chunks(void **state)
 {
     (void)state;
     enum { H = 20, HD = 8, NEW = 2, PAST = 50, CAP = NEW + PAST, LD = H * HD + 1 };
-    float q[NEW * LD], out[NEW * LD], k[CAP * HD], v[CAP * HD];
-    double want[NEW * LD];
+    float q[NEW * LD], out[NEW * LD], k[CAP * HD], v[CAP * HD], lse[NEW * H];
+    double want[NEW * LD], want_lse[NEW * H];
     gc_fill(q, NEW * LD, -2.0f, 2.0f, 21);
     gc_fill(k, CAP * HD, -2.0f, 2.0f, 22);
     gc_fill(v, CAP * HD, -1.0f, 1.0f, 23);
@@ -407,9 +420,10 @@ static void test_decode_heads_in_chunks(void **state)
     void *ws = malloc(bytes);
     assert_non_null(ws);
     ac_kctx ctx = {.workspace = ws, .workspace_bytes = bytes};
-    ac_k_attention(&ctx, NEW, PAST, H, 1, HD, q, LD, k, v, CAP, scale, out, LD);
-    reference_forward((fwd_shape){H, 1, HD, LD, CAP}, NEW, PAST, q, k, v, scale, want);
+    ac_k_attention(&ctx, NEW, PAST, H, 1, HD, q, LD, k, v, CAP, scale, out, LD, lse, H);
+    reference_forward((fwd_shape){H, 1, HD, LD, CAP}, NEW, PAST, q, k, v, scale, want, want_lse);
     assert_close_rows("decode out", out, want, NEW, LD, H * HD);
+    assert_close_rows("decode lse", lse, want_lse, NEW, H, H);
     free(ws);
 }
 
