@@ -87,10 +87,13 @@ void ac_cpu_gated_rmsnorm_backward(ac_kctx *ctx, int rows, int dim, int group_si
         float *dzr = dz + (size_t)r * lddz;
         for (int g = 0; g < groups; g++) {
             int g0 = g * group_size, g1 = g0 + group_size;
+            /* sigmoid(z) waits in dz (an output, no input) for the second pass */
             double sum = 0.0, dot = 0.0;
 #pragma omp simd reduction(+ : sum, dot)
             for (int i = g0; i < g1; i++) {
-                float u = yr[i] * silu(zr[i]);
+                float s = ac_cpu_sigmoid(zr[i]);
+                float u = yr[i] * (zr[i] * s);
+                dzr[i] = s;
                 sum += (double)u * u;
                 dot += (double)(w[i] * gr[i]) * u;
             }
@@ -99,7 +102,7 @@ void ac_cpu_gated_rmsnorm_backward(ac_kctx *ctx, int rows, int dim, int group_si
             float k = (float)(dot / group_size) * inv * inv * inv;
 #pragma omp simd
             for (int i = g0; i < g1; i++) {
-                float s = ac_cpu_sigmoid(zr[i]);
+                float s = dzr[i];
                 float sz = zr[i] * s; /* silu(z) */
                 float u = yr[i] * sz;
                 float du = inv * w[i] * gr[i] - u * k;
