@@ -25,6 +25,28 @@ static void transpose(int rows, int cols, const float *in, float *out)
             out[(size_t)c * rows + r] = in[(size_t)r * cols + c];
 }
 
+/* One step over channels [p0, p0 + SCAN_P_BLOCK) of the transposed state: every state's
+ * row of the block updated and its share of y summed in a block of registers over all N
+ * states (y read and written once a step, not once per four states). */
+enum { SCAN_P_BLOCK = 16 };
+
+static void scan_step_block(int P, int N, int p0, float decay, const float *dx, const float *Bt, const float *Ct,
+                            float *sT, float *y)
+{
+    float acc[SCAN_P_BLOCK] = {0};
+    for (int n = 0; n < N; n++) {
+        float *row = sT + (size_t)n * P + p0, b = Bt[n], c = Ct[n];
+#pragma omp simd
+        for (int j = 0; j < SCAN_P_BLOCK; j++) {
+            row[j] = decay * row[j] + dx[p0 + j] * b;
+            acc[j] += row[j] * c;
+        }
+    }
+#pragma omp simd
+    for (int j = 0; j < SCAN_P_BLOCK; j++)
+        y[p0 + j] = acc[j];
+}
+
 static void scan_head_transposed(int T, int P, int N, const float *x, int ldx, const float *B, const float *C,
                                  int ldbc, const float *dt, int ldt, float A, float Dskip, float *state, float *y,
                                  int ldy, float *checkpoints, size_t ckpt_stride)
@@ -35,28 +57,18 @@ static void scan_head_transposed(int T, int P, int N, const float *x, int ldx, c
         float d = dt[(size_t)t * ldt], decay = ac_cpu_expf(d * A);
         const float *xt = x + (size_t)t * ldx, *Bt = B + (size_t)t * ldbc, *Ct = C + (size_t)t * ldbc;
         float *yt = y + (size_t)t * ldy;
+        int blocked = P / SCAN_P_BLOCK * SCAN_P_BLOCK;
 #pragma omp simd
         for (int p = 0; p < P; p++) {
             dx[p] = d * xt[p];
             yt[p] = 0.0f;
         }
-        int n = 0;
-        for (; n + 4 <= N; n += 4) {
-            float *r0 = sT + (size_t)n * P, *r1 = r0 + P, *r2 = r1 + P, *r3 = r2 + P;
-            const float *b = Bt + n, *c = Ct + n;
-#pragma omp simd
-            for (int p = 0; p < P; p++) {
-                r0[p] = decay * r0[p] + dx[p] * b[0];
-                r1[p] = decay * r1[p] + dx[p] * b[1];
-                r2[p] = decay * r2[p] + dx[p] * b[2];
-                r3[p] = decay * r3[p] + dx[p] * b[3];
-                yt[p] += (r0[p] * c[0] + r1[p] * c[1]) + (r2[p] * c[2] + r3[p] * c[3]);
-            }
-        }
-        for (; n < N; n++) {
+        for (int p0 = 0; p0 < blocked; p0 += SCAN_P_BLOCK)
+            scan_step_block(P, N, p0, decay, dx, Bt, Ct, sT, yt);
+        for (int n = 0; blocked < P && n < N; n++) { /* the last P % SCAN_P_BLOCK channels */
             float *row = sT + (size_t)n * P, b = Bt[n], c = Ct[n];
 #pragma omp simd
-            for (int p = 0; p < P; p++) {
+            for (int p = blocked; p < P; p++) {
                 row[p] = decay * row[p] + dx[p] * b;
                 yt[p] += row[p] * c;
             }
