@@ -1652,6 +1652,47 @@ static void test_linear_batch_backward_against_double(void **state)
         free(A[i]), free(W[i]), free(dC[i]), free(dA[i]), free(dW[i]), free(dW0[i]);
 }
 
+/* The CPU's prompt scan (the transposed one: a block of 16 channels in registers, then
+ * the last P % 16) against the recurrence in double, from a non-zero state: y and the
+ * final state of T = 20 steps, P = 20 channels in two heads of one group. */
+static void test_ssd_scan_against_double(void **state)
+{
+    (void)state;
+    enum { T = 20, H = 2, P = 20, N = 5, G = 1, LDX = H * P + 3, LDBC = N + 2 };
+    float x[T * LDX], Bm[T * LDBC], Cm[T * LDBC], dt[T * H], A[H] = {-0.7f, -1.9f}, Dskip[H] = {0.3f, -0.6f};
+    float st[H * P * N], y[T * H * P];
+    double s[H][P][N];
+    fill_uniform(x, T * LDX, 400);
+    fill_uniform(Bm, T * LDBC, 401);
+    fill_uniform(Cm, T * LDBC, 402);
+    fill_uniform(st, H * P * N, 403);
+    for (int i = 0; i < T * H; i++)
+        dt[i] = 0.05f + 0.2f * (float)(i % 7) / 7.0f;
+    for (int h = 0; h < H; h++)
+        for (int p = 0; p < P; p++)
+            for (int n = 0; n < N; n++)
+                s[h][p][n] = st[(h * P + p) * N + n];
+    ac_kctx ctx = {0};
+    ac_cpu_ssd_scan(&ctx, T, H, P, N, G, x, LDX, Bm, Cm, LDBC, dt, A, Dskip, st, y, H * P);
+    for (int t = 0; t < T; t++)
+        for (int h = 0; h < H; h++) {
+            double d = dt[t * H + h], decay = exp(d * A[h]);
+            for (int p = 0; p < P; p++) {
+                double xv = x[t * LDX + h * P + p], want = Dskip[h] * xv, size = fabs(want);
+                for (int n = 0; n < N; n++) {
+                    s[h][p][n] = decay * s[h][p][n] + d * xv * Bm[t * LDBC + n];
+                    want += s[h][p][n] * Cm[t * LDBC + n];
+                    size += fabs(s[h][p][n] * Cm[t * LDBC + n]);
+                }
+                assert_close("scan y", (t * H + h) * P + p, y[(t * H + h) * P + p], want, size);
+            }
+        }
+    for (int h = 0; h < H; h++)
+        for (int p = 0; p < P; p++)
+            for (int n = 0; n < N; n++)
+                assert_close("scan state", (h * P + p) * N + n, st[(h * P + p) * N + n], s[h][p][n], fabs(s[h][p][n]));
+}
+
 /* The CPU's causal conv + SiLU against a direct double computation, over blocks of
  * channels run in parallel (T C past the size that splits): the outputs and the advanced
  * state of a 100-step call after a non-zero state, then a 1-step call (T < K - 1); the
@@ -1745,6 +1786,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_gemm_split_against_double),
         cmocka_unit_test(test_linear_batch_backward_against_double),
         cmocka_unit_test(test_conv1d_against_double),
+        cmocka_unit_test(test_ssd_scan_against_double),
     };
     const struct CMUnitTest one_backend[] = {
         cmocka_unit_test(test_registry),
