@@ -151,7 +151,6 @@ typedef struct {
     ac_routers *routers;
     ac_tokens *tokens;
     ac_train_step *student, *teacher;
-    float *teacher_logits;
     float *grads_host;     /* trained weights on a device with several ranks: their gradients' host staging */
     int32_t *batch_tokens;
     int n_logits, n_axes, steps;
@@ -180,7 +179,6 @@ static void free_run(search_run *r)
     ac_model_free(r->grads);
     free(r->grads_host);
     ac_adamw_free(r->opt);
-    free(r->teacher_logits);
     free(r->batch_tokens);
     free(r->m);
     free(r->v);
@@ -251,15 +249,14 @@ static ac_status prepare_model(search_run *r, const ac_model *parent)
 static ac_status alloc_buffers(search_run *r)
 {
     const ac_search_params *p = r->p;
-    int n = r->n_logits, V = ac_model_arch(r->model)->vocab;
+    int n = r->n_logits;
     size_t rows = (size_t)p->batch * p->seq_len;
-    r->teacher_logits = malloc((size_t)r->rows * p->seq_len * (size_t)V * sizeof *r->teacher_logits);
     r->batch_tokens = malloc((rows + (size_t)p->batch) * sizeof *r->batch_tokens);
     r->m = calloc((size_t)n, sizeof *r->m);
     r->v = calloc((size_t)n, sizeof *r->v);
     r->grad = calloc((size_t)n, sizeof *r->grad);
     double **d[] = {&r->probs, &r->dprobs, &r->dprobs_budget, &r->dl_kd, &r->dl_budget, &r->d_lat, &r->d_mem, &r->d_thr};
-    int ok = r->teacher_logits && r->batch_tokens && r->m && r->v && r->grad;
+    int ok = r->batch_tokens && r->m && r->v && r->grad;
     for (size_t i = 0; i < sizeof d / sizeof d[0]; i++) {
         *d[i] = calloc((size_t)n, sizeof(double));
         ok = ok && *d[i];
@@ -416,7 +413,6 @@ static ac_status sum_over_ranks(search_run *r, double *kd)
 static ac_status kd_gradient(search_run *r, int step, const ac_masks *masks, ac_mask_grads *mg, double *kd)
 {
     const ac_search_params *p = r->p;
-    size_t rows = (size_t)r->rows * p->seq_len;
     /* every rank samples the whole batch (a pure function of seed, step and row) and
      * takes its rows */
     ac_status st = sample_inputs(r->tokens, p->seed, (uint64_t)step, p->batch, p->seq_len, r->batch_tokens);
@@ -428,10 +424,10 @@ static ac_status kd_gradient(search_run *r, int step, const ac_masks *masks, ac_
     st = ac_train_step_loss(r->teacher, &tin, &unused);
     if (st != AC_OK)
         return st;
-    memcpy(r->teacher_logits, ac_train_step_logits(r->teacher),
-           rows * (size_t)ac_model_arch(r->model)->vocab * sizeof(float));
-    ac_step_inputs in = {.tokens = window, .teacher_logits = r->teacher_logits, .kd_tau = p->kd_tau, .masks = masks,
-                         .grads = r->grads, .mask_grads = mg,
+    /* the teacher's logits where its step left them, read before it runs again (as the
+     * training loop does; a copy was 32 MB a step for the parent at 8 x 256) */
+    ac_step_inputs in = {.tokens = window, .teacher_logits = ac_train_step_logits(r->teacher), .kd_tau = p->kd_tau,
+                         .masks = masks, .grads = r->grads, .mask_grads = mg,
                          .loss_positions = (int64_t)p->batch * p->seq_len};
     if (r->grads)
         ac_model_zero(r->grads);
