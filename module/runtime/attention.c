@@ -67,6 +67,24 @@ static void qkv_of_tokens(ac_runtime *rt, const ac_layer_weights *w, int T, int 
     ac_k_gemv_batch(&rt->kctx, 3 * T, W, rows, cols, x, y);
 }
 
+/* Training (no caches): K and V rows [T, nkv] copied into the cache layout [n_kv, T, hd]
+ * of the whole batch (the sequence at offset o reads it from row o with capacity T), then
+ * each sequence's attention into att, with its log normalisers in stats [T, 2 nH] when
+ * stats is not NULL. The forward and the backward that recomputes it run this. */
+static void batch_attention(ac_runtime *rt, const ac_block_dims *b, const ac_seqs *seqs, const float *q,
+                            const float *k_rows, const float *v_rows, float *k_heads, float *v_heads, float *att,
+                            float *stats)
+{
+    int T = seqs->total, nH = b->attn_heads, nKV = b->attn_kv_heads, hd = b->attn_head_dim, nq = nH * hd;
+    rows_to_heads(rt, k_heads, T, 0, T, nKV, hd, k_rows);
+    rows_to_heads(rt, v_heads, T, 0, T, nKV, hd, v_rows);
+    for (int s = 0; s < seqs->n; s++) {
+        size_t o = (size_t)seqs->offset[s];
+        ac_k_attention(&rt->kctx, seqs->len[s], 0, nH, nKV, hd, q + o * nq, nq, k_heads + o * hd, v_heads + o * hd, T,
+                       1.0f / sqrtf((float)hd), att + o * nq, nq, stats ? stats + o * 2 * nH : NULL, 2 * nH);
+    }
+}
+
 static void attention_forward(ac_runtime *rt, int layer, const ac_seqs *seqs, const float *xn, const ac_block_masks *masks, float *out)
 {
     (void)masks; /* attention has no masks of its own */
@@ -87,27 +105,22 @@ static void attention_forward(ac_runtime *rt, int layer, const ac_seqs *seqs, co
         qkv_of_tokens(rt, w, T, D, nq, nkv, xn, q, k, v);
     else
         ac_k_linear(&rt->kctx, T, nq, D, xn, D, w->q_proj, 0.0f, q, nq);
-    if (!seqs->caches) {
-        /* K and V in the cache layout [n_kv, T, hd] of the whole batch: the sequence at
-         * offset o reads it from row o with capacity T. Kept in rows for the backward
-         * and copied, or computed straight into that layout. */
-        if (rt->saved) {
-            float *k_rows = q + (size_t)T * nq, *v_rows = k_rows + (size_t)T * nkv;
-            ac_k_linear(&rt->kctx, T, nkv, D, xn, D, w->k_proj, 0.0f, k_rows, nkv);
-            ac_k_linear(&rt->kctx, T, nkv, D, xn, D, w->v_proj, 0.0f, v_rows, nkv);
-            rows_to_heads(rt, k, T, 0, T, nKV, hd, k_rows);
-            rows_to_heads(rt, v, T, 0, T, nKV, hd, v_rows);
-        } else {
-            for (int g = 0; g < nKV; g++) {
-                ac_k_linear(&rt->kctx, T, hd, D, xn, D, w->k_proj + (size_t)g * hd * D, 0.0f, k + (size_t)g * T * hd, hd);
-                ac_k_linear(&rt->kctx, T, hd, D, xn, D, w->v_proj + (size_t)g * hd * D, 0.0f, v + (size_t)g * T * hd, hd);
-            }
+    if (!seqs->caches && rt->saved) {
+        /* K and V kept in rows for the backward, then copied into the cache layout */
+        float *k_rows = q + (size_t)T * nq, *v_rows = k_rows + (size_t)T * nkv;
+        ac_k_linear(&rt->kctx, T, nkv, D, xn, D, w->k_proj, 0.0f, k_rows, nkv);
+        ac_k_linear(&rt->kctx, T, nkv, D, xn, D, w->v_proj, 0.0f, v_rows, nkv);
+        batch_attention(rt, b, seqs, q, k_rows, v_rows, k, v, att, stats);
+    } else if (!seqs->caches) {
+        /* K and V straight into the cache layout [n_kv, T, hd] of the whole batch */
+        for (int g = 0; g < nKV; g++) {
+            ac_k_linear(&rt->kctx, T, hd, D, xn, D, w->k_proj + (size_t)g * hd * D, 0.0f, k + (size_t)g * T * hd, hd);
+            ac_k_linear(&rt->kctx, T, hd, D, xn, D, w->v_proj + (size_t)g * hd * D, 0.0f, v + (size_t)g * T * hd, hd);
         }
         for (int s = 0; s < seqs->n; s++) {
             int o = seqs->offset[s];
             ac_k_attention(&rt->kctx, seqs->len[s], 0, nH, nKV, hd, q + (size_t)o * nq, nq, k + (size_t)o * hd,
-                           v + (size_t)o * hd, T, scale, att + (size_t)o * nq, nq,
-                           stats ? stats + (size_t)o * 2 * nH : NULL, 2 * nH);
+                           v + (size_t)o * hd, T, scale, att + (size_t)o * nq, nq, NULL, 0);
         }
     } else {
         if (T > QKV_TOKENS_MAX) {
@@ -150,18 +163,12 @@ static void attention_backward(ac_runtime *rt, int layer, const ac_seqs *seqs, c
     float *dv = ac_scratch(rt, (size_t)T * nkv);
     float scale = 1.0f / sqrtf((float)hd);
 
-    if (!kept) { /* the forward again, as it runs: K and V in the cache layout of the batch */
-        float *k_heads = ac_scratch(rt, (size_t)T * nkv), *v_heads = ac_scratch(rt, (size_t)T * nkv);
+    if (!kept) { /* the forward again, as a keeping forward runs it */
         ac_k_linear(&rt->kctx, T, nq, D, xn, D, w->q_proj, 0.0f, q, nq);
         ac_k_linear(&rt->kctx, T, nkv, D, xn, D, w->k_proj, 0.0f, k, nkv);
         ac_k_linear(&rt->kctx, T, nkv, D, xn, D, w->v_proj, 0.0f, v, nkv);
-        rows_to_heads(rt, k_heads, T, 0, T, nKV, hd, k);
-        rows_to_heads(rt, v_heads, T, 0, T, nKV, hd, v);
-        for (int s = 0; s < seqs->n; s++) {
-            size_t o = (size_t)seqs->offset[s];
-            ac_k_attention(&rt->kctx, seqs->len[s], 0, nH, nKV, hd, q + o * nq, nq, k_heads + o * hd, v_heads + o * hd,
-                           T, scale, att + o * nq, nq, stats + o * 2 * nH, 2 * nH);
-        }
+        batch_attention(rt, b, seqs, q, k, v, ac_scratch(rt, (size_t)T * nkv), ac_scratch(rt, (size_t)T * nkv), att,
+                        stats);
     }
     ac_k_linear_backward(&rt->kctx, T, D, nq, NULL, nq, w->o_proj, dout, D, 0.0f, datt, nq, NULL);
     for (int s = 0; s < seqs->n; s++) {
