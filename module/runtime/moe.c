@@ -196,6 +196,37 @@ static int round_end(const int *start, int E, int e0, int T)
     return e1;
 }
 
+/* Pointers to `count` products' parts of a buffer of stacked rows (`width` floats each):
+ * product i's M[i] rows follow product i-1's. */
+static void product_rows(int count, const int *M, float *base, int width, float **out)
+{
+    for (int i = 0; i < count; i++) {
+        out[i] = base;
+        base += (size_t)M[i] * width;
+    }
+}
+
+/* The nonempty experts of a round [e0, e1): their row counts M and weights, and (when
+ * grad is not NULL) their weight gradients; returns how many. */
+static int round_products(const ac_layer_weights *w, const ac_layer_weights *grad, const int *start, int e0, int e1,
+                          int I, int D, int *M, const float **up, const float **down, float **dup, float **ddown)
+{
+    int count = 0;
+    for (int e = e0; e < e1; e++) {
+        if (start[e + 1] == start[e])
+            continue;
+        M[count] = start[e + 1] - start[e];
+        up[count] = w->experts_up + (size_t)e * I * D;
+        down[count] = w->experts_down + (size_t)e * D * I;
+        if (grad) {
+            dup[count] = grad->experts_up + (size_t)e * I * D;
+            ddown[count] = grad->experts_down + (size_t)e * D * I;
+        }
+        count++;
+    }
+    return count;
+}
+
 static void moe_forward(ac_runtime *rt, int layer, const ac_seqs *seqs, const float *xn, const ac_block_masks *masks, float *out)
 {
     const ac_arch *a = &rt->model->arch;
@@ -242,25 +273,16 @@ static void moe_forward(ac_runtime *rt, int layer, const ac_seqs *seqs, const fl
      * projections, one of down projections */
     for (int e0 = 0, e1; e0 < E; e0 = e1) {
         e1 = round_end(start, E, e0, T);
-        int p0 = start[e0], n = start[e1] - p0, count = 0;
-        int M[AC_MAX_EXPERTS];
-        const float *up[AC_MAX_EXPERTS], *down[AC_MAX_EXPERTS], *xs[AC_MAX_EXPERTS];
-        float *pre[AC_MAX_EXPERTS], *hs[AC_MAX_EXPERTS], *ys[AC_MAX_EXPERTS];
-        for (int e = e0; e < e1; e++) {
-            if (start[e + 1] == start[e])
-                continue;
-            size_t r = (size_t)(start[e] - p0);
-            M[count] = start[e + 1] - start[e];
-            up[count] = w->experts_up + (size_t)e * I * D;
-            down[count] = w->experts_down + (size_t)e * D * I;
-            xs[count] = xe + r * D;
-            pre[count] = keep ? kept.pre + (size_t)start[e] * I : he + r * I;
-            hs[count] = he + r * I;
-            ys[count] = keep ? kept.y + (size_t)start[e] * D : oe + r * D;
-            count++;
-        }
+        int p0 = start[e0], n = start[e1] - p0, M[AC_MAX_EXPERTS];
+        const float *up[AC_MAX_EXPERTS], *down[AC_MAX_EXPERTS];
+        float *xs[AC_MAX_EXPERTS], *pre[AC_MAX_EXPERTS], *hs[AC_MAX_EXPERTS], *ys[AC_MAX_EXPERTS];
+        int count = round_products(w, NULL, start, e0, e1, I, D, M, up, down, NULL, NULL);
+        product_rows(count, M, xe, D, xs);
+        product_rows(count, M, keep ? kept.pre + (size_t)p0 * I : he, I, pre);
+        product_rows(count, M, he, I, hs);
+        product_rows(count, M, keep ? kept.y + (size_t)p0 * D : oe, D, ys);
         ac_k_gather_rows(&rt->kctx, n, D, xn, D, rows + p0, xe);
-        ac_k_linear_batch(&rt->kctx, count, M, I, D, xs, D, up, pre, I);
+        ac_k_linear_batch(&rt->kctx, count, M, I, D, (const float *const *)xs, D, up, pre, I);
         if (keep)
             ac_rt_copy(rt, he, kept.pre + (size_t)p0 * I, (size_t)n * I);
         ac_k_relu2(&rt->kctx, (size_t)n * I, he);
@@ -271,16 +293,6 @@ static void moe_forward(ac_runtime *rt, int layer, const ac_seqs *seqs, const fl
         for (int e = e0; e < e1; e++) /* a token appears once per expert: distinct rows per call */
             ac_k_scatter_add_rows(&rt->kctx, start[e + 1] - start[e], D, y + (size_t)(start[e] - p0) * D,
                                   rows + start[e], row_weight + start[e], out, D);
-    }
-}
-
-/* Pointers to `count` products' parts of a buffer of stacked rows (`width` floats each):
- * product i's M[i] rows follow product i-1's. */
-static void product_rows(int count, const int *M, float *base, int width, float **out)
-{
-    for (int i = 0; i < count; i++) {
-        out[i] = base;
-        base += (size_t)M[i] * width;
     }
 }
 
@@ -381,20 +393,10 @@ static void moe_backward(ac_runtime *rt, int layer, const ac_seqs *seqs, const f
      * T rows of xe, oe, pre, act and dact), each round's products as batches */
     for (int e0 = 0, e1; e0 < E; e0 = e1) {
         e1 = round_end(start, E, e0, T);
-        int p0 = start[e0], n = start[e1] - p0, count = 0;
-        int M[AC_MAX_EXPERTS];
+        int p0 = start[e0], n = start[e1] - p0, M[AC_MAX_EXPERTS];
         const float *up[AC_MAX_EXPERTS], *down[AC_MAX_EXPERTS];
         float *dup[AC_MAX_EXPERTS], *ddown[AC_MAX_EXPERTS], *in[AC_MAX_EXPERTS], *out[AC_MAX_EXPERTS];
-        for (int e = e0; e < e1; e++) {
-            if (start[e + 1] == start[e])
-                continue;
-            M[count] = start[e + 1] - start[e];
-            up[count] = w->experts_up + (size_t)e * I * D;
-            down[count] = w->experts_down + (size_t)e * D * I;
-            dup[count] = grad ? grad->experts_up + (size_t)e * I * D : NULL;
-            ddown[count] = grad ? grad->experts_down + (size_t)e * D * I : NULL;
-            count++;
-        }
+        int count = round_products(w, grad, start, e0, e1, I, D, M, up, down, dup, ddown);
         const float *pre_r = keep ? kept.pre + (size_t)p0 * I : pre;
         ac_k_gather_rows(&rt->kctx, n, D, xn, D, rows + p0, xe);
         if (!keep) {
