@@ -511,13 +511,25 @@ static inline size_t ac_k_ssd_states_floats(const ac_backend *be, int T, int H, 
     return (size_t)((T + interval - 1) / interval) * H * P * N;
 }
 
-/* Floats of the work buffer of a T-step ac_k_ssd_scan_backward: per head, dB and dC rows
- * [T, N] each, the carried state gradient twice and a row ([2P + 1, N]), and the states
- * between two kept ones, min(interval, T) [P, N]. */
+/* No backend keeps ssd_scan_save's states further apart than this many steps. */
+#define AC_SSD_MAX_STATE_INTERVAL 32
+
+/* Floats of the work buffer of a T-step ac_k_ssd_scan_backward, enough for the CPU's
+ * chunked backward over chunks of Q = min(interval, T) steps: per head, dB and dC rows
+ * [T, N] each, 5 [Q, Q], 6 [Q, P], 2 [Q, N], 7 [Q], 4 [P, N] and 2 floats. */
 static inline size_t ac_k_ssd_backward_work_floats(const ac_backend *be, int T, int H, int P, int N)
 {
-    int between = be->ssd_state_interval < T ? be->ssd_state_interval : T;
-    return (size_t)H * N * ((size_t)2 * T + 2 * (size_t)P + 1 + (size_t)between * P);
+    size_t Q = (size_t)(be->ssd_state_interval < T ? be->ssd_state_interval : T);
+    return (size_t)H * (2 * (size_t)T * N + 5 * Q * Q + 6 * Q * P + 2 * Q * N + 7 * Q + 4 * (size_t)P * N + 2);
+}
+
+/* A bound on ac_k_ssd_backward_work_floats(be, T, ...) / T for every T >= 1 and backend,
+ * for plans made per token: with Q <= T, each term's Q over T is at most 1, and Q^2 / T
+ * at most Q <= AC_SSD_MAX_STATE_INTERVAL. */
+static inline size_t ac_k_ssd_backward_work_per_token(int H, int P, int N)
+{
+    size_t p = (size_t)P, n = (size_t)N;
+    return (size_t)H * (2 * n + 5 * AC_SSD_MAX_STATE_INTERVAL + 6 * p + 2 * n + 7 + 4 * p * n + 2);
 }
 
 static inline void ac_k_ssd_scan_save(ac_kctx *ctx, int T, int H, int P, int N, int G, const float *x, int ldx,

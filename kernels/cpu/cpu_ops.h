@@ -11,9 +11,8 @@
 extern "C" {
 #endif
 
-/* The CPU's ssd_scan_save keeps a state every this many steps (kernels/cpu/ssd.c): a
- * stretch of 32 recomputed states [P, N] per head is the backward's working set (the
- * parent's 128 KB a head, in L2); 8 and 16 measured slower, 64 no faster (Zen 4, 1 MB L2). */
+/* The CPU's ssd_scan_save keeps a state every this many steps (kernels/cpu/ssd.c), and its
+ * backward runs chunks of as many steps. At most AC_SSD_MAX_STATE_INTERVAL. */
 #define AC_CPU_SSD_STATE_INTERVAL 32
 
 /* ---- forward ---- */

@@ -155,48 +155,35 @@ void ac_cpu_ssd_scan(ac_kctx *ctx, int T, int H, int P, int N, int G, const floa
 /* The training scan keeps a state every SSD_CHECKPOINT steps, not every state: all of
  * them were T H P N floats written by the forward and read back by the backward, which
  * made the scan memory-bound (67 MB a Mamba layer for the parent at 8 x 256 tokens). The
- * backward recomputes one stretch of SSD_CHECKPOINT states at a time, in cache (its work
- * buffer), with the same arithmetic as the forward, so the states it uses are bit for bit
- * the forward's. Layout of `states` (nc = ceil(T / K) slots of H P N floats, slot i at
- * i H P N): slots 0 .. nc-2 hold the state after steps K-1, 2K-1, ... (the start of
- * stretches 1 .. nc-1); slot nc-1 the running state while the forward scans. */
+ * backward needs only the state at the start of each chunk of SSD_CHECKPOINT steps (see
+ * its chunked form below). Layout of `states` (nc = ceil(T / K) slots of H P N floats,
+ * slot i at i H P N): slots 0 .. nc-2 hold the state after steps K-1, 2K-1, ... (the
+ * start of chunks 1 .. nc-1); slot nc-1 the running state while the forward scans. */
 static int stretches(int T) { return (T + SSD_CHECKPOINT - 1) / SSD_CHECKPOINT; }
 
 /* One step of a head's recurrence: s [P, N] from prev (NULL: a zero state; prev may be
- * s itself), and the scan's output row yt unless it is NULL (then Ct is not read). The
- * state takes the same operations either way, so a recomputed state is the saved one. */
+ * s itself), and the scan's output row yt. */
 static void scan_step(int P, int N, float d, float decay, const float *xt, const float *Bt, const float *Ct,
                       float Dskip, const float *prev, float *s, float *yt)
 {
     for (int p = 0; p < P; p++) {
         float *sp = s + (size_t)p * N;
         const float *pp = prev ? prev + (size_t)p * N : NULL;
-        float dx = d * xt[p];
-        if (pp && yt) {
-            float acc = 0.0f;
+        float dx = d * xt[p], acc = 0.0f;
+        if (pp) {
 #pragma omp simd reduction(+ : acc)
             for (int n = 0; n < N; n++) {
                 sp[n] = decay * pp[n] + dx * Bt[n];
                 acc += sp[n] * Ct[n];
             }
-            yt[p] = acc + Dskip * xt[p];
-        } else if (yt) {
-            float acc = 0.0f;
-#pragma omp simd reduction(+ : acc)
-            for (int n = 0; n < N; n++) {
-                sp[n] = dx * Bt[n];
-                acc += sp[n] * Ct[n];
-            }
-            yt[p] = acc + Dskip * xt[p];
-        } else if (pp) {
-#pragma omp simd
-            for (int n = 0; n < N; n++)
-                sp[n] = decay * pp[n] + dx * Bt[n];
         } else {
-#pragma omp simd
-            for (int n = 0; n < N; n++)
+#pragma omp simd reduction(+ : acc)
+            for (int n = 0; n < N; n++) {
                 sp[n] = dx * Bt[n];
+                acc += sp[n] * Ct[n];
+            }
         }
+        yt[p] = acc + Dskip * xt[p];
     }
 }
 
@@ -231,139 +218,341 @@ void ac_cpu_ssd_scan_save(ac_kctx *ctx, int T, int H, int P, int N, int G, const
     }
 }
 
-/* One step t of a head's backward, given the carried state gradient K = dL/ds_{t+1}
- * exp(dt_{t+1} A) (zero at the last step) twice, [P, N] and transposed [N, P] (the same
- * bits): ds_t = dy_t C_t^T + K, then
- *   dB_t += dt_t ds_t^T x_t;  dC_t += s_t^T dy_t          (rows of N, summed over p)
- *   dx_t  = D dy_t + dt_t ds_t B_t                          (one per channel p)
- *   ddt_t = x_t . (ds_t B_t) + A exp(dt_t A) <ds_t, s_{t-1}>
- *   dA   += dt_t exp(dt_t A) <ds_t, s_{t-1}>;  dD += dy_t . x_t
- * and K for step t-1 = ds_t exp(dt_t A). Every sum runs along a row of one of the two
- * layouts, in vectors: with one layout, half of them were a horizontal sum per channel
- * or per state, which was most of the backward's time. */
+/* The backward runs chunk by chunk (a chunk is the stretch between two kept states, Q =
+ * SSD_CHECKPOINT steps), from the last, in the chunked (matrix) form of the recurrence
+ * instead of step by step: with the decays' products L[i][j] = prod_{j<k<=i} exp(dt_k A)
+ * inside a chunk, e_i = L[i][-1] (from its start) and w_j = L[Q-1][j] (to its end), and
+ * Xd_j = dt_j x_j,
+ *   y_i   = sum_{j<=i} L[i][j] (C_i . B_j) Xd_j + e_i s_start C_i + D x_i
+ *   s_end = e_{Q-1} s_start + sum_j w_j Xd_j B_j^T
+ * so a chunk's gradients are small matrix products (OpenBLAS's small-matrix kernels) and
+ * the gradient of s_start goes on to the chunk before. The step-by-step backward read and
+ * wrote a [P, N] carry per step and recomputed every state; this one needs only the kept
+ * states. The gradient of each log decay a_k = dt_k A sums every product that spans step
+ * k: R[i][j] = dL/dL[i][j] L[i][j] over j < k <= i, which gives ddt (times A) and dA
+ * (times dt).
+ *
+ * A thread runs a unit: some heads of one group, which share B and C, so C B^T, the dC
+ * and dB products and those with the states run once for the unit's heads together
+ * (their [Q, P] blocks side by side, their states stacked as they lie in `states`). */
 typedef struct {
-    int P, N;
-    float d, decay, A, Dskip;
-    const float *x, *gy, *B, *C; /* this step's x and dy [P], B and C [N] */
-    const float *s, *prev;       /* s_t and s_{t-1} [P, N] (prev NULL: a zero state) */
-    float *K, *KT, *dot;         /* the carry [P, N] and [N, P]; dot [N] scratch */
-    float *rB, *rC, *dx;         /* this step's dB and dC rows [N] (+=), dx [P] */
-} scan_back_step;
+    int T, H, P, N, G, Q, ldx, ldbc, lddy, lddx, lddbc;
+    const float *x, *B, *C, *dt, *A, *Dskip, *dy, *state0, *states;
+    float *dx, *dB, *dC, *ddt, *dA, *dD;
+} ssd_backward_args;
 
-/* Pass 1 for channels p .. p + 3: ds for each, their sums into the dB, dC and
- * <ds, s_{t-1}> rows, their carries. Four channels a pass cut the rows' read-add-write
- * chains through memory (which bound the loop at these sizes) by four. */
-static void backward_channels4(const scan_back_step *b, int p, const float *prev)
+enum { VEC = 7 }; /* a head's vectors of Q: dt, decay, e, w, col0, da, V */
+
+/* Heads [h0, h0 + nh) of group g and their scratch (`per head` arrays hold nh, head k's
+ * at k times the size; the [Q, nh P] ones hold head k's block at column k P). */
+typedef struct {
+    int g, h0, nh, Q;
+    float *rB, *rC;           /* the unit's dB and dC rows [T, N] (ld ldr) */
+    int ldr;
+    float *BT;                /* [N, Q]: the chunk's B transposed */
+    float *CB, *dM, *M, *dGs; /* [Q, Q]: C B^T; a head's dY Xd^T and L o C B^T; sum over heads of L o dM */
+    float *xdT;               /* [P, Q]: a head's Xd transposed */
+    float *Z;                 /* [Q, N]: a head's dY s_start */
+    float *R;                 /* per head [Q, Q]: L, then R */
+    float *vec;               /* per head VEC [Q]: dt, decay, e, w, col0 (R[i][-1]), da, V */
+    float *xd;                /* per head [Q, P] */
+    float *dxd, *scaled, *xw, *bds; /* [Q, nh P]: dL/dXd; e o dY; w o Xd; B dS_end^T */
+    float *dS, *dS_next;      /* [nh P, N]: dL/ds at the chunk's end, at its start */
+    float *dST, *dST_next;    /* [N, nh P]: the same transposed */
+    float *sums;              /* per head 2: dA's and dD's sums */
+} ssd_unit;
+
+/* n floats at *off from base (NULL when base is: counting only), *off moved past them */
+static float *take(float *base, size_t *off, size_t n)
 {
-    int N = b->N;
-    const float *gy = b->gy + p, *x = b->x + p, *s = b->s + (size_t)p * N, *pv = prev + (size_t)p * N;
-    float *k = b->K + (size_t)p * N;
-    float e0 = b->d * x[0], e1 = b->d * x[1], e2 = b->d * x[2], e3 = b->d * x[3];
+    float *p = base ? base + *off : NULL;
+    *off += n;
+    return p;
+}
+
+/* A unit of nh heads at base + *off, *off moved past it (base NULL: counts only). Its own
+ * dB and dC rows only when it shares its group with other units. */
+static ssd_unit carve_unit(float *base, size_t *off, int T, int Q, int P, int N, int nh, int own_rows)
+{
+    size_t QQ = (size_t)Q * Q, QP = (size_t)Q * P, hP = (size_t)nh * P;
+    ssd_unit u = {.nh = nh, .Q = Q, .ldr = N};
+    if (own_rows) {
+        u.rB = take(base, off, (size_t)T * N);
+        u.rC = take(base, off, (size_t)T * N);
+    }
+    u.BT = take(base, off, (size_t)N * Q);
+    u.CB = take(base, off, QQ), u.dM = take(base, off, QQ), u.M = take(base, off, QQ), u.dGs = take(base, off, QQ);
+    u.xdT = take(base, off, QP), u.Z = take(base, off, (size_t)Q * N);
+    u.R = take(base, off, nh * QQ), u.vec = take(base, off, nh * VEC * (size_t)Q), u.xd = take(base, off, nh * QP);
+    u.dxd = take(base, off, Q * hP), u.scaled = take(base, off, Q * hP), u.xw = take(base, off, Q * hP), u.bds = take(base, off, Q * hP);
+    u.dS = take(base, off, hP * N), u.dS_next = take(base, off, hP * N), u.dST = take(base, off, hP * N), u.dST_next = take(base, off, hP * N);
+    u.sums = take(base, off, 2 * (size_t)nh);
+    return u;
+}
+
+static size_t unit_floats(int T, int Q, int P, int N, int nh, int own_rows)
+{
+    size_t off = 0;
+    carve_unit(NULL, &off, T, Q, P, N, nh, own_rows);
+    return off;
+}
+
+/* C [M, N] = op(A) B + beta C, row-major, op(A) = A [M, K], or A^T with A [K, M] when
+ * trans_a. B is never transposed: OpenBLAS's small kernel for that form ran at a third
+ * of the others' rate on these shapes (32 x 32 x 32), so the chunk keeps transposed
+ * copies where it needs them. */
+static void gemm(int trans_a, int M, int N, int K, const float *A, int lda, const float *B, int ldb, float beta,
+                 float *C, int ldc)
+{
+    cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, CblasNoTrans, M, N, K, 1.0f, A, lda, B, ldb,
+                beta, C, ldc);
+}
+
+static float dot(int n, const float *a, const float *b)
+{
+    float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+    for (int i = 0; i < n; i++)
+        s += a[i] * b[i];
+    return s;
+}
+
+static float *head_vec(const ssd_unit *u, int k, int which) { return u->vec + ((size_t)k * VEC + which) * u->Q; }
+
+/* Head k's decays over the chunk's n steps, its L (lower triangle and diagonal; row i is
+ * row i-1 times decay_i), e and w, Xd and (for the unit) Xd transposed. */
+static void head_decays(const ssd_backward_args *s, ssd_unit *u, int k, int t0, int n)
+{
+    int Q = u->Q, P = s->P, h = u->h0 + k;
+    float *d = head_vec(u, k, 0), *decay = head_vec(u, k, 1), *e = head_vec(u, k, 2), *w = head_vec(u, k, 3);
+    float *L = u->R + (size_t)k * Q * Q, *xd = u->xd + (size_t)k * Q * P;
+    for (int i = 0; i < n; i++) {
+        d[i] = s->dt[(size_t)(t0 + i) * s->H + h];
+        decay[i] = ac_cpu_expf(d[i] * s->A[h]);
+        const float *xi = s->x + (size_t)(t0 + i) * s->ldx + (size_t)h * P;
+        for (int p = 0; p < P; p++)
+            xd[(size_t)i * P + p] = u->xdT[(size_t)p * Q + i] = d[i] * xi[p];
+    }
+    for (int i = 0; i < n; i++) {
+        float *row = L + (size_t)i * Q;
+        const float *above = L + (size_t)(i > 0 ? i - 1 : 0) * Q;
 #pragma omp simd
-    for (int n = 0; n < N; n++) {
-        float c = b->C[n];
-        float d0 = gy[0] * c + k[n], d1 = gy[1] * c + k[N + n], d2 = gy[2] * c + k[2 * N + n],
-              d3 = gy[3] * c + k[3 * N + n];
-        b->rB[n] += (e0 * d0 + e1 * d1) + (e2 * d2 + e3 * d3);
-        b->rC[n] += (gy[0] * s[n] + gy[1] * s[N + n]) + (gy[2] * s[2 * N + n] + gy[3] * s[3 * N + n]);
-        b->dot[n] += (d0 * pv[n] + d1 * pv[N + n]) + (d2 * pv[2 * N + n] + d3 * pv[3 * N + n]);
-        k[n] = d0 * b->decay;
-        k[N + n] = d1 * b->decay;
-        k[2 * N + n] = d2 * b->decay;
-        k[3 * N + n] = d3 * b->decay;
+        for (int j = 0; j < i; j++)
+            row[j] = above[j] * decay[i];
+        row[i] = 1.0f;
+        e[i] = i > 0 ? e[i - 1] * decay[i] : decay[0];
     }
+    for (int j = 0; j < n; j++)
+        w[j] = L[(size_t)(n - 1) * Q + j];
 }
 
-/* Pass 1 for channel p alone (the last P % 4). */
-static void backward_channel(const scan_back_step *b, int p, const float *prev)
+/* Head k's part inside the chunk: dM = dY Xd^T; then M = L o C B^T (the mixing matrix),
+ * dGs += L o dM (dL/d(C B^T), summed over the unit's heads), L <- R = L o dM o C B^T;
+ * and dXd = M^T dY (overwritten). */
+static void head_intra(const ssd_backward_args *s, ssd_unit *u, int k, int t0, int n)
 {
-    int N = b->N;
-    float gy = b->gy[p], e = b->d * b->x[p];
-    const float *s = b->s + (size_t)p * N, *pv = prev + (size_t)p * N;
-    float *k = b->K + (size_t)p * N;
+    int Q = u->Q, P = s->P, ldh = u->nh * P;
+    const float *dy0 = s->dy + (size_t)t0 * s->lddy + (size_t)(u->h0 + k) * P;
+    float *L = u->R + (size_t)k * Q * Q;
+    gemm(0, n, n, P, dy0, s->lddy, u->xdT, Q, 0.0f, u->dM, Q);
+    for (int i = 0; i < n; i++) {
+        float *l = L + (size_t)i * Q, *m = u->M + (size_t)i * Q, *dg = u->dGs + (size_t)i * Q;
+        const float *cb = u->CB + (size_t)i * Q, *dm = u->dM + (size_t)i * Q;
 #pragma omp simd
-    for (int n = 0; n < N; n++) {
-        float d = gy * b->C[n] + k[n];
-        b->rB[n] += e * d;
-        b->rC[n] += gy * s[n];
-        b->dot[n] += d * pv[n];
-        k[n] = d * b->decay;
+        for (int j = 0; j <= i; j++) {
+            float dl = dm[j] * l[j];
+            m[j] = l[j] * cb[j];
+            dg[j] += dl;
+            l[j] = dl * cb[j];
+        }
+        for (int j = i + 1; j < n; j++)
+            m[j] = 0.0f;
     }
+    gemm(1, n, P, n, u->M, Q, dy0, s->lddy, 0.0f, u->dxd + (size_t)k * P, ldh);
 }
 
-/* Pass 2 for states n .. n + 3: ds again, along P in the transposed carry, times B into
- * dx (which holds ds_t B_t meanwhile), and their carries. */
-static void backward_states4(const scan_back_step *b, int n)
+/* Head k's part through the start state (y_i += e_i s_start C_i): its block of e o dY,
+ * and R[i][-1] = e_i dY_i . (s_start C_i) by way of Z = dY s_start (0 with no start). */
+static void head_from_start(const ssd_backward_args *s, ssd_unit *u, int k, int t0, int n, const float *start,
+                            const float *C0)
 {
-    int P = b->P;
-    const float *c = b->C + n, *bn = b->B + n;
-    float *kt = b->KT + (size_t)n * P;
+    int P = s->P, N = s->N, ldh = u->nh * P;
+    const float *dy0 = s->dy + (size_t)t0 * s->lddy + (size_t)(u->h0 + k) * P;
+    float *e = head_vec(u, k, 2), *col0 = head_vec(u, k, 4);
+    for (int i = 0; i < n; i++)
+        col0[i] = 0.0f;
+    if (!start)
+        return;
+    for (int i = 0; i < n; i++) {
+        const float *dyi = dy0 + (size_t)i * s->lddy;
+        float *sc = u->scaled + (size_t)i * ldh + (size_t)k * P;
 #pragma omp simd
-    for (int p = 0; p < P; p++) {
-        float g = b->gy[p];
-        float d0 = g * c[0] + kt[p], d1 = g * c[1] + kt[P + p], d2 = g * c[2] + kt[2 * P + p],
-              d3 = g * c[3] + kt[3 * P + p];
-        b->dx[p] += (d0 * bn[0] + d1 * bn[1]) + (d2 * bn[2] + d3 * bn[3]);
-        kt[p] = d0 * b->decay;
-        kt[P + p] = d1 * b->decay;
-        kt[2 * P + p] = d2 * b->decay;
-        kt[3 * P + p] = d3 * b->decay;
+        for (int p = 0; p < P; p++)
+            sc[p] = e[i] * dyi[p];
     }
+    gemm(0, n, N, P, dy0, s->lddy, start + (size_t)k * P * N, N, 0.0f, u->Z, N);
+    for (int i = 0; i < n; i++)
+        col0[i] = e[i] * dot(N, C0 + (size_t)i * s->ldbc, u->Z + (size_t)i * N);
 }
 
-/* Pass 2 for state n alone (the last N % 4). */
-static void backward_state(const scan_back_step *b, int n)
+/* The part through the end state (s_end = e_{n-1} s_start + sum_j w_j Xd_j B_j^T), given
+ * its gradient in dS and dST: B dS^T for all heads at once, then per head R[n-1][j] and
+ * R[n-1][-1] (+=), dXd (+=), w o Xd, and dS_next, dST_next (+=); dB rows (+=). */
+static void unit_to_end(const ssd_backward_args *s, ssd_unit *u, int t0, int n, const float *start,
+                        const float *B0, float *rB)
 {
-    int P = b->P;
-    float c = b->C[n], bn = b->B[n];
-    float *kt = b->KT + (size_t)n * P;
+    int Q = u->Q, P = s->P, N = s->N, ldh = u->nh * P;
+    size_t hpn = (size_t)P * N;
+    gemm(0, n, ldh, N, B0, s->ldbc, u->dST, ldh, 0.0f, u->bds, ldh);
+    for (int k = 0; k < u->nh; k++) {
+        float *e = head_vec(u, k, 2), *w = head_vec(u, k, 3), *col0 = head_vec(u, k, 4);
+        float *R_last = u->R + (size_t)k * Q * Q + (size_t)(n - 1) * Q;
+        for (int j = 0; j < n; j++) {
+            const float *xd = u->xd + ((size_t)k * Q + j) * P, *bds = u->bds + (size_t)j * ldh + (size_t)k * P;
+            float *dxd = u->dxd + (size_t)j * ldh + (size_t)k * P, *xw = u->xw + (size_t)j * ldh + (size_t)k * P;
+            R_last[j] += w[j] * dot(P, xd, bds);
 #pragma omp simd
-    for (int p = 0; p < P; p++) {
-        float d = b->gy[p] * c + kt[p];
-        b->dx[p] += d * bn;
-        kt[p] = d * b->decay;
+            for (int p = 0; p < P; p++) {
+                dxd[p] += w[j] * bds[p];
+                xw[p] = w[j] * xd[p];
+            }
+        }
+        float e_end = e[n - 1];
+        if (start)
+            col0[n - 1] += e_end * dot(P * N, u->dS + k * hpn, start + k * hpn);
+        if (t0 == 0) /* no chunk before: no dS_next */
+            continue;
+        for (size_t i = 0; i < hpn; i++)
+            u->dS_next[k * hpn + i] += e_end * u->dS[k * hpn + i];
+        for (int r = 0; r < N; r++) {
+            float *to = u->dST_next + (size_t)r * ldh + (size_t)k * P;
+            const float *from = u->dST + (size_t)r * ldh + (size_t)k * P;
+#pragma omp simd
+            for (int p = 0; p < P; p++)
+                to[p] += e_end * from[p];
+        }
     }
+    gemm(0, n, N, ldh, u->xw, ldh, u->dS, N, 1.0f, rB, u->ldr);
 }
 
-/* Returns ddt_t; adds to *a_sum (dA before its factor) and *d_sum (dD). */
-static float scan_backward_step(const scan_back_step *b, float *a_sum, float *d_sum)
+/* Head k's dx and ddt (overwritten) and its sums for dA and dD over the chunk, from dXd
+ * and R. da_k = sum_{i>=k} R[i][-1] + sum_{j<k} sum_{i>=k} R[i][j]: the inner sums are
+ * carried in V, row by row from the last. */
+static void head_steps(const ssd_backward_args *s, ssd_unit *u, int k, int t0, int n)
 {
-    int P = b->P, N = b->N, p = 0, n = 0;
-    memset(b->dot, 0, (size_t)N * sizeof *b->dot);
-    memset(b->dx, 0, (size_t)P * sizeof *b->dx);
-    /* without s_{t-1} (a zero state) the dot product is not used: s_t stands in */
-    const float *prev = b->prev ? b->prev : b->s;
-    for (; p + 4 <= P; p += 4)
-        backward_channels4(b, p, prev);
-    for (; p < P; p++)
-        backward_channel(b, p, prev);
-    for (; n + 4 <= N; n += 4)
-        backward_states4(b, n);
-    for (; n < N; n++)
-        backward_state(b, n);
-    /* the step's sums in vectors (chains of scalar adds were a tenth of the step) */
-    float ddt = 0.0f, dsS = 0.0f, dD = 0.0f;
-#pragma omp simd reduction(+ : ddt, dD)
-    for (p = 0; p < P; p++) {
-        float dsB = b->dx[p];
-        ddt += b->x[p] * dsB;
-        dD += b->gy[p] * b->x[p];
-        b->dx[p] = b->Dskip * b->gy[p] + b->d * dsB;
+    int Q = u->Q, P = s->P, ldh = u->nh * P, h = u->h0 + k;
+    float *d = head_vec(u, k, 0), *col0 = head_vec(u, k, 4), *da = head_vec(u, k, 5), *V = head_vec(u, k, 6);
+    const float *R = u->R + (size_t)k * Q * Q;
+    float tail = 0.0f, A = s->A[h], D = s->Dskip[h];
+    for (int j = 0; j < n; j++)
+        V[j] = 0.0f;
+    for (int i = n - 1; i >= 0; i--) {
+        const float *row = R + (size_t)i * Q;
+        float below = 0.0f;
+#pragma omp simd reduction(+ : below)
+        for (int j = 0; j < i; j++) {
+            V[j] += row[j];
+            below += V[j];
+        }
+        tail += col0[i];
+        da[i] = tail + below;
     }
-    if (b->prev) {
-#pragma omp simd reduction(+ : dsS)
-        for (n = 0; n < N; n++)
-            dsS += b->dot[n];
+    for (int i = 0; i < n; i++) {
+        size_t t = (size_t)(t0 + i);
+        const float *xi = s->x + t * s->ldx + (size_t)h * P, *dyi = s->dy + t * s->lddy + (size_t)h * P;
+        const float *dxd = u->dxd + (size_t)i * ldh + (size_t)k * P;
+        float *dxi = s->dx + t * s->lddx + (size_t)h * P;
+        s->ddt[t * s->H + h] = dot(P, xi, dxd) + A * da[i];
+        u->sums[2 * k] += d[i] * da[i];
+        u->sums[2 * k + 1] += dot(P, xi, dyi);
+#pragma omp simd
+        for (int p = 0; p < P; p++)
+            dxi[p] = D * dyi[p] + d[i] * dxd[p];
     }
-    *d_sum += dD;
-    *a_sum += b->d * b->decay * dsS;
-    return ddt + b->A * b->decay * dsS;
 }
 
-/* Per head (in parallel), stretch by stretch from the last, recomputing its states
- * first, then backwards in time (scan_backward_step). dB and dC go to the head's own rows
- * of the work buffer, summed over the heads of each group afterwards, so no two threads
- * write one float. */
+/* Chunk c of the unit: C B^T once, each head's part inside the chunk and from its start,
+ * the unit's dC and dB rows (overwritten, then +=) and dS_next, dST_next (overwritten)
+ * for all its heads in one product each, the end state's part, then each head's steps. */
+static void unit_chunk(const ssd_backward_args *s, ssd_unit *u, int c, int nc)
+{
+    int Q = u->Q, N = s->N, ldh = u->nh * s->P;
+    int t0 = c * SSD_CHECKPOINT, n = s->T - t0 < SSD_CHECKPOINT ? s->T - t0 : SSD_CHECKPOINT;
+    size_t hpn = (size_t)s->P * N;
+    const float *start = c > 0      ? s->states + ((size_t)(c - 1) * s->H + u->h0) * hpn
+                         : s->state0 ? s->state0 + u->h0 * hpn
+                                     : NULL;
+    const float *B0 = s->B + (size_t)t0 * s->ldbc + (size_t)u->g * N;
+    const float *C0 = s->C + (size_t)t0 * s->ldbc + (size_t)u->g * N;
+    float *rB = u->rB + (size_t)t0 * u->ldr, *rC = u->rC + (size_t)t0 * u->ldr;
+    for (int r = 0; r < n; r++) {
+        for (int j = 0; j < N; j++)
+            u->BT[(size_t)j * Q + r] = B0[(size_t)r * s->ldbc + j];
+        for (int j = 0; j < n; j++)
+            u->dGs[(size_t)r * Q + j] = 0.0f;
+    }
+    gemm(0, n, n, N, C0, s->ldbc, u->BT, Q, 0.0f, u->CB, Q);
+    for (int k = 0; k < u->nh; k++) {
+        head_decays(s, u, k, t0, n);
+        head_intra(s, u, k, t0, n);
+        head_from_start(s, u, k, t0, n, start, C0);
+    }
+    gemm(0, n, N, n, u->dGs, Q, B0, s->ldbc, 0.0f, rC, u->ldr);
+    gemm(1, n, N, n, u->dGs, Q, C0, s->ldbc, 0.0f, rB, u->ldr);
+    if (start)
+        gemm(0, n, N, ldh, u->scaled, ldh, start, N, 1.0f, rC, u->ldr);
+    if (t0 > 0) {
+        gemm(1, ldh, N, n, u->scaled, ldh, C0, s->ldbc, 0.0f, u->dS_next, N);
+        gemm(1, N, ldh, n, C0, s->ldbc, u->scaled, ldh, 0.0f, u->dST_next, ldh);
+    }
+    if (c < nc - 1) /* the last chunk's end state has no gradient */
+        unit_to_end(s, u, t0, n, start, B0, rB);
+    for (int k = 0; k < u->nh; k++)
+        head_steps(s, u, k, t0, n);
+    float *swap = u->dS;
+    u->dS = u->dS_next, u->dS_next = swap;
+    swap = u->dST;
+    u->dST = u->dST_next, u->dST_next = swap;
+}
+
+/* How many units share a group: the largest divisor of its heads no more than the
+ * threads each group would get (every unit then has as many heads). */
+static int units_per_group(int heads_per_group, int G, int threads)
+{
+    int want = (threads + G - 1) / G, split = 1;
+    for (int d = 1; d <= heads_per_group && d <= want; d++)
+        if (heads_per_group % d == 0)
+            split = d;
+    return split;
+}
+
+/* Unit `index` (of `split` per group, nh heads each), its scratch at index * per_unit:
+ * every chunk from the last, then its heads' dA and dD sums. A group's only unit writes
+ * its dB and dC rows in place. */
+static void backward_unit(const ssd_backward_args *s, float *work, int index, int split, int nh, size_t per_unit)
+{
+    size_t off = (size_t)index * per_unit;
+    ssd_unit u = carve_unit(work, &off, s->T, s->Q, s->P, s->N, nh, split > 1);
+    u.g = index / split;
+    u.h0 = u.g * (s->H / s->G) + index % split * nh;
+    if (split == 1) {
+        u.rB = s->dB + (size_t)u.g * s->N;
+        u.rC = s->dC + (size_t)u.g * s->N;
+        u.ldr = s->lddbc;
+    }
+    for (int k = 0; k < 2 * nh; k++)
+        u.sums[k] = 0.0f;
+    int nc = stretches(s->T);
+    for (int c = nc - 1; c >= 0; c--)
+        unit_chunk(s, &u, c, nc);
+    for (int k = 0; k < nh; k++) {
+        if (s->dA)
+            s->dA[u.h0 + k] += u.sums[2 * k];
+        if (s->dD)
+            s->dD[u.h0 + k] += u.sums[2 * k + 1];
+    }
+}
+
 void ac_cpu_ssd_scan_backward(ac_kctx *ctx, int T, int H, int P, int N, int G, const float *x, int ldx,
                               const float *B, const float *C, int ldbc, const float *dt, const float *A,
                               const float *Dskip, const float *state0, float *states, const float *dy,
@@ -371,73 +560,44 @@ void ac_cpu_ssd_scan_backward(ac_kctx *ctx, int T, int H, int P, int N, int G, c
                               float *dD, float *work)
 {
     (void)ctx;
-    int heads_per_group = H / G, nc = stretches(T);
-    size_t step = (size_t)H * P * N, hpn = (size_t)P * N;
-    /* dB rows [T, N], dC rows [T, N], the carry [P, N] and [N, P], a row [N], a stretch's
-     * states (ac_k_ssd_backward_work_floats) */
-    int stretch_len = SSD_CHECKPOINT < T ? SSD_CHECKPOINT : T;
-    size_t head_work = ((size_t)2 * T + 2 * (size_t)P + 1 + (size_t)stretch_len * P) * N;
-#pragma omp parallel for schedule(static) if ((long)T * H * P * N > 16384)
-    for (int h = 0; h < H; h++) {
-        int g = h / heads_per_group;
-        float *wdB = work + (size_t)h * head_work;
-        float *wdC = wdB + (size_t)T * N;
-        scan_back_step b = {.P = P, .N = N, .A = A[h], .Dskip = Dskip[h], .K = wdC + (size_t)T * N};
-        b.KT = b.K + hpn;
-        b.dot = b.KT + hpn;
-        for (size_t i = 0; i < (size_t)2 * T * N; i++)
-            wdB[i] = 0.0f;
-        for (size_t i = 0; i < 2 * hpn; i++)
-            b.K[i] = 0.0f;
-        float a_sum = 0.0f, d_sum = 0.0f;
-        float *stretch = b.dot + N; /* state k of it at k * hpn */
-        for (int c = nc - 1; c >= 0; c--) {
-            int t0 = c * SSD_CHECKPOINT, t1 = t0 + SSD_CHECKPOINT < T ? t0 + SSD_CHECKPOINT : T;
-            const float *start = c > 0 ? states + (size_t)(c - 1) * step + h * hpn : state0 ? state0 + h * hpn : NULL;
-            for (int t = t0; t < t1; t++) {
-                float d = dt[(size_t)t * H + h];
-                scan_step(P, N, d, ac_cpu_expf(d * A[h]), x + (size_t)t * ldx + (size_t)h * P,
-                          B + (size_t)t * ldbc + (size_t)g * N, NULL, 0.0f,
-                          t > t0 ? stretch + (size_t)(t - t0 - 1) * hpn : start, stretch + (size_t)(t - t0) * hpn,
-                          NULL);
-            }
-            for (int t = t1 - 1; t >= t0; t--) {
-                b.d = dt[(size_t)t * H + h];
-                b.decay = ac_cpu_expf(b.d * A[h]);
-                b.x = x + (size_t)t * ldx + (size_t)h * P;
-                b.gy = dy + (size_t)t * lddy + (size_t)h * P;
-                b.B = B + (size_t)t * ldbc + (size_t)g * N;
-                b.C = C + (size_t)t * ldbc + (size_t)g * N;
-                b.s = stretch + (size_t)(t - t0) * hpn;
-                b.prev = t > t0 ? b.s - hpn : start;
-                b.rB = wdB + (size_t)t * N;
-                b.rC = wdC + (size_t)t * N;
-                b.dx = dx + (size_t)t * lddx + (size_t)h * P;
-                ddt[(size_t)t * H + h] = scan_backward_step(&b, &a_sum, &d_sum);
-            }
+    ssd_backward_args s = {.T = T, .H = H, .P = P, .N = N, .G = G, .Q = SSD_CHECKPOINT < T ? SSD_CHECKPOINT : T,
+                           .ldx = ldx, .ldbc = ldbc, .lddy = lddy, .lddx = lddx, .lddbc = lddbc, .x = x, .B = B,
+                           .C = C, .dt = dt, .A = A, .Dskip = Dskip, .dy = dy, .state0 = state0, .states = states,
+                           .dx = dx, .dB = dB, .dC = dC, .ddt = ddt, .dA = dA, .dD = dD};
+    /* on the calling thread when small: OpenBLAS in a team of one would start its own */
+    int parallel = (long)T * H * P * N > 16384;
+    int heads_per_group = H / G, split = units_per_group(heads_per_group, G, parallel ? omp_get_max_threads() : 1);
+    int nh = heads_per_group / split, units = G * split;
+    size_t per_unit = unit_floats(T, s.Q, P, N, nh, split > 1);
+    if (!parallel) {
+        for (int i = 0; i < units; i++)
+            backward_unit(&s, work, i, split, nh, per_unit);
+    } else {
+#pragma omp parallel
+        {
+            long first, last;
+            ac_cpu_thread_share(units, &first, &last);
+            for (long i = first; i < last; i++)
+                backward_unit(&s, work, (int)i, split, nh, per_unit);
         }
-        if (dA)
-            dA[h] += a_sum;
-        if (dD)
-            dD[h] += d_sum;
     }
-    /* dB_t and dC_t of group g: the sum of its heads' rows */
-#pragma omp parallel for schedule(static) if ((long)T * H * N > 65536)
+    if (split == 1)
+        return;
+    /* dB_t and dC_t of group g: the sum of its units' rows (each unit's dB rows, then its
+     * dC rows, at the start of its scratch) */
+#pragma omp parallel for schedule(static) if ((long)T * G * N * split > 65536)
     for (int t = 0; t < T; t++)
-        for (int g = 0; g < G; g++) {
-            float *oB = dB + (size_t)t * lddbc + (size_t)g * N;
-            float *oC = dC + (size_t)t * lddbc + (size_t)g * N;
+        for (int g = 0; g < G; g++)
             for (int n = 0; n < N; n++) {
                 float sb = 0.0f, sc = 0.0f;
-                for (int h = g * heads_per_group; h < (g + 1) * heads_per_group; h++) {
-                    const float *wdB = work + (size_t)h * head_work;
-                    sb += wdB[(size_t)t * N + n];
-                    sc += wdB[(size_t)(T + t) * N + n];
+                for (int k = 0; k < split; k++) {
+                    const float *rows = work + (size_t)(g * split + k) * per_unit;
+                    sb += rows[(size_t)t * N + n];
+                    sc += rows[(size_t)(T + t) * N + n];
                 }
-                oB[n] = sb;
-                oC[n] = sc;
+                dB[(size_t)t * lddbc + (size_t)g * N + n] = sb;
+                dC[(size_t)t * lddbc + (size_t)g * N + n] = sc;
             }
-        }
 }
 
 void ac_cpu_mul_heads(ac_kctx *ctx, int T, int H, int P, const float *mask, float *x, int ldx)

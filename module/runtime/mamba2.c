@@ -79,8 +79,8 @@ static size_t mamba2_state_floats(const ac_block_dims *b) { return conv_state_fl
 
 /* Per token: the forward's buffers (proj, xbc, dt, y) plus the masked y, the norm output
  * (later its gradient) and its copy for a head mask's width gradient, dL/dy, dproj, dxbc,
- * ddt, the norm's rstd, the saved states and the scan backward's work (2 H N a token plus
- * 2 H P N + H N, and a stretch of states, at most H P N a token). Fixed-size buffers are counted per
+ * ddt, the norm's rstd, the saved states and the scan backward's work (at most
+ * ac_k_ssd_backward_work_per_token a token). Fixed-size buffers are counted per
  * token too, which covers them for any T >= 1: the conv weight and bias gradients summed
  * over sequences (conv (K + 1)), and the zero states of the training forward (conv (K-1)
  * + H P N), so the training reservation also plans ac_mamba2_forward without caches; and
@@ -88,10 +88,11 @@ static size_t mamba2_state_floats(const ac_block_dims *b) { return conv_state_fl
 static size_t mamba2_backward_scratch_per_token(const ac_arch *arch, const ac_block_dims *b)
 {
     (void)arch;
-    size_t H = (size_t)b->mamba_heads, N = (size_t)b->ssm_state, G = (size_t)b->mamba_groups;
+    size_t H = (size_t)b->mamba_heads, G = (size_t)b->mamba_groups;
     size_t nproj = (size_t)ac_mamba_in_proj_dim(b), conv = (size_t)ac_mamba_conv_dim(b);
     size_t dI = (size_t)ac_mamba_d_inner(b), hpn = ssm_state_floats(b);
-    return 2 * nproj + 2 * conv + 2 * H + 5 * dI + G + hpn + 2 * H * N + 3 * hpn + H * N + conv * (b->conv_kernel + 1) +
+    size_t scan_work = ac_k_ssd_backward_work_per_token(b->mamba_heads, b->mamba_head_dim, b->ssm_state);
+    return 2 * nproj + 2 * conv + 2 * H + 5 * dI + G + hpn + scan_work + conv * (b->conv_kernel + 1) +
            conv_state_floats(b) + hpn + 5 * H;
 }
 

@@ -1693,6 +1693,151 @@ static void test_ssd_scan_against_double(void **state)
                 assert_close("scan state", (h * P + p) * N + n, st[(h * P + p) * N + n], s[h][p][n], fabs(s[h][p][n]));
 }
 
+/* The CPU's scan backward (chunks of AC_CPU_SSD_STATE_INTERVAL steps in matrix form, the
+ * heads of a group in units run by threads) against central differences of the
+ * recurrence in double, for the loss sum(y o R): dx, dB, dC, ddt (overwritten) and dA,
+ * dD (+=). Cases: several chunks with a short last one, from a start state; one group
+ * split between two units (two threads), kept whole (one thread); two groups, T a
+ * multiple of the chunk, no start state; one short chunk of three heads a group (no
+ * split) on the calling thread. Every entry of dB, dC, ddt, dA and dD is checked and
+ * every fifth of dx. */
+typedef struct {
+    int T, H, P, N, G, has_state0, threads;
+    int ldx, ldbc, lddy;
+    const double *x, *B, *C, *dt, *A, *D, *s0, *R;
+} ssd_reference;
+
+static double ssd_reference_loss(const ssd_reference *r)
+{
+    int H = r->H, P = r->P, N = r->N, per = r->H / r->G;
+    double *s = calloc((size_t)H * P * N, sizeof *s), loss = 0.0;
+    assert_non_null(s);
+    for (int i = 0; r->has_state0 && i < H * P * N; i++)
+        s[i] = r->s0[i];
+    for (int t = 0; t < r->T; t++)
+        for (int h = 0; h < H; h++) {
+            const double *Bt = r->B + (size_t)t * r->ldbc + (size_t)(h / per) * N;
+            const double *Ct = r->C + (size_t)t * r->ldbc + (size_t)(h / per) * N;
+            double d = r->dt[t * H + h], decay = exp(d * r->A[h]);
+            for (int p = 0; p < P; p++) {
+                double xv = r->x[(size_t)t * r->ldx + h * P + p], y = r->D[h] * xv;
+                double *sp = s + ((size_t)h * P + p) * N;
+                for (int n = 0; n < N; n++) {
+                    sp[n] = decay * sp[n] + d * xv * Bt[n];
+                    y += sp[n] * Ct[n];
+                }
+                loss += y * r->R[(size_t)t * r->lddy + h * P + p];
+            }
+        }
+    free(s);
+    return loss;
+}
+
+/* dloss/dv[i] by a central difference; v is one of the reference's inputs */
+static double ssd_reference_grad(const ssd_reference *r, double *v, size_t i)
+{
+    const double eps = 1e-4;
+    double keep = v[i];
+    v[i] = keep + eps;
+    double up = ssd_reference_loss(r);
+    v[i] = keep - eps;
+    double down = ssd_reference_loss(r);
+    v[i] = keep;
+    return (up - down) / (2.0 * eps);
+}
+
+static double *to_double(const float *f, size_t n)
+{
+    double *d = malloc(n * sizeof *d);
+    assert_non_null(d);
+    for (size_t i = 0; i < n; i++)
+        d[i] = f[i];
+    return d;
+}
+
+/* got[i * stride] for i in the rows and columns given against the reference's gradient of
+ * v[i * vstride], within 1e-4 of the largest such gradient */
+static void assert_grads(const char *what, const ssd_reference *r, double *v, const float *got, int rows, int cols,
+                         int ld_got, int ld_v, int every)
+{
+    double *want = malloc((size_t)rows * cols * sizeof *want), scale = 0.0;
+    assert_non_null(want);
+    for (int i = 0; i < rows * cols; i += every) {
+        want[i] = ssd_reference_grad(r, v, (size_t)(i / cols) * ld_v + i % cols);
+        scale = fmax(scale, fabs(want[i]));
+    }
+    assert_true(scale > 0.0);
+    for (int i = 0; i < rows * cols; i += every) {
+        double g = got[(size_t)(i / cols) * ld_got + i % cols];
+        if (fabs(g - want[i]) > 1e-4 * scale)
+            fail_msg("%s element %d: %.9g, want %.9g (largest %.3g)", what, i, g, want[i], scale);
+    }
+    free(want);
+}
+
+static void check_ssd_backward(int T, int H, int P, int N, int G, int has_state0, int threads)
+{
+    int ldx = H * P + 3, ldbc = G * N + 2, lddy = H * P + 1, lddx = H * P + 2, lddbc = G * N + 1;
+    ac_backend be = ac_cpu_backend;
+    float *x = malloc((size_t)T * ldx * sizeof *x), *B = malloc((size_t)T * ldbc * sizeof *B);
+    float *C = malloc((size_t)T * ldbc * sizeof *C), *dt = malloc((size_t)T * H * sizeof *dt);
+    float *A = malloc((size_t)H * sizeof *A), *D = malloc((size_t)H * sizeof *D);
+    float *s0 = malloc((size_t)H * P * N * sizeof *s0), *R = malloc((size_t)T * lddy * sizeof *R);
+    float *y = malloc((size_t)T * H * P * sizeof *y);
+    float *states = malloc(ac_k_ssd_states_floats(&be, T, H, P, N) * sizeof *states);
+    float *work = malloc(ac_k_ssd_backward_work_floats(&be, T, H, P, N) * sizeof *work);
+    float *dx = malloc((size_t)T * lddx * sizeof *dx), *dB = malloc((size_t)T * lddbc * sizeof *dB);
+    float *dC = malloc((size_t)T * lddbc * sizeof *dC), *ddt = malloc((size_t)T * H * sizeof *ddt);
+    float *dA = malloc((size_t)H * sizeof *dA), *dD = malloc((size_t)H * sizeof *dD);
+    assert_true(x && B && C && dt && A && D && s0 && R && y && states && work && dx && dB && dC && ddt && dA && dD);
+    fill_uniform(x, (size_t)T * ldx, 500);
+    fill_uniform(B, (size_t)T * ldbc, 501);
+    fill_uniform(C, (size_t)T * ldbc, 502);
+    fill_uniform(s0, (size_t)H * P * N, 503);
+    fill_uniform(R, (size_t)T * lddy, 504);
+    fill_uniform(D, (size_t)H, 505);
+    for (int i = 0; i < T * H; i++)
+        dt[i] = 0.02f + 0.3f * (float)(i % 11) / 11.0f;
+    for (int h = 0; h < H; h++) {
+        A[h] = -0.3f - 0.9f * (float)h;
+        dA[h] = 0.25f, dD[h] = -0.5f;
+    }
+    ac_kctx ctx = {0};
+    omp_set_num_threads(threads);
+    const float *start = has_state0 ? s0 : NULL;
+    ac_cpu_ssd_scan_save(&ctx, T, H, P, N, G, x, ldx, B, C, ldbc, dt, A, D, start, states, y, H * P);
+    ac_cpu_ssd_scan_backward(&ctx, T, H, P, N, G, x, ldx, B, C, ldbc, dt, A, D, start, states, R, lddy, dx, lddx,
+                             dB, dC, lddbc, ddt, dA, dD, work);
+    omp_set_num_threads(2);
+    for (int h = 0; h < H; h++)
+        dA[h] -= 0.25f, dD[h] += 0.5f;
+    ssd_reference r = {.T = T, .H = H, .P = P, .N = N, .G = G, .has_state0 = has_state0, .threads = threads,
+                       .ldx = ldx, .ldbc = ldbc, .lddy = lddy};
+    double *vx = to_double(x, (size_t)T * ldx), *vB = to_double(B, (size_t)T * ldbc);
+    double *vC = to_double(C, (size_t)T * ldbc), *vdt = to_double(dt, (size_t)T * H), *vA = to_double(A, H);
+    double *vD = to_double(D, H), *vs0 = to_double(s0, (size_t)H * P * N), *vR = to_double(R, (size_t)T * lddy);
+    r.x = vx, r.B = vB, r.C = vC, r.dt = vdt, r.A = vA, r.D = vD, r.s0 = vs0, r.R = vR;
+    assert_grads("dx", &r, vx, dx, T, H * P, lddx, ldx, 5);
+    assert_grads("dB", &r, vB, dB, T, G * N, lddbc, ldbc, 1);
+    assert_grads("dC", &r, vC, dC, T, G * N, lddbc, ldbc, 1);
+    assert_grads("ddt", &r, vdt, ddt, T, H, H, H, 1);
+    assert_grads("dA", &r, vA, dA, 1, H, H, H, 1);
+    assert_grads("dD", &r, vD, dD, 1, H, H, H, 1);
+    free(vx), free(vB), free(vC), free(vdt), free(vA), free(vD), free(vs0), free(vR);
+    free(x), free(B), free(C), free(dt), free(A), free(D), free(s0), free(R), free(y), free(states), free(work);
+    free(dx), free(dB), free(dC), free(ddt), free(dA), free(dD);
+}
+
+static void test_ssd_scan_backward_against_double(void **state)
+{
+    (void)state;
+    assert_true(70 > 2 * AC_CPU_SSD_STATE_INTERVAL && 64 % AC_CPU_SSD_STATE_INTERVAL == 0);
+    check_ssd_backward(70, 4, 20, 6, 1, 1, 2); /* a group in two units, three chunks */
+    check_ssd_backward(70, 4, 20, 6, 1, 1, 1); /* the same group as one unit */
+    check_ssd_backward(64, 4, 16, 8, 2, 0, 2); /* two groups, no start state */
+    check_ssd_backward(20, 6, 7, 4, 2, 1, 2);  /* one short chunk, three heads a group */
+}
+
 /* The CPU's causal conv + SiLU against a direct double computation, over blocks of
  * channels run in parallel (T C past the size that splits): the outputs and the advanced
  * state of a 100-step call after a non-zero state, then a 1-step call (T < K - 1); the
@@ -1787,6 +1932,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_linear_batch_backward_against_double),
         cmocka_unit_test(test_conv1d_against_double),
         cmocka_unit_test(test_ssd_scan_against_double),
+        cmocka_unit_test(test_ssd_scan_backward_against_double),
     };
     const struct CMUnitTest one_backend[] = {
         cmocka_unit_test(test_registry),
