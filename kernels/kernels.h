@@ -153,8 +153,8 @@ struct ac_backend {
     void (*scatter_add_rows)(ac_kctx *ctx, int n, int D, const float *src, const int32_t *rows, const float *weight,
                              float *dst, int lddst);
 
-    /* x = relu(x)^2 in place. */
-    void (*relu2)(ac_kctx *ctx, size_t n, float *x);
+    /* y = relu(x)^2 (y may be x). */
+    void (*relu2)(ac_kctx *ctx, size_t n, const float *x, float *y);
     /* y += x */
     void (*add)(ac_kctx *ctx, size_t n, const float *x, float *y);
     /* x[r, c] *= mask[c] (a soft mask over columns). */
@@ -422,9 +422,9 @@ static inline void ac_k_scatter_add_rows(ac_kctx *ctx, int n, int D, const float
     ac_backend_of(ctx)->scatter_add_rows(ctx, n, D, src, rows, weight, dst, lddst);
 }
 
-static inline void ac_k_relu2(ac_kctx *ctx, size_t n, float *x)
+static inline void ac_k_relu2(ac_kctx *ctx, size_t n, const float *x, float *y)
 {
-    ac_backend_of(ctx)->relu2(ctx, n, x);
+    ac_backend_of(ctx)->relu2(ctx, n, x, y);
 }
 
 static inline void ac_k_add(ac_kctx *ctx, size_t n, const float *x, float *y)

@@ -47,7 +47,7 @@ void ac_cpu_gather_rows(ac_kctx *ctx, int n, int D, const float *src, int ldsrc,
                         float *dst);
 void ac_cpu_scatter_add_rows(ac_kctx *ctx, int n, int D, const float *src, const int32_t *rows,
                              const float *weight, float *dst, int lddst);
-void ac_cpu_relu2(ac_kctx *ctx, size_t n, float *x);
+void ac_cpu_relu2(ac_kctx *ctx, size_t n, const float *x, float *y);
 void ac_cpu_add(ac_kctx *ctx, size_t n, const float *x, float *y);
 void ac_cpu_mul_columns(ac_kctx *ctx, int rows, int cols, const float *mask, float *x, int ldx);
 void ac_cpu_column_dot(ac_kctx *ctx, int rows, int cols, const float *a, int lda, const float *b, int ldb,

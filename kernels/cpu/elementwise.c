@@ -5,26 +5,26 @@
 
 enum { ELEMENTWISE_PARALLEL_MIN = 65536, ROWS_PARALLEL_MIN = 64 };
 
-static void relu2_range(long first, long last, float *x)
+static void relu2_range(long first, long last, const float *x, float *y)
 {
     for (long i = first; i < last; i++) {
         float r = x[i] > 0.0f ? x[i] : 0.0f;
-        x[i] = r * r;
+        y[i] = r * r;
     }
 }
 
-void ac_cpu_relu2(ac_kctx *ctx, size_t n, float *x)
+void ac_cpu_relu2(ac_kctx *ctx, size_t n, const float *x, float *y)
 {
     (void)ctx;
     if (n <= ELEMENTWISE_PARALLEL_MIN) {
-        relu2_range(0, (long)n, x);
+        relu2_range(0, (long)n, x, y);
         return;
     }
 #pragma omp parallel
     {
         long first, last;
         ac_cpu_thread_share((long)n, &first, &last);
-        relu2_range(first, last, x);
+        relu2_range(first, last, x, y);
     }
 }
 

@@ -7,20 +7,20 @@
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/norm_launch.h"
 
-static __global__ void relu2_kernel(size_t n, float *x)
+static __global__ void relu2_kernel(size_t n, const float *x, float *y)
 {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
         float r = x[i] > 0.0f ? x[i] : 0.0f;
-        x[i] = r * r;
+        y[i] = r * r;
     }
 }
 
-void ac_cuda_relu2(ac_kctx *ctx, size_t n, float *x)
+void ac_cuda_relu2(ac_kctx *ctx, size_t n, const float *x, float *y)
 {
     if (n == 0)
         return;
     relu2_kernel<<<ac_cuda_blocks(n, AC_NORM_THREADS, AC_CUDA_GRID_CAP), AC_NORM_THREADS, 0, ac_cuda_stream(ctx)>>>(
-        n, x);
+        n, x, y);
     ac_cuda_check("relu2");
 }
 

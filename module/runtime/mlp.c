@@ -29,10 +29,9 @@ static void mlp_forward(ac_runtime *rt, int layer, const ac_seqs *seqs, const fl
     const ac_layer_weights *w = &rt->model->layers[layer];
     int D = a->hidden, T = seqs->total, F = a->layers[layer].ffn;
     float *h = ac_scratch(rt, (size_t)T * F);
-    ac_k_linear(&rt->kctx, T, F, D, xn, D, w->up_proj, 0.0f, rt->saved ? rt->saved : h, F);
-    if (rt->saved)
-        ac_rt_copy(rt, h, rt->saved, (size_t)T * F);
-    ac_k_relu2(&rt->kctx, (size_t)T * F, h);
+    float *pre = rt->saved ? rt->saved : h;
+    ac_k_linear(&rt->kctx, T, F, D, xn, D, w->up_proj, 0.0f, pre, F);
+    ac_k_relu2(&rt->kctx, (size_t)T * F, pre, h);
     if (masks && masks->ffn)
         ac_k_mul_columns(&rt->kctx, T, F, masks->ffn, h, F);
     ac_k_linear(&rt->kctx, T, D, F, h, F, w->down_proj, 0.0f, out, D);
@@ -51,8 +50,7 @@ static void mlp_backward(ac_runtime *rt, int layer, const ac_seqs *seqs, const f
 
     if (!rt->saved)
         ac_k_linear(&rt->kctx, T, F, D, xn, D, w->up_proj, 0.0f, pre, F);
-    ac_rt_copy(rt, act, pre, (size_t)T * F);
-    ac_k_relu2(&rt->kctx, (size_t)T * F, act);
+    ac_k_relu2(&rt->kctx, (size_t)T * F, pre, act);
     ac_k_linear_backward(&rt->kctx, T, D, F, NULL, F, w->down_proj, dout, D, 0.0f, dact, F, NULL);
     if (mask && mask_grads && mask_grads->ffn) /* d mask[c] = sum_t dact[t,c] relu2(pre)[t,c] */
         ac_k_column_dot(&rt->kctx, T, F, dact, F, act, F, mask_grads->ffn);

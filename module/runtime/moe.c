@@ -177,7 +177,7 @@ static void moe_token(ac_runtime *rt, const ac_layer_weights *w, const ac_block_
     ac_k_gemv_batch(&rt->kctx, n, up, rows, in, xs, h);
     for (int i = 0; i < n; i++) {
         const float *mask = i == 0 && S > 0 ? (masks ? masks->shared_ffn : NULL) : (masks ? masks->ffn : NULL);
-        ac_k_relu2(&rt->kctx, (size_t)rows[i], h[i]);
+        ac_k_relu2(&rt->kctx, (size_t)rows[i], h[i], h[i]);
         if (mask)
             ac_k_mul_columns(&rt->kctx, 1, rows[i], mask, h[i], rows[i]);
         xs[i] = h[i];
@@ -258,10 +258,9 @@ static void moe_forward(ac_runtime *rt, int layer, const ac_seqs *seqs, const fl
 
     if (S > 0) {
         float *hs = ac_scratch(rt, (size_t)T * S);
-        ac_k_linear(&rt->kctx, T, S, D, xn, D, w->up_proj, 0.0f, keep ? kept.pre_shared : hs, S);
-        if (keep)
-            ac_rt_copy(rt, hs, kept.pre_shared, (size_t)T * S);
-        ac_k_relu2(&rt->kctx, (size_t)T * S, hs);
+        float *pre = keep ? kept.pre_shared : hs;
+        ac_k_linear(&rt->kctx, T, S, D, xn, D, w->up_proj, 0.0f, pre, S);
+        ac_k_relu2(&rt->kctx, (size_t)T * S, pre, hs);
         if (m_shared)
             ac_k_mul_columns(&rt->kctx, T, S, m_shared, hs, S);
         ac_k_linear(&rt->kctx, T, D, S, hs, S, w->down_proj, 0.0f, out, D);
@@ -277,15 +276,14 @@ static void moe_forward(ac_runtime *rt, int layer, const ac_seqs *seqs, const fl
         const float *up[AC_MAX_EXPERTS], *down[AC_MAX_EXPERTS];
         float *xs[AC_MAX_EXPERTS], *pre[AC_MAX_EXPERTS], *hs[AC_MAX_EXPERTS], *ys[AC_MAX_EXPERTS];
         int count = round_products(w, NULL, start, e0, e1, I, D, M, up, down, NULL, NULL);
+        float *pre_round = keep ? kept.pre + (size_t)p0 * I : he; /* relu2 reads it into he */
         product_rows(count, M, xe, D, xs);
-        product_rows(count, M, keep ? kept.pre + (size_t)p0 * I : he, I, pre);
+        product_rows(count, M, pre_round, I, pre);
         product_rows(count, M, he, I, hs);
         product_rows(count, M, keep ? kept.y + (size_t)p0 * D : oe, D, ys);
         ac_k_gather_rows(&rt->kctx, n, D, xn, D, rows + p0, xe);
         ac_k_linear_batch(&rt->kctx, count, M, I, D, (const float *const *)xs, D, up, pre, I);
-        if (keep)
-            ac_rt_copy(rt, he, kept.pre + (size_t)p0 * I, (size_t)n * I);
-        ac_k_relu2(&rt->kctx, (size_t)n * I, he);
+        ac_k_relu2(&rt->kctx, (size_t)n * I, pre_round, he);
         if (m_ffn)
             ac_k_mul_columns(&rt->kctx, n, I, m_ffn, he, I);
         ac_k_linear_batch(&rt->kctx, count, M, D, I, (const float *const *)hs, I, down, ys, D);
@@ -379,8 +377,7 @@ static void moe_backward(ac_runtime *rt, int layer, const ac_seqs *seqs, const f
         float *dact_s = ac_scratch(rt, (size_t)T * S);
         if (!keep)
             ac_k_linear(&rt->kctx, T, S, D, xn, D, w->up_proj, 0.0f, pre_s, S);
-        ac_rt_copy(rt, act_s, pre_s, (size_t)T * S);
-        ac_k_relu2(&rt->kctx, (size_t)T * S, act_s);
+        ac_k_relu2(&rt->kctx, (size_t)T * S, pre_s, act_s);
         ac_k_linear_backward(&rt->kctx, T, D, S, NULL, S, w->down_proj, dout, D, 0.0f, dact_s, S, NULL);
         relu2_mlp_backward(rt, 1, &T, D, S, (float *)xn, (const float *const *)&w->up_proj, pre_s, act_s, dact_s,
                            (float *)dout, m_shared, dshared, dxn, grad ? &grad->up_proj : NULL,
@@ -404,8 +401,7 @@ static void moe_backward(ac_runtime *rt, int layer, const ac_seqs *seqs, const f
             product_rows(count, M, pre, I, out);
             ac_k_linear_batch(&rt->kctx, count, M, I, D, (const float *const *)in, D, up, out, I);
         }
-        ac_rt_copy(rt, act, pre_r, (size_t)n * I);
-        ac_k_relu2(&rt->kctx, (size_t)n * I, act);
+        ac_k_relu2(&rt->kctx, (size_t)n * I, pre_r, act);
         /* the experts' outputs y (dact holds the masked activation for the moment) */
         const float *y = keep ? kept.y + (size_t)p0 * D : oe;
         if (!keep) {

@@ -267,7 +267,7 @@ static void moe_layer(buffers *bf, const ac_model *m, int l, int T, int n_seqs, 
 
     if (S > 0) {
         ac_k_linear(&bf->k, T, S, D, bf->xn, D, w->up_proj, 0.0f, bf->act, S);
-        ac_k_relu2(&bf->k, (size_t)T * S, bf->act);
+        ac_k_relu2(&bf->k, (size_t)T * S, bf->act, bf->act);
         add_seq_means(bf->act, S, n_seqs, seq_len, S, acc->shared[l], bf->colsum);
     }
     for (int e = 0; e < E; e++) {
@@ -278,7 +278,7 @@ static void moe_layer(buffers *bf, const ac_model *m, int l, int T, int n_seqs, 
         const float *rw = bf->row_w + start[e];
         ac_k_gather_rows(&bf->k, n, D, bf->xn, D, re, bf->xe);
         ac_k_linear(&bf->k, n, I, D, bf->xe, D, w->experts_up + (size_t)e * I * D, 0.0f, bf->act, I);
-        ac_k_relu2(&bf->k, (size_t)n * I, bf->act);
+        ac_k_relu2(&bf->k, (size_t)n * I, bf->act, bf->act);
         /* each sequence's tokens are one run of the expert's rows */
         for (int i0 = 0; i0 < n;) {
             int s = re[i0] / seq_len, i1 = i0;
@@ -331,7 +331,7 @@ static void score_layer(buffers *bf, const ac_model *m, const float *xs, int l, 
     }
     case AC_BLOCK_MLP:
         ac_k_linear(&bf->k, T, b->ffn, D, bf->xn, D, w->up_proj, 0.0f, bf->act, b->ffn);
-        ac_k_relu2(&bf->k, (size_t)T * b->ffn, bf->act);
+        ac_k_relu2(&bf->k, (size_t)T * b->ffn, bf->act, bf->act);
         add_seq_means(bf->act, b->ffn, n_seqs, seq_len, b->ffn, acc->chan[l], bf->colsum);
         break;
     case AC_BLOCK_MOE:

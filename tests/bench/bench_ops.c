@@ -1,7 +1,8 @@
 /* Where a step's time goes, op by op: the model runs on a copy of the CPU backend whose
  * every op is timed (GEMMs keyed by their shape), then one line per op kind and shape,
- * largest first: milliseconds a step, share of the step, calls a step. The time between
- * ops (the driver's own work) is the step's time minus the ops'.
+ * largest first: milliseconds a step, share of the step, calls a step; the backend's copies
+ * and zero fills count as ops. The time between ops (the driver's own work) is the step's
+ * time minus the ops'.
  *   bench_ops --model DIR --train B T [--steps N]        a training step (targets)
  *   bench_ops --model DIR --decode PROMPT GEN            decode steps at PROMPT's depth
  *   bench_ops --model DIR --prefill PROMPT [--steps N]   prefills of PROMPT tokens
@@ -84,6 +85,22 @@ static double timed_sum_squares(ac_kctx *ctx, size_t n, const float *x)
     return s;
 }
 
+static void timed_copy(void *dst, const void *src, size_t bytes, ac_copy_kind kind)
+{
+    double t0 = now_s();
+    ac_cpu_backend.copy(dst, src, bytes, kind);
+    char key[KEY_LEN];
+    snprintf(key, sizeof key, "copy %zu KB", bytes >> 10);
+    account(key, now_s() - t0);
+}
+
+static void timed_memset_zero(void *p, size_t bytes)
+{
+    double t0 = now_s();
+    ac_cpu_backend.memset_zero(p, bytes);
+    account("memset_zero", now_s() - t0);
+}
+
 static ac_backend timed_backend(void)
 {
     ac_backend b = ac_cpu_backend;
@@ -94,6 +111,8 @@ static ac_backend timed_backend(void)
     b.linear = timed_linear_shaped;
     b.linear_backward = timed_linear_backward_shaped;
     b.sum_squares = timed_sum_squares;
+    b.copy = timed_copy;
+    b.memset_zero = timed_memset_zero;
     return b;
 }
 

@@ -44,7 +44,7 @@
       (ctx, n, D, src, ldsrc, rows, dst))                                                                         \
     X(scatter_add_rows, (ac_kctx *ctx, int n, int D, const float *src, const int32_t *rows, const float *weight,  \
       float *dst, int lddst), (ctx, n, D, src, rows, weight, dst, lddst))                                         \
-    X(relu2, (ac_kctx *ctx, size_t n, float *x), (ctx, n, x))                                                     \
+    X(relu2, (ac_kctx *ctx, size_t n, const float *x, float *y), (ctx, n, x, y))                                  \
     X(add, (ac_kctx *ctx, size_t n, const float *x, float *y), (ctx, n, x, y))                                    \
     X(mul_columns, (ac_kctx *ctx, int rows, int cols, const float *mask, float *x, int ldx), (ctx, rows, cols,    \
       mask, x, ldx))                                                                                              \

@@ -507,12 +507,18 @@ static void op_scatter_add_rows(run *r, const op_case *c)
     CALL(r, scatter_add_rows, n, D, src, rows, weight, dst, lddst);
 }
 
-/* p: n */
+/* p: n in_place */
 static void op_relu2(run *r, const op_case *c)
 {
     size_t n = (size_t)c->p[0];
-    float *x = f32(r, BUF_OUT, n, -1.0f, 1.0f);
-    CALL(r, relu2, n, x);
+    if (c->p[1]) {
+        float *x = f32(r, BUF_OUT, n, -1.0f, 1.0f);
+        CALL(r, relu2, n, x, x);
+        return;
+    }
+    const float *x = f32(r, BUF_IN, n, -1.0f, 1.0f);
+    float *y = f32(r, BUF_OUT, n, -1.0f, 1.0f);
+    CALL(r, relu2, n, x, y);
 }
 
 /* p: n */
@@ -918,8 +924,8 @@ static const op_case cases[] = {
     {OP(gather_rows), "n1 D3 ldsrc3 of2", 0.0, {1, 3, 3, 2}, {0}},
     {OP(scatter_add_rows), "n5 D6 lddst8 of9", TOL_ELEM, {5, 6, 8, 9}, {0}},
     {OP(scatter_add_rows), "n1 D3 lddst3 of1", TOL_ELEM, {1, 3, 3, 1}, {0}},
-    {OP(relu2), "n37", TOL_ELEM, {37}, {0}},
-    {OP(relu2), "n70001 (threads)", TOL_ELEM, {70001}, {0}},
+    {OP(relu2), "n37 in place", TOL_ELEM, {37, 1}, {0}},
+    {OP(relu2), "n70001 (threads)", TOL_ELEM, {70001, 0}, {0}},
     {OP(add), "n29", TOL_ELEM, {29}, {0}},
     {OP(add), "n70001 (threads)", TOL_ELEM, {70001}, {0}},
     {OP(mul_columns), "rows5 cols7 ldx9", TOL_ELEM, {5, 7, 9}, {0}},
