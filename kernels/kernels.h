@@ -201,10 +201,11 @@ struct ac_backend {
      * alias student; NULL: loss only) becomes scale * tau * (p_s - p_t). */
     void (*kd_loss)(ac_kctx *ctx, int rows, int V, const float *student, const float *teacher, float tau,
                     float scale, float *dlogits, double *row_loss);
-    /* One AdamW step (decoupled weight decay) on n weights; `step` counts from 1:
+    /* One AdamW step (decoupled weight decay) on n weights, the gradient g_scale g (the
+     * clip's scale, applied as the update reads it; g is not modified); `step` counts from 1:
      *   m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2;  w -= lr (wd w + m_hat / (sqrt(v_hat) + eps)) */
-    void (*adamw)(ac_kctx *ctx, size_t n, float *w, const float *g, float *m, float *v, float lr, float beta1,
-                  float beta2, float eps, float weight_decay, int step);
+    void (*adamw)(ac_kctx *ctx, size_t n, float *w, const float *g, float g_scale, float *m, float *v, float lr,
+                  float beta1, float beta2, float eps, float weight_decay, int step);
     /* sum of squares of x (for the global gradient norm), in double. */
     double (*sum_squares)(ac_kctx *ctx, size_t n, const float *x);
     /* x *= s */
@@ -487,10 +488,10 @@ static inline void ac_k_kd_loss(ac_kctx *ctx, int rows, int V, const float *stud
     ac_backend_of(ctx)->kd_loss(ctx, rows, V, student, teacher, tau, scale, dlogits, row_loss);
 }
 
-static inline void ac_k_adamw(ac_kctx *ctx, size_t n, float *w, const float *g, float *m, float *v, float lr,
-                              float beta1, float beta2, float eps, float weight_decay, int step)
+static inline void ac_k_adamw(ac_kctx *ctx, size_t n, float *w, const float *g, float g_scale, float *m, float *v,
+                              float lr, float beta1, float beta2, float eps, float weight_decay, int step)
 {
-    ac_backend_of(ctx)->adamw(ctx, n, w, g, m, v, lr, beta1, beta2, eps, weight_decay, step);
+    ac_backend_of(ctx)->adamw(ctx, n, w, g, g_scale, m, v, lr, beta1, beta2, eps, weight_decay, step);
 }
 
 static inline double ac_k_sum_squares(ac_kctx *ctx, size_t n, const float *x)

@@ -2,16 +2,17 @@
 
 #include <math.h>
 
-void ac_cpu_adamw(ac_kctx *ctx, size_t n, float *w, const float *g, float *m, float *v, float lr, float beta1,
-                  float beta2, float eps, float weight_decay, int step)
+void ac_cpu_adamw(ac_kctx *ctx, size_t n, float *w, const float *g, float g_scale, float *m, float *v, float lr,
+                  float beta1, float beta2, float eps, float weight_decay, int step)
 {
     (void)ctx;
     float c1 = 1.0f - powf(beta1, (float)step);
     float c2 = 1.0f - powf(beta2, (float)step);
 #pragma omp parallel for schedule(static) if (n > 65536)
     for (size_t i = 0; i < n; i++) {
-        m[i] = beta1 * m[i] + (1.0f - beta1) * g[i];
-        v[i] = beta2 * v[i] + (1.0f - beta2) * g[i] * g[i];
+        float gi = g[i] * g_scale;
+        m[i] = beta1 * m[i] + (1.0f - beta1) * gi;
+        v[i] = beta2 * v[i] + (1.0f - beta2) * gi * gi;
         float m_hat = m[i] / c1;
         float v_hat = v[i] / c2;
         w[i] -= lr * (weight_decay * w[i] + m_hat / (sqrtf(v_hat) + eps));

@@ -457,18 +457,25 @@ static void head_steps(const ssd_backward_args *s, ssd_unit *u, int k, int t0, i
         tail += col0[i];
         da[i] = tail + below;
     }
+    float a_sum = 0.0f, d_sum = 0.0f;
     for (int i = 0; i < n; i++) {
         size_t t = (size_t)(t0 + i);
         const float *xi = s->x + t * s->ldx + (size_t)h * P, *dyi = s->dy + t * s->lddy + (size_t)h * P;
         const float *dxd = u->dxd + (size_t)i * ldh + (size_t)k * P;
         float *dxi = s->dx + t * s->lddx + (size_t)h * P;
-        s->ddt[t * s->H + h] = dot(P, xi, dxd) + A * da[i];
-        u->sums[2 * k] += d[i] * da[i];
-        u->sums[2 * k + 1] += dot(P, xi, dyi);
-#pragma omp simd
-        for (int p = 0; p < P; p++)
+        float ddt = 0.0f, dd = 0.0f;
+#pragma omp simd reduction(+ : ddt, dd)
+        for (int p = 0; p < P; p++) {
+            ddt += xi[p] * dxd[p];
+            dd += xi[p] * dyi[p];
             dxi[p] = D * dyi[p] + d[i] * dxd[p];
+        }
+        s->ddt[t * s->H + h] = ddt + A * da[i];
+        a_sum += d[i] * da[i];
+        d_sum += dd;
     }
+    u->sums[2 * k] += a_sum;
+    u->sums[2 * k + 1] += d_sum;
 }
 
 /* Chunk c of the unit: C B^T once, each head's part inside the chunk and from its start,

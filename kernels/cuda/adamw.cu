@@ -8,11 +8,11 @@
 #include "kernels/cuda/norm_reduce.cuh"
 
 /* c1, c2: the bias corrections 1 - beta^step, computed on the host with the CPU's powf. */
-static __global__ void adamw_kernel(size_t n, float *w, const float *g, float *m, float *v, float lr, float beta1,
-                                    float beta2, float eps, float weight_decay, float c1, float c2)
+static __global__ void adamw_kernel(size_t n, float *w, const float *g, float g_scale, float *m, float *v, float lr,
+                                    float beta1, float beta2, float eps, float weight_decay, float c1, float c2)
 {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-        float gi = g[i];
+        float gi = g[i] * g_scale;
         float mi = beta1 * m[i] + (1.0f - beta1) * gi;
         float vi = beta2 * v[i] + (1.0f - beta2) * gi * gi;
         m[i] = mi;
@@ -23,15 +23,15 @@ static __global__ void adamw_kernel(size_t n, float *w, const float *g, float *m
     }
 }
 
-void ac_cuda_adamw(ac_kctx *ctx, size_t n, float *w, const float *g, float *m, float *v, float lr, float beta1,
-                   float beta2, float eps, float weight_decay, int step)
+void ac_cuda_adamw(ac_kctx *ctx, size_t n, float *w, const float *g, float g_scale, float *m, float *v, float lr,
+                   float beta1, float beta2, float eps, float weight_decay, int step)
 {
     if (n == 0)
         return;
     float c1 = 1.0f - powf(beta1, (float)step);
     float c2 = 1.0f - powf(beta2, (float)step);
     adamw_kernel<<<ac_cuda_blocks(n, AC_NORM_THREADS, AC_CUDA_GRID_CAP), AC_NORM_THREADS, 0, ac_cuda_stream(ctx)>>>(
-        n, w, g, m, v, lr, beta1, beta2, eps, weight_decay, c1, c2);
+        n, w, g, g_scale, m, v, lr, beta1, beta2, eps, weight_decay, c1, c2);
     ac_cuda_check("adamw");
 }
 

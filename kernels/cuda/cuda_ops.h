@@ -74,8 +74,8 @@ void ac_cuda_cross_entropy(ac_kctx *ctx, int rows, int V, const float *logits, c
                            float scale, float *dlogits, double *row_loss);
 void ac_cuda_kd_loss(ac_kctx *ctx, int rows, int V, const float *student, const float *teacher, float tau,
                      float scale, float *dlogits, double *row_loss);
-void ac_cuda_adamw(ac_kctx *ctx, size_t n, float *w, const float *g, float *m, float *v, float lr, float beta1,
-                   float beta2, float eps, float weight_decay, int step);
+void ac_cuda_adamw(ac_kctx *ctx, size_t n, float *w, const float *g, float g_scale, float *m, float *v, float lr,
+                   float beta1, float beta2, float eps, float weight_decay, int step);
 double ac_cuda_sum_squares(ac_kctx *ctx, size_t n, const float *x);
 void ac_cuda_scale(ac_kctx *ctx, size_t n, float s, float *x);
 void ac_cuda_ssd_scan_save(ac_kctx *ctx, int T, int H, int P, int N, int G, const float *x, int ldx,

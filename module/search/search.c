@@ -463,8 +463,8 @@ static ac_status router_step(search_run *r, int step, step_result *out)
     for (int i = 0; i < n; i++)
         r->grad[i] = (float)((double)p->kd_weight * r->dl_kd[i] + r->dl_budget[i]);
     ac_kctx k = {0};
-    ac_k_adamw(&k, (size_t)n, ac_routers_logits(r->routers), r->grad, r->m, r->v, p->lr, 0.9f, 0.999f, 1e-8f, 0.0f,
-               step + 1);
+    ac_k_adamw(&k, (size_t)n, ac_routers_logits(r->routers), r->grad, 1.0f, r->m, r->v, p->lr, 0.9f, 0.999f, 1e-8f,
+               0.0f, step + 1);
     /* the weights learn from the KD alone (the budget loss does not reach them) */
     if (r->opt && p->kd_weight > 0)
         return ac_adamw_step(r->opt, r->model, r->grads, NULL);

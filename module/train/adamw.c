@@ -75,18 +75,18 @@ ac_status ac_adamw_step(ac_adamw *o, ac_model *model, ac_model *grads, double *g
         *grad_norm = norm;
     if (!isfinite(norm))
         return ac_fail(AC_ERR_INVALID, "adamw: the gradient norm is not finite (%g); the step was skipped", norm);
-    /* as torch.nn.utils.clip_grad_norm_: scale by max_norm / (norm + 1e-6) when below one */
+    /* as torch.nn.utils.clip_grad_norm_: scale by max_norm / (norm + 1e-6) when below one,
+     * applied as the update reads the gradient (no pass of its own) */
     double coef = o->p.clip_norm / (norm + 1e-6);
-    if (o->p.clip_norm > 0 && coef < 1.0)
-        ac_k_scale(&o->kctx, o->count, (float)coef, grads->arena);
+    float g_scale = o->p.clip_norm > 0 && coef < 1.0 ? (float)coef : 1.0f;
     float lr = ac_adamw_lr(&o->p, o->steps);
     o->steps++;
     for (size_t i = 0; i < model->n_params; i++) {
         const ac_param *p = &model->params[i];
         size_t offset = (size_t)(p->data - model->arena);
         float decay = p->ndim >= 2 ? o->p.weight_decay : 0.0f;
-        ac_k_adamw(&o->kctx, p->count, p->data, grads->arena + offset, o->m + offset, o->v + offset, lr, o->p.beta1,
-                   o->p.beta2, o->p.eps, decay, o->steps);
+        ac_k_adamw(&o->kctx, p->count, p->data, grads->arena + offset, g_scale, o->m + offset, o->v + offset, lr,
+                   o->p.beta1, o->p.beta2, o->p.eps, decay, o->steps);
     }
     return AC_OK;
 }

@@ -70,9 +70,9 @@
     X(kd_loss, (ac_kctx *ctx, int rows, int V, const float *student, const float *teacher, float tau,             \
       float scale, float *dlogits, double *row_loss), (ctx, rows, V, student, teacher, tau, scale, dlogits,       \
       row_loss))                                                                                                  \
-    X(adamw, (ac_kctx *ctx, size_t n, float *w, const float *g, float *m, float *v, float lr, float beta1,        \
-      float beta2, float eps, float weight_decay, int step), (ctx, n, w, g, m, v, lr, beta1, beta2, eps,          \
-      weight_decay, step))                                                                                        \
+    X(adamw, (ac_kctx *ctx, size_t n, float *w, const float *g, float g_scale, float *m, float *v, float lr,      \
+      float beta1, float beta2, float eps, float weight_decay, int step), (ctx, n, w, g, g_scale, m, v, lr, beta1, \
+      beta2, eps, weight_decay, step))                                                                            \
     X(scale, (ac_kctx *ctx, size_t n, float s, float *x), (ctx, n, s, x))                                         \
     X(ssd_scan_save, (ac_kctx *ctx, int T, int H, int P, int N, int G, const float *x, int ldx, const float *B,   \
       const float *C, int ldbc, const float *dt, const float *A, const float *Dskip, const float *state0,         \

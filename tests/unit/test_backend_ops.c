@@ -661,7 +661,7 @@ static void op_kd_loss(run *r, const op_case *c)
     CALL(r, kd_loss, rows, V, student, teacher, c->f[0], c->f[1], d, row_loss);
 }
 
-/* p: n step; f: lr beta1 beta2 eps weight_decay */
+/* p: n step; f: lr beta1 beta2 eps weight_decay g_scale */
 static void op_adamw(run *r, const op_case *c)
 {
     size_t n = (size_t)c->p[0];
@@ -669,7 +669,7 @@ static void op_adamw(run *r, const op_case *c)
     const float *g = f32(r, BUF_IN, n, -0.1f, 0.1f);
     float *m = f32(r, BUF_OUT, n, -0.05f, 0.05f);
     float *v = f32(r, BUF_OUT, n, 0.0f, 0.01f);
-    CALL(r, adamw, n, w, g, m, v, c->f[0], c->f[1], c->f[2], c->f[3], c->f[4], c->p[1]);
+    CALL(r, adamw, n, w, g, c->f[5], m, v, c->f[0], c->f[1], c->f[2], c->f[3], c->f[4], c->p[1]);
 }
 
 /* p: n. The returned double is compared like an output. */
@@ -952,8 +952,8 @@ static const op_case cases[] = {
     {OP(kd_loss), "rows4 V9 tau2", TOL_REDUCE, {4, 9, GRAD_SEPARATE}, {2.0f, 0.25f}},
     {OP(kd_loss), "rows3 V6 tau1 in place", TOL_REDUCE, {3, 6, GRAD_IN_PLACE}, {1.0f, 1.0f}},
     {OP(kd_loss), "rows2 V5 tau1.5 loss only", TOL_REDUCE, {2, 5, GRAD_NONE}, {1.5f, 1.0f}},
-    {OP(adamw), "n23 step3", TOL_REDUCE, {23, 3}, {1e-2f, 0.9f, 0.999f, 1e-8f, 0.1f}},
-    {OP(adamw), "n70001 step1 (threads)", TOL_REDUCE, {70001, 1}, {3e-4f, 0.9f, 0.95f, 1e-8f, 0.0f}},
+    {OP(adamw), "n23 step3 g_scale0.3", TOL_REDUCE, {23, 3}, {1e-2f, 0.9f, 0.999f, 1e-8f, 0.1f, 0.3f}},
+    {OP(adamw), "n70001 step1 (threads)", TOL_REDUCE, {70001, 1}, {3e-4f, 0.9f, 0.95f, 1e-8f, 0.0f, 1.0f}},
     {OP(sum_squares), "n3", TOL_REDUCE, {3}, {0}},
     {OP(sum_squares), "n1000 (chunks)", TOL_REDUCE, {1000}, {0}},
     {OP(sum_squares), "n70001 (threads)", TOL_REDUCE, {70001}, {0}},

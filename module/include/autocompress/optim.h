@@ -28,8 +28,9 @@ typedef struct ac_adamw ac_adamw;
 
 ac_status ac_adamw_create(const ac_model *model, const ac_adamw_params *params, ac_adamw **opt);
 void ac_adamw_free(ac_adamw *opt);
-/* Clips `grads` (in place) to the global norm, then updates the model; the pre-clip norm
- * goes to *grad_norm (may be NULL). The step counter advances. */
+/* Updates the model from `grads` clipped to the global norm (the update reads them
+ * scaled; grads itself is not modified); the pre-clip norm goes to *grad_norm (may be
+ * NULL). The step counter advances. */
 ac_status ac_adamw_step(ac_adamw *opt, ac_model *model, ac_model *grads, double *grad_norm);
 int ac_adamw_steps_done(const ac_adamw *opt);
 /* The moments, named like the model's parameters, for checkpoints: m then v, in the
