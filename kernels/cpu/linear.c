@@ -104,10 +104,11 @@ static void sgemm_split(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, in
     }
 }
 
-/* The products go to threads whole, each run by one thread with OpenBLAS single-threaded
- * inside the region: for the small products of experts that see a few tokens each,
- * OpenBLAS's own threads per product cost more than they save. Largest first, each to
- * the thread with the least work so far (rows of the same N and K cost alike). */
+/* A batch's products (or pieces of them) go to threads, each run by one thread with
+ * OpenBLAS single-threaded inside the region: for the small products of experts that see
+ * a few tokens each, OpenBLAS's own threads per product cost more than they save. Whole
+ * products (when a weight gradient sums over their rows): largest first, each to the
+ * thread with the least work so far (rows of the same N and K cost alike). */
 enum { LINEAR_BATCH_MAX_THREADS = 64 };
 
 static void assign_products(int n, const int *M, int threads, int *owner)
@@ -136,19 +137,39 @@ typedef struct {
     float *const *C, *const *dA, *const *dW; /* C: forward; dA and dW: backward (either may be NULL) */
 } product_batch;
 
-static void run_product(ac_kctx *ctx, const product_batch *b, int i, int M)
+/* Rows [r0, r0 + rows) of product i. */
+static void run_product(ac_kctx *ctx, const product_batch *b, int i, int r0, int rows)
 {
+    size_t at = (size_t)r0;
     if (!b->backward) {
-        ac_cpu_linear(ctx, M, b->N, b->K, b->A[i], b->lda, b->W[i], 0.0f, b->C[i], b->ldc);
+        ac_cpu_linear(ctx, rows, b->N, b->K, b->A[i] + at * b->lda, b->lda, b->W[i], 0.0f, b->C[i] + at * b->ldc,
+                      b->ldc);
         return;
     }
-    ac_cpu_linear_backward(ctx, M, b->N, b->K, b->A ? b->A[i] : NULL, b->lda, b->W ? b->W[i] : NULL, b->dC[i], b->ldc,
-                           0.0f, b->dA ? b->dA[i] : NULL, b->ldda, b->dW ? b->dW[i] : NULL);
+    ac_cpu_linear_backward(ctx, rows, b->N, b->K, b->A ? b->A[i] + at * b->lda : NULL, b->lda, b->W ? b->W[i] : NULL,
+                           b->dC[i] + at * b->ldc, b->ldc, 0.0f, b->dA ? b->dA[i] + at * b->ldda : NULL, b->ldda,
+                           b->dW ? b->dW[i] : NULL);
+}
+
+/* Rows [first, last) of the products' rows end to end: a product whose rows no weight
+ * gradient sums over may be cut anywhere. */
+static void run_rows(ac_kctx *ctx, int n, const int *M, const product_batch *b, long first, long last)
+{
+    long base = 0;
+    for (int i = 0; i < n; i++) {
+        long lo = first > base ? first : base, hi = last < base + M[i] ? last : base + M[i];
+        if (lo < hi)
+            run_product(ctx, b, i, (int)(lo - base), (int)(hi - lo));
+        base += M[i];
+    }
 }
 
 /* Small batches, and a single product when split_one (it then splits among the threads
  * itself), run on the calling thread, not in a "parallel if" team of one, inside which
- * OpenBLAS would start a nested team of its own (see sgemm_split). */
+ * OpenBLAS would start a nested team of its own (see sgemm_split). Without weight
+ * gradients the rows split evenly among the threads (in blocks of SGEMM_SLAB_ALIGN); with
+ * them each product goes to one thread whole (whole products left the experts' forward
+ * unbalanced: 153 GFLOP/s against 190 for one product split). */
 static void run_batch(ac_kctx *ctx, int n, const int *M, const product_batch *b, int split_one)
 {
     enum { MAX = 1024 };
@@ -158,18 +179,25 @@ static void run_batch(ac_kctx *ctx, int n, const int *M, const product_batch *b,
         rows += M[i];
     if ((split_one && n == 1) || n > MAX || rows * b->N * b->K < GEMV_PARALLEL_MIN) {
         for (int i = 0; i < n; i++)
-            run_product(ctx, b, i, M[i]);
+            run_product(ctx, b, i, 0, M[i]);
         return;
     }
+    int by_rows = !b->backward || !b->dW;
 #pragma omp parallel
     {
         int me = omp_get_thread_num(), threads = omp_get_num_threads();
+        if (by_rows) {
+            long first, last;
+            ac_cpu_thread_blocks(rows, SGEMM_SLAB_ALIGN, &first, &last);
+            run_rows(ctx, n, M, b, first, last);
+        } else {
 #pragma omp single
-        assign_products(n, M, threads < LINEAR_BATCH_MAX_THREADS ? threads : LINEAR_BATCH_MAX_THREADS, owner);
-        /* single's barrier: every owner is set */
-        for (int i = 0; i < n; i++)
-            if (owner[i] == me)
-                run_product(ctx, b, i, M[i]);
+            assign_products(n, M, threads < LINEAR_BATCH_MAX_THREADS ? threads : LINEAR_BATCH_MAX_THREADS, owner);
+            /* single's barrier: every owner is set */
+            for (int i = 0; i < n; i++)
+                if (owner[i] == me)
+                    run_product(ctx, b, i, 0, M[i]);
+        }
     }
 }
 

@@ -1600,7 +1600,9 @@ static void test_gemm_split_against_double(void **state)
 
 /* linear_batch_backward against sums in double: three products (150, 0 and 41 rows, past
  * the size that runs them on separate threads) with dA and dW (+=), then one product (the
- * path that splits it among the threads) with dW only. */
+ * path that splits it among the threads) with dW only, then the three with dA only and
+ * the forward linear_batch (their rows end to end split among the threads, product 0 cut
+ * between two). */
 static void assert_product_backward(int M, int N, int K, const float *A, int lda, const float *W, const float *dC,
                                     int lddc, const float *dA, int ldda, const float *dW0, const float *dW)
 {
@@ -1614,7 +1616,7 @@ static void assert_product_backward(int M, int N, int K, const float *A, int lda
             }
             assert_close("batch dA", m * K + k, dA[(size_t)m * ldda + k], want, size);
         }
-    for (int n = 0; n < N; n++)
+    for (int n = 0; dW && n < N; n++)
         for (int k = 0; k < K; k++) {
             double want = dW0[(size_t)n * K + k], size = fabs(want);
             for (int m = 0; m < M; m++) {
@@ -1654,6 +1656,26 @@ static void test_linear_batch_backward_against_double(void **state)
     ac_cpu_linear_batch_backward(&ctx, 1, M, N, K, (const float *const *)A, LDA, NULL, (const float *const *)dC,
                                  LDDC, NULL, LDDA, dW);
     assert_product_backward(M[0], N, K, A[0], LDA, W[0], dC[0], LDDC, NULL, LDDA, dW0[0], dW[0]);
+    /* dA only: the rows end to end split among the threads, product 0 cut between them */
+    for (int i = 0; i < B; i++)
+        fill_uniform(dA[i], ((size_t)M[i] + 1) * LDDA, 340 + (uint64_t)i);
+    ac_cpu_linear_batch_backward(&ctx, B, M, N, K, NULL, LDA, (const float *const *)W, (const float *const *)dC, LDDC,
+                                 dA, LDDA, NULL);
+    for (int i = 0; i < B; i++)
+        assert_product_backward(M[i], N, K, A[i], LDA, W[i], dC[i], LDDC, dA[i], LDDA, NULL, NULL);
+    /* the forward, split the same way: C_i = A_i W_i^T (into dC's buffers) */
+    ac_cpu_linear_batch(&ctx, B, M, N, K, (const float *const *)A, LDA, (const float *const *)W, dC, LDDC);
+    for (int i = 0; i < B; i++)
+        for (int m = 0; m < M[i]; m++)
+            for (int n = 0; n < N; n++) {
+                double want = 0.0, size = 0.0;
+                for (int k = 0; k < K; k++) {
+                    double t = (double)A[i][(size_t)m * LDA + k] * W[i][(size_t)n * K + k];
+                    want += t;
+                    size += fabs(t);
+                }
+                assert_close("batch C", m * N + n, dC[i][(size_t)m * LDDC + n], want, size);
+            }
     for (int i = 0; i < B; i++)
         free(A[i]), free(W[i]), free(dC[i]), free(dA[i]), free(dW[i]), free(dW0[i]);
 }
