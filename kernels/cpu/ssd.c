@@ -159,7 +159,7 @@ void ac_cpu_ssd_scan(ac_kctx *ctx, int T, int H, int P, int N, int G, const floa
  * its chunked form below). Layout of `states` (nc = ceil(T / K) slots of H P N floats,
  * slot i at i H P N): slots 0 .. nc-2 hold the state after steps K-1, 2K-1, ... (the
  * start of chunks 1 .. nc-1); slot nc-1 the running state while the forward scans. */
-static int stretches(int T) { return (T + SSD_CHECKPOINT - 1) / SSD_CHECKPOINT; }
+static int chunks(int T) { return (T + SSD_CHECKPOINT - 1) / SSD_CHECKPOINT; }
 
 /* One step of a head's recurrence: s [P, N] from prev (NULL: a zero state; prev may be
  * s itself), and the scan's output row yt. */
@@ -192,7 +192,7 @@ void ac_cpu_ssd_scan_save(ac_kctx *ctx, int T, int H, int P, int N, int G, const
                           const float *Dskip, const float *state0, float *states, float *y, int ldy)
 {
     (void)ctx;
-    int heads_per_group = H / G, nc = stretches(T);
+    int heads_per_group = H / G, nc = chunks(T);
     size_t step = (size_t)H * P * N, hpn = (size_t)P * N;
 #pragma omp parallel for schedule(static) if ((long)T * H * P * N > SCAN_PARALLEL_MIN)
     for (int h = 0; h < H; h++) {
@@ -549,7 +549,7 @@ static void backward_unit(const ssd_backward_args *s, float *work, int index, in
     }
     for (int k = 0; k < 2 * nh; k++)
         u.sums[k] = 0.0f;
-    int nc = stretches(s->T);
+    int nc = chunks(s->T);
     for (int c = nc - 1; c >= 0; c--)
         unit_chunk(s, &u, c, nc);
     for (int k = 0; k < nh; k++) {
