@@ -231,6 +231,7 @@ static void backward_query_tile(int L, int n_heads, int hd, int h, int g, int i0
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, cols, hd, 1.0f, G, ldq, V, ldkv, 0.0f, dP, cols);
     for (int r = 0; r < n; r++) {
         float delta = 0.0f;
+#pragma omp simd reduction(+ : delta)
         for (int c = 0; c < hd; c++)
             delta += G[(size_t)r * ldq + c] * O[(size_t)r * ldq + c];
         stats[(size_t)(i0 + r) * ldst + n_heads + h] = delta;
