@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # Data-parallel runs over MPI.
 # - `mpirun -np 2` distill and search give the weights and routers of one process with
-#   the same global batch within 1e-6, not bit for bit: each rank's gradient GEMMs add
-#   its own rows before the all-reduce adds the two shards, so the float sums are grouped
-#   differently. The round-off is ~1e-7 of a gradient (more where its terms cancel), and
-#   AdamW's normalised update carries it into the weights in proportion to the learning
-#   rate: over 6 steps 7e-7 at lr 1e-3 in the Release build and 2e-6 under ASan, so the
-#   runs here use lr 1e-4. A rank that dropped or double-counted its share would be off
-#   by about the learning rate per step.
+#   the same global batch within 1e-5 (routers 1e-6), not bit for bit: each rank's
+#   gradient GEMMs add its own rows before the all-reduce adds the two shards, so the
+#   float sums are grouped differently. The round-off is ~1e-7 of a gradient, but where a
+#   gradient's terms nearly cancel it is a large part of it, and AdamW's normalised update
+#   carries that into the weights as a fraction of the learning rate per step: over the
+#   distill's 6 steps at lr 1e-4, up to 1.03e-6 (an embedding row of a rare token, after a
+#   change of the order of a dot product's sum in the MoE's backward). A rank that
+#   dropped or double-counted its share would be off by about the learning rate (1e-4)
+#   per step, ten times the tolerance and more.
 # - The ranks' sums are in rank order, so a 2-rank run repeats bit for bit, and one whose
 #   rank was killed with SIGKILL ends at once and resumes to the uninterrupted run's
 #   exact weights.
@@ -46,7 +48,7 @@ distill=(distill --teacher "$tmp/teacher" --student "$tmp/student" --data "$tmp/
 "$ac" "${distill[@]}" --steps 6 --out "$tmp/one" >/dev/null || fail "one-process distill exited $?"
 "${mpi[@]}" "$ac" "${distill[@]}" --steps 6 --out "$tmp/two" >"$tmp/two.log" || fail "2-rank distill exited $?"
 [ "$(grep -c '^distill: 6 steps' "$tmp/two.log")" -eq 1 ] || fail "want one summary (rank 0's): $(cat "$tmp/two.log")"
-compare weights "$tmp/one/model.safetensors" "$tmp/two/model.safetensors" 1e-6 || fail "2-rank distill weights"
+compare weights "$tmp/one/model.safetensors" "$tmp/two/model.safetensors" 1e-5 || fail "2-rank distill weights"
 # the loss log (rank 0's) holds the global batch's losses
 paste -d, "$tmp/one/loss.csv" "$tmp/two/loss.csv" | awk -F, 'NR > 1 {
   for (c = 4; c <= 6; c++) { d = $c - $(c + 7); if (d < 0) d = -d; if (d > 1e-5) { print "row " NR ": " $0; bad = 1 } } }
