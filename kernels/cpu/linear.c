@@ -11,31 +11,27 @@ enum { GEMV_MAX_ROWS = 4 };
  * threads none below 9216 either); rows go to threads in blocks of this many. */
 enum { GEMV_PARALLEL_MIN = 9216, GEMV_ROW_BLOCK = 16 };
 
-/* y_i = W_i x_i + beta y_i for n products in one parallel region: the rows of all of them,
- * end to end, split evenly among the threads in blocks of GEMV_ROW_BLOCK, each thread
- * running OpenBLAS's gemv on its slices (single-threaded inside the region). One region
- * for a token's several small projections instead of OpenBLAS's own threads for each,
- * whose start and join cost more than such a product (measured: 9.2 us for a 256 x 256
- * and two 128 x 256 products, 4.7 us in one region). */
+/* y_i = W_i x_i + beta y_i for n products in one parallel region: each product's rows
+ * split evenly among the threads in blocks of GEMV_ROW_BLOCK, each thread running
+ * OpenBLAS's gemv on its slices (single-threaded inside the region). One region for a
+ * token's several small projections instead of OpenBLAS's own threads for each, whose
+ * start and join cost more than such a product (measured: 9.2 us for a 256 x 256 and two
+ * 128 x 256 products, 4.7 us in one region). Every thread takes a share of every product:
+ * with the rows split end to end, one thread read a shared expert's weights, in cache
+ * from the token before, while the other read the routed experts' from memory. */
 static void gemv_slices(int n, const float *const *W, const int *rows, const int *cols, const float *const *x,
                         float beta, float *const *y)
 {
-    long total_rows = 0, work = 0;
-    for (int i = 0; i < n; i++) {
-        total_rows += rows[i];
+    long work = 0;
+    for (int i = 0; i < n; i++)
         work += (long)rows[i] * cols[i];
-    }
 #pragma omp parallel if (work >= GEMV_PARALLEL_MIN)
-    {
-        long first, last, base = 0;
-        ac_cpu_thread_blocks(total_rows, GEMV_ROW_BLOCK, &first, &last);
-        for (int i = 0; i < n; i++) {
-            long lo = first > base ? first : base, hi = last < base + rows[i] ? last : base + rows[i];
-            if (lo < hi)
-                cblas_sgemv(CblasRowMajor, CblasNoTrans, (int)(hi - lo), cols[i], 1.0f,
-                            W[i] + (size_t)(lo - base) * cols[i], cols[i], x[i], 1, beta, y[i] + (lo - base), 1);
-            base += rows[i];
-        }
+    for (int i = 0; i < n; i++) {
+        long lo, hi;
+        ac_cpu_thread_blocks(rows[i], GEMV_ROW_BLOCK, &lo, &hi);
+        if (lo < hi)
+            cblas_sgemv(CblasRowMajor, CblasNoTrans, (int)(hi - lo), cols[i], 1.0f, W[i] + (size_t)lo * cols[i],
+                        cols[i], x[i], 1, beta, y[i] + lo, 1);
     }
 }
 
