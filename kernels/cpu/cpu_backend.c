@@ -47,7 +47,8 @@ static const char *cpu_take_error(void)
     return NULL;
 }
 
-_Static_assert(AC_CPU_SSD_STATE_INTERVAL <= AC_SSD_MAX_STATE_INTERVAL, "plans bound the scan's work with the largest interval");
+_Static_assert(AC_CPU_SSD_STATE_INTERVAL <= AC_SSD_MAX_STATE_INTERVAL,
+               "plans bound the scan's work with the largest interval");
 
 const ac_backend ac_cpu_backend = {
     .name = "cpu",

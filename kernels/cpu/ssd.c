@@ -284,8 +284,10 @@ static ssd_unit carve_unit(float *base, size_t *off, int T, int Q, int P, int N,
     u.CB = take(base, off, QQ), u.dM = take(base, off, QQ), u.M = take(base, off, QQ), u.dGs = take(base, off, QQ);
     u.xdT = take(base, off, QP), u.Z = take(base, off, (size_t)Q * N);
     u.R = take(base, off, nh * QQ), u.vec = take(base, off, nh * VEC * (size_t)Q), u.xd = take(base, off, nh * QP);
-    u.dxd = take(base, off, Q * hP), u.scaled = take(base, off, Q * hP), u.xw = take(base, off, Q * hP), u.bds = take(base, off, Q * hP);
-    u.dS = take(base, off, hP * N), u.dS_next = take(base, off, hP * N), u.dST = take(base, off, hP * N), u.dST_next = take(base, off, hP * N);
+    u.dxd = take(base, off, Q * hP), u.scaled = take(base, off, Q * hP);
+    u.xw = take(base, off, Q * hP), u.bds = take(base, off, Q * hP);
+    u.dS = take(base, off, hP * N), u.dS_next = take(base, off, hP * N);
+    u.dST = take(base, off, hP * N), u.dST_next = take(base, off, hP * N);
     u.sums = take(base, off, 2 * (size_t)nh);
     return u;
 }
