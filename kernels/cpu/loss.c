@@ -62,33 +62,58 @@ void ac_cpu_cross_entropy(ac_kctx *ctx, int rows, int V, const float *logits, co
     }
 }
 
+/* KL(p_t || p_s) with p = softmax(x / tau) in three passes and three exps an entry (it
+ * was six passes and five): the two maxima; e_s = exp(s/tau - max_s), e_t likewise, their
+ * sums and sum e_t (t - s) / tau, so that KL = that / sum_t + lse_s - lse_t (each p_t log
+ * p_t / p_s written out); then the gradient from e_s (kept in dlogits, which may be the
+ * student's logits: each entry is read before it is written) and e_t again. */
+static void kd_row(int V, const float *s, const float *t, float inv_tau, float tau, float scale, float *d,
+                   double *row_loss)
+{
+    float smax = s[0] * inv_tau, tmax = t[0] * inv_tau;
+#pragma omp simd reduction(max : smax, tmax)
+    for (int v = 1; v < V; v++) {
+        smax = s[v] * inv_tau > smax ? s[v] * inv_tau : smax;
+        tmax = t[v] * inv_tau > tmax ? t[v] * inv_tau : tmax;
+    }
+    double s_sum = 0.0, t_sum = 0.0, t_dot = 0.0;
+    if (d) {
+#pragma omp simd reduction(+ : s_sum, t_sum, t_dot)
+        for (int v = 0; v < V; v++) {
+            float xs = s[v] * inv_tau, xt = t[v] * inv_tau;
+            float es = ac_cpu_expf(xs - smax), et = ac_cpu_expf(xt - tmax);
+            s_sum += es;
+            t_sum += et;
+            t_dot += (double)et * (double)(xt - xs);
+            d[v] = es;
+        }
+    } else {
+#pragma omp simd reduction(+ : s_sum, t_sum, t_dot)
+        for (int v = 0; v < V; v++) {
+            float xs = s[v] * inv_tau, xt = t[v] * inv_tau;
+            float es = ac_cpu_expf(xs - smax), et = ac_cpu_expf(xt - tmax);
+            s_sum += es;
+            t_sum += et;
+            t_dot += (double)et * (double)(xt - xs);
+        }
+    }
+    double s_lse = (double)smax + log(s_sum), t_lse = (double)tmax + log(t_sum);
+    *row_loss = (double)tau * tau * (t_dot / t_sum + (s_lse - t_lse));
+    if (!d)
+        return;
+    float gs = (float)(scale * tau / s_sum), gt = (float)(scale * tau / t_sum);
+#pragma omp simd
+    for (int v = 0; v < V; v++)
+        d[v] = gs * d[v] - gt * ac_cpu_expf(t[v] * inv_tau - tmax);
+}
+
 void ac_cpu_kd_loss(ac_kctx *ctx, int rows, int V, const float *student, const float *teacher, float tau, float scale,
                     float *dlogits, double *row_loss)
 {
     (void)ctx;
     float inv_tau = 1.0f / tau;
 #pragma omp parallel for schedule(static)
-    for (int r = 0; r < rows; r++) {
-        const float *s = student + (size_t)r * V;
-        const float *t = teacher + (size_t)r * V;
-        float *d = dlogits ? dlogits + (size_t)r * V : NULL;
-        float smax, tmax;
-        double s_lse = row_logsumexp(s, V, inv_tau, &smax, NULL, NULL);
-        double t_lse = row_logsumexp(t, V, inv_tau, &tmax, NULL, NULL);
-        /* log-probabilities in f32 (the normalisers in double), exps vectorized: the
-         * gradient p_s - p_t carries 3e-7 of p in rounding, as the f32 GEMMs around it do */
-        float ft = (float)t_lse, fs = (float)s_lse;
-        double kl = 0.0;
-#pragma omp simd reduction(+ : kl)
-        for (int v = 0; v < V; v++) {
-            float log_pt = t[v] * inv_tau - ft, log_ps = s[v] * inv_tau - fs;
-            kl += (double)ac_cpu_expf(log_pt) * (double)(log_pt - log_ps);
-        }
-        row_loss[r] = (double)tau * tau * kl;
-        if (!d)
-            continue;
-#pragma omp simd
-        for (int v = 0; v < V; v++)
-            d[v] = scale * tau * (ac_cpu_expf(s[v] * inv_tau - fs) - ac_cpu_expf(t[v] * inv_tau - ft));
-    }
+    for (int r = 0; r < rows; r++)
+        kd_row(V, student + (size_t)r * V, teacher + (size_t)r * V, inv_tau, tau, scale,
+               dlogits ? dlogits + (size_t)r * V : NULL, row_loss + r);
 }
