@@ -62,6 +62,25 @@ void ac_cpu_cross_entropy(ac_kctx *ctx, int rows, int V, const float *logits, co
     }
 }
 
+/* The KD row's second pass: e_s = exp(s/tau - smax) (into d unless it is NULL), e_t
+ * likewise, and the sums kd_row needs. Inlined at each call, d a constant there. */
+static inline __attribute__((always_inline)) void kd_exps(int V, const float *s, const float *t, float inv_tau,
+                                                           float smax, float tmax, float *d, double *sums)
+{
+    double s_sum = 0.0, t_sum = 0.0, t_dot = 0.0;
+#pragma omp simd reduction(+ : s_sum, t_sum, t_dot)
+    for (int v = 0; v < V; v++) {
+        float xs = s[v] * inv_tau, xt = t[v] * inv_tau;
+        float es = ac_cpu_expf(xs - smax), et = ac_cpu_expf(xt - tmax);
+        s_sum += es;
+        t_sum += et;
+        t_dot += (double)et * (double)(xt - xs);
+        if (d)
+            d[v] = es;
+    }
+    sums[0] = s_sum, sums[1] = t_sum, sums[2] = t_dot;
+}
+
 /* KL(p_t || p_s) with p = softmax(x / tau) in three passes and three exps an entry (it
  * was six passes and five): the two maxima; e_s = exp(s/tau - max_s), e_t likewise, their
  * sums and sum e_t (t - s) / tau, so that KL = that / sum_t + lse_s - lse_t (each p_t log
@@ -76,27 +95,12 @@ static void kd_row(int V, const float *s, const float *t, float inv_tau, float t
         smax = s[v] * inv_tau > smax ? s[v] * inv_tau : smax;
         tmax = t[v] * inv_tau > tmax ? t[v] * inv_tau : tmax;
     }
-    double s_sum = 0.0, t_sum = 0.0, t_dot = 0.0;
-    if (d) {
-#pragma omp simd reduction(+ : s_sum, t_sum, t_dot)
-        for (int v = 0; v < V; v++) {
-            float xs = s[v] * inv_tau, xt = t[v] * inv_tau;
-            float es = ac_cpu_expf(xs - smax), et = ac_cpu_expf(xt - tmax);
-            s_sum += es;
-            t_sum += et;
-            t_dot += (double)et * (double)(xt - xs);
-            d[v] = es;
-        }
-    } else {
-#pragma omp simd reduction(+ : s_sum, t_sum, t_dot)
-        for (int v = 0; v < V; v++) {
-            float xs = s[v] * inv_tau, xt = t[v] * inv_tau;
-            float es = ac_cpu_expf(xs - smax), et = ac_cpu_expf(xt - tmax);
-            s_sum += es;
-            t_sum += et;
-            t_dot += (double)et * (double)(xt - xs);
-        }
-    }
+    double sums[3]; /* sum e_s, sum e_t, sum e_t (t - s) / tau */
+    if (d) /* one copy of the pass each way, so neither tests d per entry */
+        kd_exps(V, s, t, inv_tau, smax, tmax, d, sums);
+    else
+        kd_exps(V, s, t, inv_tau, smax, tmax, NULL, sums);
+    double s_sum = sums[0], t_sum = sums[1], t_dot = sums[2];
     double s_lse = (double)smax + log(s_sum), t_lse = (double)tmax + log(t_sum);
     *row_loss = (double)tau * tau * (t_dot / t_sum + (s_lse - t_lse));
     if (!d)
