@@ -55,8 +55,8 @@ size_t ac_k_attention_backward_workspace(int threads, int longest);
 
 struct ac_backend {
     const char *name; /* "cpu", "cuda": what ac_backend_find takes */
-    /* ssd_scan_save keeps the state every this many steps (the CPU 32, recomputing the
-     * rest in the backward; CUDA 1): see ac_k_ssd_states_floats. */
+    /* ssd_scan_save keeps the state every this many steps (the CPU 32, its backward's
+     * chunk; CUDA 1): see ac_k_ssd_states_floats. */
     int ssd_state_interval;
 
     /* ---- memory: device memory on an accelerator, host memory on the CPU ---- */

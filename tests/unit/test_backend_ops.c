@@ -1730,7 +1730,7 @@ static void test_ssd_scan_against_double(void **state)
  * split) on the calling thread. Every entry of dB, dC, ddt, dA and dD is checked and
  * every fifth of dx. */
 typedef struct {
-    int T, H, P, N, G, has_state0, threads;
+    int T, H, P, N, G, has_state0;
     int ldx, ldbc, lddy;
     const double *x, *B, *C, *dt, *A, *D, *s0, *R;
 } ssd_reference;
@@ -1839,7 +1839,7 @@ static void check_ssd_backward(int T, int H, int P, int N, int G, int has_state0
     omp_set_num_threads(2);
     for (int h = 0; h < H; h++)
         dA[h] -= 0.25f, dD[h] += 0.5f;
-    ssd_reference r = {.T = T, .H = H, .P = P, .N = N, .G = G, .has_state0 = has_state0, .threads = threads,
+    ssd_reference r = {.T = T, .H = H, .P = P, .N = N, .G = G, .has_state0 = has_state0,
                        .ldx = ldx, .ldbc = ldbc, .lddy = lddy};
     double *vx = to_double(x, (size_t)T * ldx), *vB = to_double(B, (size_t)T * ldbc);
     double *vC = to_double(C, (size_t)T * ldbc), *vdt = to_double(dt, (size_t)T * H), *vA = to_double(A, H);
