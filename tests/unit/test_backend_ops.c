@@ -16,8 +16,8 @@
  * ok/FAIL.
  *
  * Also: every op slot of the struct is called by some case (a counting backend), the
- * registry, each backend's memory functions, and that the harness fails a backend with
- * one deliberately wrong op on that op alone. */
+ * registry, each backend's memory functions (and the CPU's huge-page buffers), and that
+ * the harness fails a backend with one deliberately wrong op on that op alone. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -1332,6 +1332,60 @@ static void test_memory(void **state)
     }
 }
 
+/* Whether the kernel offers transparent huge pages to buffers that ask (its setting is
+ * "always" or "madvise", not "never" or absent). */
+static int huge_pages_offered(void)
+{
+    FILE *f = fopen("/sys/kernel/mm/transparent_hugepage/enabled", "r");
+    char line[128] = "";
+    if (f) {
+        if (!fgets(line, sizeof line, f))
+            line[0] = 0;
+        fclose(f);
+    }
+    return strstr(line, "[always]") || strstr(line, "[madvise]");
+}
+
+/* The THPeligible field of the mapping of /proc/self/smaps that holds p, or -1. */
+static int mapping_huge_eligible(const void *p)
+{
+    FILE *f = fopen("/proc/self/smaps", "r");
+    if (!f)
+        return -1;
+    char line[512];
+    int inside = 0, eligible = -1;
+    while (eligible < 0 && fgets(line, sizeof line, f)) {
+        unsigned long lo, hi;
+        if (sscanf(line, "%lx-%lx ", &lo, &hi) == 2) /* a mapping's header; its fields follow */
+            inside = (uintptr_t)p >= lo && (uintptr_t)p < hi;
+        else if (inside)
+            sscanf(line, "THPeligible: %d", &eligible);
+    }
+    fclose(f);
+    return eligible;
+}
+
+/* The CPU backend's buffers of at least a huge page start on a 2 MiB boundary, ask for
+ * huge pages (where the kernel offers them) and hold every byte asked for; small ones are
+ * plain. */
+static void test_cpu_huge_buffers(void **state)
+{
+    (void)state;
+    const size_t huge = 2u << 20, sizes[] = {huge, 5 * huge + 12, 100};
+    for (int i = 0; i < 3; i++) {
+        unsigned char *p = ac_cpu_backend.alloc(sizes[i]);
+        assert_non_null(p);
+        memset(p, 0xa5, sizes[i]);
+        assert_true(p[0] == 0xa5 && p[sizes[i] - 1] == 0xa5);
+        if (sizes[i] >= huge) {
+            assert_true((uintptr_t)p % huge == 0);
+            if (huge_pages_offered())
+                assert_int_equal(mapping_huge_eligible(p), 1);
+        }
+        ac_cpu_backend.free(p);
+    }
+}
+
 /* The op a case runs first to make its input, or -1: the scan backward reads states in
  * the layout of the backend's own ssd_scan_save. */
 static int setup_slot(const op_case *c) { return c->fn == op_ssd_scan_backward ? SLOT(ssd_scan_save) : -1; }
@@ -1951,6 +2005,7 @@ int main(int argc, char **argv)
     const struct CMUnitTest all[] = {
         cmocka_unit_test(test_registry),
         cmocka_unit_test(test_memory),
+        cmocka_unit_test(test_cpu_huge_buffers),
         cmocka_unit_test(test_every_op_has_a_case),
         cmocka_unit_test(test_backends_match_reference),
         cmocka_unit_test(test_dispatchers),
