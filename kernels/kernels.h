@@ -62,6 +62,12 @@ struct ac_backend {
     /* ---- memory: device memory on an accelerator, host memory on the CPU ---- */
 
     void *(*alloc)(size_t bytes); /* NULL when out of memory */
+    /* The same for a buffer its user writes whole every time it is used (weights,
+     * gradients, optimizer moments, a training step's activations): the CPU puts those
+     * of 2 MiB and more on huge pages, which a buffer sized for the worst case and
+     * filled in part (a server's activations and caches) should not be, since a huge
+     * page is resident whole once one byte of it is touched. */
+    void *(*alloc_dense)(size_t bytes);
     void (*free)(void *p);        /* p may be NULL */
     void (*copy)(void *dst, const void *src, size_t bytes, ac_copy_kind kind);
     void (*memset_zero)(void *p, size_t bytes);

@@ -6,19 +6,25 @@
 #include <string.h>
 #include <sys/mman.h>
 
-/* Buffers of at least a huge page (2 MiB on x86-64) start on a huge page boundary and ask
- * the kernel for transparent huge pages over the whole ones they span. Weights, caches and
- * activations are read in streams far larger than the TLB covers with 4 KiB pages, and in
- * a virtual machine each TLB miss walks two page tables: read bandwidth over 8-32 MB of
- * rows went up 8-14% with huge pages (measured on this engine's 2-core machine, 4 KiB and
- * 2 MiB buffers alternating in one process). Only whole huge pages inside the buffer are
- * advised, so the resident size never counts memory past its end. */
-enum { CPU_HUGE_PAGE = 2 << 20 };
-
 static void *cpu_alloc(size_t bytes)
 {
+    return malloc(bytes ? bytes : 1); /* a distinct pointer even for 0 bytes */
+}
+
+/* Dense buffers of at least a huge page (2 MiB on x86-64) start on a huge page boundary
+ * and ask the kernel for transparent huge pages over the whole ones they span. Weights,
+ * gradients and a training step's activations are read in streams far larger than the
+ * TLB covers with 4 KiB pages, and in a virtual machine each TLB miss walks two page
+ * tables: read bandwidth over 8-32 MB of rows went up 8-14% with huge pages (measured on
+ * this engine's 2-core machine, 4 KiB and 2 MiB buffers alternating in one process). Only
+ * whole huge pages inside the buffer are advised, so the resident size never counts
+ * memory past its end. */
+enum { CPU_HUGE_PAGE = 2 << 20 };
+
+static void *cpu_alloc_dense(size_t bytes)
+{
     if (bytes < CPU_HUGE_PAGE)
-        return malloc(bytes ? bytes : 1); /* a distinct pointer even for 0 bytes */
+        return cpu_alloc(bytes);
     void *p;
     if (posix_memalign(&p, CPU_HUGE_PAGE, bytes))
         return NULL;
@@ -72,6 +78,7 @@ const ac_backend ac_cpu_backend = {
     .name = "cpu",
     .ssd_state_interval = AC_CPU_SSD_STATE_INTERVAL,
     .alloc = cpu_alloc,
+    .alloc_dense = cpu_alloc_dense,
     .free = cpu_free,
     .copy = cpu_copy,
     .memset_zero = cpu_memset_zero,

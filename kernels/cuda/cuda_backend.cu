@@ -135,6 +135,7 @@ const ac_backend ac_cuda_backend = {
     .name = "cuda",
     .ssd_state_interval = 1,
     .alloc = cuda_alloc,
+    .alloc_dense = cuda_alloc,
     .free = cuda_free,
     .copy = cuda_copy,
     .memset_zero = cuda_memset_zero,

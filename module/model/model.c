@@ -121,7 +121,7 @@ ac_status ac_model_to_backend(const ac_model *model, const ac_backend *be, ac_mo
     if (src && be && src != be)
         return ac_fail(AC_ERR_UNSUPPORTED, "model: cannot copy from %s to %s directly (copy to the host first)",
                        src->name, be->name);
-    const ac_backend *mem = be ? be : &ac_cpu_backend; /* the CPU's alloc is malloc, as ac_model_free expects */
+    const ac_backend *mem = be ? be : &ac_cpu_backend; /* ac_model_free frees with the CPU's */
     const ac_backend *mover = src ? src : mem;
     ac_model *m = NULL;
     ac_layout sizes;
@@ -129,7 +129,7 @@ ac_status ac_model_to_backend(const ac_model *model, const ac_backend *be, ac_mo
     if (st != AC_OK)
         return st;
     size_t bytes = model->arena_count * sizeof(float);
-    m->arena = mem->alloc(bytes);
+    m->arena = mem->alloc_dense(bytes);
     if (!m->arena) {
         const char *why = mem->take_error();
         ac_model_free(m);
@@ -158,7 +158,7 @@ void ac_model_copy_weights(ac_model *dst, const ac_model *src)
 
 ac_status ac_model_create_on(const ac_arch *arch, const ac_backend *be, ac_model **out)
 {
-    const ac_backend *mem = be ? be : &ac_cpu_backend; /* the CPU's alloc is malloc, as ac_model_free expects */
+    const ac_backend *mem = be ? be : &ac_cpu_backend; /* ac_model_free frees with the CPU's */
     ac_status st = ac_arch_validate(arch);
     ac_model *m = NULL;
     ac_layout sizes;
@@ -167,7 +167,7 @@ ac_status ac_model_create_on(const ac_arch *arch, const ac_backend *be, ac_model
     if (st != AC_OK)
         return st;
     size_t bytes = sizes.offset * sizeof(float);
-    m->arena = mem->alloc(bytes);
+    m->arena = mem->alloc_dense(bytes);
     if (!m->arena) {
         ac_model_free(m);
         return ac_fail(AC_ERR_NOMEM, "model: cannot allocate %zu weights on %s", sizes.offset, mem->name);

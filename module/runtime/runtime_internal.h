@@ -24,6 +24,8 @@ struct ac_runtime {
     const ac_model *model;
     ac_kctx kctx;
     int capacity_tokens;   /* rows the buffers below hold */
+    int dense;             /* training: every row of the buffers below written each step, so
+                              they come from the backend's alloc_dense */
     size_t scratch_per_token;
     float *x;              /* [T, D] residual stream */
     float *xn;             /* [T, D] normed block input */

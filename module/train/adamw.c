@@ -44,7 +44,7 @@ ac_status ac_adamw_create(const ac_model *model, const ac_adamw_params *params, 
     o->kctx.backend = model->backend;
     const ac_backend *be = ac_backend_of(&o->kctx);
     size_t bytes = (2 * o->count + 1) * sizeof(float);
-    o->m = be->alloc(bytes);
+    o->m = be->alloc_dense(bytes);
     if (!o->m) {
         free(o);
         return ac_fail(AC_ERR_NOMEM, "adamw: cannot allocate moments for %zu weights on %s", model->arena_count,

@@ -60,7 +60,7 @@ static ac_status alloc_saved(ac_train_step *s)
         total += saved_floats(s, l);
     if (total == 0)
         return AC_OK;
-    s->saved_arena = step_backend(s)->alloc(total * sizeof(float));
+    s->saved_arena = step_backend(s)->alloc_dense(total * sizeof(float));
     if (!s->saved_arena)
         return AC_ERR_NOMEM;
     size_t used = 0;
@@ -96,18 +96,18 @@ ac_status ac_train_step_create(const ac_model *model, int batch, int seq_len, ac
                         .len = calloc((size_t)batch, sizeof(int)), .caches = NULL};
     s->seq_tokens = calloc((size_t)batch, sizeof *s->seq_tokens);
     const ac_backend *be = step_backend(s);
-    s->xs = be->alloc(((size_t)a->n_layers + 1) * rows * D * sizeof(float));
-    s->xns = be->alloc((size_t)a->n_layers * rows * D * sizeof(float));
+    s->xs = be->alloc_dense(((size_t)a->n_layers + 1) * rows * D * sizeof(float));
+    s->xns = be->alloc_dense((size_t)a->n_layers * rows * D * sizeof(float));
     if (alloc_saved(s) != AC_OK) {
         ac_train_step_free(s);
         return ac_fail(AC_ERR_NOMEM, "train: cannot allocate the kept forward internals for %d x %d tokens", batch,
                        seq_len);
     }
-    s->buf.xn_raw = be->alloc(rows * D * sizeof(float));
-    s->buf.dx = be->alloc(rows * D * sizeof(float));
-    s->buf.dxn = be->alloc(rows * D * sizeof(float));
+    s->buf.xn_raw = be->alloc_dense(rows * D * sizeof(float));
+    s->buf.dx = be->alloc_dense(rows * D * sizeof(float));
+    s->buf.dxn = be->alloc_dense(rows * D * sizeof(float));
     s->buf.column = be->alloc(D * sizeof(float));
-    s->logits = be->alloc(rows * (size_t)a->vocab * sizeof(float));
+    s->logits = be->alloc_dense(rows * (size_t)a->vocab * sizeof(float));
     s->row_loss = be->alloc(rows * sizeof(double));
     int on_host = model->backend == NULL;
     if (!on_host) {
@@ -257,7 +257,7 @@ static ac_status reserve_teacher(ac_train_step *s)
     if (s->teacher)
         return AC_OK;
     const ac_backend *be = step_backend(s);
-    s->teacher = be->alloc((size_t)s->rows * s->model->arch.vocab * sizeof(float));
+    s->teacher = be->alloc_dense((size_t)s->rows * s->model->arch.vocab * sizeof(float));
     if (!s->teacher)
         return ac_fail(AC_ERR_NOMEM, "train: cannot allocate the teacher's logits on %s", be->name);
     return AC_OK;
@@ -301,7 +301,7 @@ ac_status ac_train_step_run(ac_train_step *s, const ac_step_inputs *in, double *
         return st;
     if (in->masks && in->mask_grads && !s->outs) {
         const ac_arch *a = &s->model->arch;
-        s->outs = step_backend(s)->alloc((size_t)a->n_layers * s->rows * a->hidden * sizeof(float));
+        s->outs = step_backend(s)->alloc_dense((size_t)a->n_layers * s->rows * a->hidden * sizeof(float));
         if (!s->outs)
             return ac_fail(AC_ERR_NOMEM, "train: out of memory for the block outputs of a masked step");
     }

@@ -175,6 +175,7 @@ static const ac_backend guarded_backend = {
     .name = "guarded",
     .ssd_state_interval = AC_CPU_SSD_STATE_INTERVAL,
     .alloc = guarded_alloc,
+    .alloc_dense = guarded_alloc,
     .free = guarded_free,
     .copy = guarded_copy,
     .memset_zero = guarded_memset_zero,

@@ -74,6 +74,7 @@ static const ac_backend reference = {
     .name = "reference",
     .ssd_state_interval = AC_CPU_SSD_STATE_INTERVAL,
     .alloc = host_alloc,
+    .alloc_dense = host_alloc,
     .free = host_free,
     .copy = host_copy,
     .memset_zero = host_zero,
@@ -1173,6 +1174,7 @@ static const ac_backend counting = {
     .name = "counting",
     .ssd_state_interval = AC_CPU_SSD_STATE_INTERVAL,
     .alloc = host_alloc,
+    .alloc_dense = host_alloc,
     .free = host_free,
     .copy = host_copy,
     .memset_zero = host_zero,
@@ -1292,8 +1294,8 @@ static void test_registry(void **state)
         assert_ptr_equal(ac_backend_find(be->name), be); /* names are unique */
         ac_kctx named = {.backend = be};
         assert_ptr_equal(ac_backend_of(&named), be);
-        assert_true(be->alloc && be->free && be->copy && be->memset_zero && be->sync && be->unavailable &&
-                    be->take_error);
+        assert_true(be->alloc && be->alloc_dense && be->free && be->copy && be->memset_zero && be->sync &&
+                    be->unavailable && be->take_error);
         for (int s = 0; s < N_OPS; s++) {
             any_fn op;
             memcpy(&op, (const char *)be + offsetof(ac_backend, linear) + (size_t)s * sizeof op, sizeof op);
@@ -1332,9 +1334,9 @@ static void test_memory(void **state)
     }
 }
 
-/* Whether the kernel offers transparent huge pages to buffers that ask (its setting is
- * "always" or "madvise", not "never" or absent). */
-static int huge_pages_offered(void)
+/* The kernel's transparent huge page setting ("always", "madvise", "never"; "" when it
+ * has none) in mode. */
+static void huge_page_mode(char *mode, size_t size)
 {
     FILE *f = fopen("/sys/kernel/mm/transparent_hugepage/enabled", "r");
     char line[128] = "";
@@ -1343,7 +1345,8 @@ static int huge_pages_offered(void)
             line[0] = 0;
         fclose(f);
     }
-    return strstr(line, "[always]") || strstr(line, "[madvise]");
+    const char *open = strchr(line, '['), *close = open ? strchr(open, ']') : NULL;
+    snprintf(mode, size, "%.*s", open && close ? (int)(close - open - 1) : 0, open ? open + 1 : "");
 }
 
 /* The THPeligible field of the mapping of /proc/self/smaps that holds p, or -1. */
@@ -1365,25 +1368,33 @@ static int mapping_huge_eligible(const void *p)
     return eligible;
 }
 
-/* The CPU backend's buffers of at least a huge page start on a 2 MiB boundary, ask for
- * huge pages (where the kernel offers them) and hold every byte asked for; small ones are
- * plain. */
+/* The CPU backend's dense buffers of at least a huge page start on a 2 MiB boundary, ask
+ * for huge pages (where the kernel offers them) and hold every byte asked for; small ones
+ * are plain, and so are its other buffers (where huge pages are given only on request). */
 static void test_cpu_huge_buffers(void **state)
 {
     (void)state;
+    char mode[32];
+    huge_page_mode(mode, sizeof mode);
     const size_t huge = 2u << 20, sizes[] = {huge, 5 * huge + 12, 100};
     for (int i = 0; i < 3; i++) {
-        unsigned char *p = ac_cpu_backend.alloc(sizes[i]);
+        unsigned char *p = ac_cpu_backend.alloc_dense(sizes[i]);
         assert_non_null(p);
         memset(p, 0xa5, sizes[i]);
         assert_true(p[0] == 0xa5 && p[sizes[i] - 1] == 0xa5);
         if (sizes[i] >= huge) {
             assert_true((uintptr_t)p % huge == 0);
-            if (huge_pages_offered())
+            if (!strcmp(mode, "always") || !strcmp(mode, "madvise"))
                 assert_int_equal(mapping_huge_eligible(p), 1);
         }
         ac_cpu_backend.free(p);
     }
+    unsigned char *plain = ac_cpu_backend.alloc(5 * huge);
+    assert_non_null(plain);
+    memset(plain, 0x5a, 5 * huge);
+    if (!strcmp(mode, "madvise"))
+        assert_int_equal(mapping_huge_eligible(plain + 2 * huge), 0);
+    ac_cpu_backend.free(plain);
 }
 
 /* The op a case runs first to make its input, or -1: the scan backward reads states in
