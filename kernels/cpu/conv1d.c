@@ -90,10 +90,31 @@ static void conv_blocks(long first, long last, int T, int C, int K, const float 
     }
 }
 
+/* One token (a decode step) with the models' 4 taps: a channel's taps and state lie side
+ * by side ([C, 4] and [C, 3]), read in vectors across channels by stride, with no blocks
+ * to transpose; conv_row's operations in its order, then SiLU. */
+static void conv_one_token4(int C, const float *x, const float *w, const float *bias, float *state, float *y)
+{
+#pragma omp simd
+    for (int c = 0; c < C; c++) {
+        const float *wc = w + (size_t)c * 4;
+        float *st = state + (size_t)c * 3;
+        float v = ((((bias ? bias[c] : 0.0f) + wc[0] * st[0]) + wc[1] * st[1]) + wc[2] * st[2]) + wc[3] * x[c];
+        y[c] = v * ac_cpu_sigmoid(v);
+        st[0] = st[1];
+        st[1] = st[2];
+        st[2] = x[c];
+    }
+}
+
 void ac_cpu_conv1d_silu(ac_kctx *ctx, int T, int C, int K, const float *x, int ldx, const float *w,
                         const float *bias, float *state, float *y, int ldy)
 {
     (void)ctx;
+    if (T == 1 && K == 4) {
+        conv_one_token4(C, x, w, bias, state, y);
+        return;
+    }
     long blocks = (C + CONV_BLOCK - 1) / CONV_BLOCK;
     if ((long)T * C <= CONV_PARALLEL_MIN) {
         conv_blocks(0, blocks, T, C, K, x, ldx, w, bias, state, y, ldy);
