@@ -1,6 +1,7 @@
 /* Allocation failure at every allocation site reachable from model loading, request
  * parsing and a hot swap (the server's model loading: tokenizer, weights, runtime). The
- * library's malloc, calloc, realloc and strdup are wrapped at link time (-Wl,--wrap, see
+ * library's malloc, calloc, realloc, strdup and posix_memalign (the CPU backend's dense
+ * buffers: the weights) are wrapped at link time (-Wl,--wrap, see
  * tests/CMakeLists.txt): a first run records every call site, then the operation runs
  * once per site with that site's first call failing. Each run must end in a clean error
  * (a status and a message) or succeed by a fallback; never crash, and (under ASan, whose
@@ -12,6 +13,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,6 +36,7 @@ void *__real_malloc(size_t n);
 void *__real_calloc(size_t k, size_t n);
 void *__real_realloc(void *p, size_t n);
 char *__real_strdup(const char *s);
+int __real_posix_memalign(void **p, size_t align, size_t n);
 
 /* Whether the call from `site` fails; records the site on the recording run. */
 static int inject(void *site)
@@ -61,6 +64,10 @@ void *__wrap_malloc(size_t n) { return inject(__builtin_return_address(0)) ? NUL
 void *__wrap_calloc(size_t k, size_t n) { return inject(__builtin_return_address(0)) ? NULL : __real_calloc(k, n); }
 void *__wrap_realloc(void *p, size_t n) { return inject(__builtin_return_address(0)) ? NULL : __real_realloc(p, n); }
 char *__wrap_strdup(const char *s) { return inject(__builtin_return_address(0)) ? NULL : __real_strdup(s); }
+int __wrap_posix_memalign(void **p, size_t align, size_t n)
+{
+    return inject(__builtin_return_address(0)) ? ENOMEM : __real_posix_memalign(p, align, n);
+}
 
 typedef ac_status (*operation)(void *ctx);
 
