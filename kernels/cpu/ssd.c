@@ -13,9 +13,9 @@
  * runs along P in vectors with no horizontal sums (the [P, N] layout needs one per
  * channel for y): s[n][p] = decay s[n][p] + (dt x[p]) B[n] is the same arithmetic as
  * scan_step's, so the states are the same bits; y sums over n in another order (see
- * scan_step_block). With checkpoints
- * (not NULL), the state after steps K-1, 2K-1, ... before the last (K = SSD_CHECKPOINT)
- * goes there in [P, N], checkpoint i at i * ckpt_stride. */
+ * scan_step_block). With checkpoints (not NULL), the state after steps K-1, 2K-1, ...
+ * before the last (K = SSD_CHECKPOINT) goes there in [P, N], checkpoint i at i *
+ * ckpt_stride. */
 enum { SCAN_TRANSPOSED_MIN_T = 8, SCAN_TRANSPOSED_MAX_STATE = 8192 };
 
 /* out [cols, rows] = in [rows, cols]^T, written in order (strided reads cost less than
@@ -28,11 +28,10 @@ static void transpose(int rows, int cols, const float *in, float *out)
 }
 
 /* One step over channels [p0, p0 + SCAN_P_BLOCK) of the transposed state: every state's
- * row of the block updated and its y (with the skip term) summed in registers. The sum over the N
- * states runs as SCAN_Y_CHAINS interleaved partial sums (state n into chain n % 4, a
- * leftover n into chain 0), added pairwise at the end: one running sum made each step a
- * chain of N dependent adds (measured: 135 ns a head step, most of the training forward's
- * scan). */
+ * row of the block updated and its y (with the skip term) summed in registers. The sum
+ * over the N states runs as SCAN_Y_CHAINS interleaved partial sums (state n into chain
+ * n % 4, a leftover n into chain 0), added pairwise at the end: one running sum made each
+ * step a chain of N dependent adds (measured: 108-135 ns a head step against 81 now). */
 enum { SCAN_P_BLOCK = 16, SCAN_Y_CHAINS = 4, SCAN_DECAY_BLOCK = 32 };
 
 static void scan_step_block(int P, int N, int p0, float decay, const float *dx, const float *Bt, const float *Ct,

@@ -56,9 +56,10 @@ static ac_status reserve_workspace(ac_runtime *rt, size_t forward_bytes, int bac
 ac_status ac_runtime_reserve_training(ac_runtime *rt, int total_tokens, int n_seqs)
 {
     size_t need = ac_plan_backward_scratch_per_token(&rt->model->arch);
-    if (need > rt->scratch_per_token || !rt->dense) {
-        rt->scratch_per_token = need > rt->scratch_per_token ? need : rt->scratch_per_token;
-        rt->capacity_tokens = 0; /* regrow every buffer at the new per-token size, dense */
+    if (need > rt->scratch_per_token || !rt->dense) { /* regrow every buffer: dense, at the per-token size */
+        if (need > rt->scratch_per_token)
+            rt->scratch_per_token = need;
+        rt->capacity_tokens = 0;
         rt->dense = 1;
     }
     ac_status st = reserve_tokens(rt, total_tokens, n_seqs);
@@ -89,6 +90,13 @@ float *ac_scratch(ac_runtime *rt, size_t count)
     return p;
 }
 
+/* An activation buffer or workspace: dense once the runtime is reserved for training. */
+static void *alloc_activations(const ac_runtime *rt, size_t bytes)
+{
+    const ac_backend *be = ac_backend_of(&rt->kctx);
+    return rt->dense ? be->alloc_dense(bytes) : be->alloc(bytes);
+}
+
 /* Grows the activation buffers to T rows (planned from the widest block per token). */
 static ac_status reserve_tokens(ac_runtime *rt, int T, int n_seqs)
 {
@@ -106,8 +114,8 @@ static ac_status reserve_tokens(ac_runtime *rt, int T, int n_seqs)
         return AC_OK;
     ac_activation_plan plan = ac_plan_activations(&rt->model->arch, rt->scratch_per_token, T, 0);
     const ac_backend *be = ac_backend_of(&rt->kctx);
-    void *(*alloc)(size_t) = rt->dense ? be->alloc_dense : be->alloc;
-    float *bufs[4] = {alloc(plan.stream), alloc(plan.stream), alloc(plan.stream), alloc(plan.scratch)};
+    float *bufs[4] = {alloc_activations(rt, plan.stream), alloc_activations(rt, plan.stream),
+                      alloc_activations(rt, plan.stream), alloc_activations(rt, plan.scratch)};
     int32_t *ids = be->alloc((size_t)T * sizeof *ids), *iota = be->alloc((size_t)T * sizeof *iota);
     size_t host_floats = rt->model->backend ? (size_t)T * ac_plan_host_per_token(&rt->model->arch) : 0;
     int32_t *ids_host = malloc((size_t)T * sizeof *ids_host + host_floats * sizeof(float));
@@ -153,7 +161,7 @@ static ac_status reserve_workspace(ac_runtime *rt, size_t forward_bytes, int bac
     if (need <= rt->workspace_bytes)
         return AC_OK;
     const ac_backend *be = ac_backend_of(&rt->kctx);
-    void *grown = rt->dense ? be->alloc_dense(need) : be->alloc(need);
+    void *grown = alloc_activations(rt, need);
     if (!grown)
         return ac_fail(AC_ERR_NOMEM, "runtime: cannot allocate %zu bytes of attention workspace on %s", need,
                        be->name);
