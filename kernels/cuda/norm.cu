@@ -47,7 +47,8 @@ static __global__ void rmsnorm_backward_kernel(int rows, int dim, const float *x
                                                float eps, const float *dy, int lddy, float beta_dx, float *dx,
                                                int lddx, float *dw)
 {
-    __shared__ float inv_of[AC_NORM_TILE], coef_of[AC_NORM_TILE];
+    __shared__ float inv_of[AC_NORM_TILE];
+    __shared__ float coef_of[AC_NORM_TILE];
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     for (int tile = blockIdx.x, tiles = ac_norm_tiles(rows); tile < tiles; tile += gridDim.x) {
         int r0 = tile * AC_NORM_TILE, r1 = ac_norm_tile_end(tile, rows);

@@ -32,6 +32,9 @@
 
 #include "cpu_op_list.h"
 #include "kernels/cpu/cpu_ops.h"
+#ifdef AC_TEST_CUDA_EMU
+#include "cudaemu.h"
+#endif
 
 /* The op members are the function pointers from `linear` to the end of the struct. */
 typedef void (*any_fn)(void);
@@ -160,7 +163,7 @@ typedef struct {
     const ac_backend *be;
     int dispatch;
     ac_kctx ctx;
-    uint64_t rng;
+    uint64_t seed, rng;
     buffer buf[MAX_BUFFERS];
     int n_buf;
     int has_ret;
@@ -176,22 +179,22 @@ static size_t type_size(buf_type t)
 }
 
 /* splitmix64 */
-static uint64_t next_u64(run *r)
+static uint64_t next_u64(uint64_t *rng)
 {
-    uint64_t z = (r->rng += 0x9e3779b97f4a7c15ULL);
+    uint64_t z = (*rng += 0x9e3779b97f4a7c15ULL);
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
     z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
     return z ^ (z >> 31);
 }
 
-static float uniform(run *r, float lo, float hi)
+static float uniform(uint64_t *rng, float lo, float hi)
 {
-    return lo + (hi - lo) * (float)(next_u64(r) >> 40) / 16777216.0f;
+    return lo + (hi - lo) * (float)(next_u64(rng) >> 40) / 16777216.0f;
 }
 
 static int below(run *r, int n)
 {
-    return (int)(next_u64(r) % (uint64_t)n);
+    return (int)(next_u64(&r->rng) % (uint64_t)n);
 }
 
 /* A buffer of `count` elements starting as `init`, on the run's backend. */
@@ -214,12 +217,21 @@ static void *add_buffer(run *r, buf_type type, buf_role role, size_t count, cons
     return b->dev;
 }
 
+/* Each buffer's contents come from a stream of their own (the case's seed and the
+ * buffer's place), so a scratch buffer whose size is the backend's (the SSD's saved
+ * states) leaves the buffers after it as they are on the reference. */
+static uint64_t buffer_stream(const run *r)
+{
+    return r->seed + (uint64_t)(r->n_buf + 1) * 0xd1b54a32d192ed03ULL;
+}
+
 static float *f32(run *r, buf_role role, size_t count, float lo, float hi)
 {
     float *host = malloc(count * sizeof *host);
     assert_non_null(host);
+    uint64_t stream = buffer_stream(r);
     for (size_t i = 0; i < count; i++)
-        host[i] = uniform(r, lo, hi);
+        host[i] = uniform(&stream, lo, hi);
     float *dev = add_buffer(r, BUF_F32, role, count, host);
     free(host);
     return dev;
@@ -229,8 +241,9 @@ static double *f64(run *r, buf_role role, size_t count)
 {
     double *host = malloc(count * sizeof *host);
     assert_non_null(host);
+    uint64_t stream = buffer_stream(r);
     for (size_t i = 0; i < count; i++)
-        host[i] = uniform(r, -1.0f, 1.0f);
+        host[i] = uniform(&stream, -1.0f, 1.0f);
     double *dev = add_buffer(r, BUF_F64, role, count, host);
     free(host);
     return dev;
@@ -462,7 +475,7 @@ static float *expert_mask(run *r, int E, int zero_every)
     float host[1024];
     assert_true(E <= 1024);
     for (int e = 0; e < E; e++)
-        host[e] = zero_every && e % zero_every == zero_every - 1 ? 0.0f : uniform(r, 0.2f, 1.0f);
+        host[e] = zero_every && e % zero_every == zero_every - 1 ? 0.0f : uniform(&r->rng, 0.2f, 1.0f);
     return add_buffer(r, BUF_F32, BUF_IN, (size_t)E, host);
 }
 
@@ -946,13 +959,17 @@ static const op_case cases[] = {
     {OP(rmsnorm_backward), "rows70 dim300 dx 0.5 dx + (threads)", TOL_REDUCE, {70, 300, 300, 300, 300, 0},
      {1e-5f, 0.5f}},
     {OP(rmsnorm_width_backward), "rows6 dim9 ldx11 lddy10 width6.5", TOL_REDUCE, {6, 9, 11, 10}, {1e-5f, 6.5f}},
+    {OP(rmsnorm_width_backward), "rows70 dim300 width250 (blocks)", TOL_REDUCE, {70, 300, 300, 300},
+     {1e-5f, 250.0f}},
     {OP(relu2_backward), "n41", TOL_ELEM, {41}, {0}},
     {OP(cross_entropy), "rows5 V11 one ignored", TOL_REDUCE, {5, 11, GRAD_SEPARATE}, {0.2f}},
     {OP(cross_entropy), "rows3 V7 dlogits in place", TOL_REDUCE, {3, 7, GRAD_IN_PLACE}, {1.0f}},
     {OP(cross_entropy), "rows2 V5 loss only", TOL_REDUCE, {2, 5, GRAD_NONE}, {1.0f}},
+    {OP(cross_entropy), "rows3 V700 (a CUDA block's every warp)", TOL_REDUCE, {3, 700, GRAD_SEPARATE}, {1.0f}},
     {OP(kd_loss), "rows4 V9 tau2", TOL_REDUCE, {4, 9, GRAD_SEPARATE}, {2.0f, 0.25f}},
     {OP(kd_loss), "rows3 V6 tau1 in place", TOL_REDUCE, {3, 6, GRAD_IN_PLACE}, {1.0f, 1.0f}},
     {OP(kd_loss), "rows2 V5 tau1.5 loss only", TOL_REDUCE, {2, 5, GRAD_NONE}, {1.5f, 1.0f}},
+    {OP(kd_loss), "rows2 V700 tau2 (a CUDA block's every warp)", TOL_REDUCE, {2, 700, GRAD_SEPARATE}, {2.0f, 0.25f}},
     {OP(adamw), "n23 step3 g_scale0.3", TOL_REDUCE, {23, 3}, {1e-2f, 0.9f, 0.999f, 1e-8f, 0.1f, 0.3f}},
     {OP(adamw), "n70001 step1 (threads)", TOL_REDUCE, {70001, 1}, {3e-4f, 0.9f, 0.95f, 1e-8f, 0.0f, 1.0f}},
     {OP(sum_squares), "n3", TOL_REDUCE, {3}, {0}},
@@ -994,6 +1011,8 @@ static const op_case cases[] = {
     {OP(moe_mask_scores_backward), "T7 E8 every 4th masked out", TOL_REDUCE, {7, 8, 4}, {0}},
     {OP(moe_combine_backward), "n4 D6 lddout8 of7 pairs9 mask dmask", TOL_REDUCE, {4, 6, 8, 7, 9, 1, 1, 0}, {0}},
     {OP(moe_combine_backward), "n3 D5 no mask dy=y", TOL_REDUCE, {3, 5, 5, 4, 3, 0, 0, 1}, {0}},
+    {OP(moe_combine_backward), "n3 D300 mask dmask (a CUDA block's every warp)", TOL_REDUCE,
+     {3, 300, 300, 4, 5, 1, 1, 0}, {0}},
     {OP(gather_rows_backward), "n5 D4 lddsrc6 of8", TOL_ELEM, {5, 4, 6, 8}, {0}},
     {OP(gather_rows_backward), "n1 D2 lddsrc2 of1", TOL_ELEM, {1, 2, 2, 1}, {0}},
     {OP(embedding_backward), "n40 D7 vocab5 (ids repeat)", TOL_ELEM, {40, 7, 5}, {0}},
@@ -1011,7 +1030,7 @@ static void execute(run *r, const op_case *c, const ac_backend *be, int dispatch
     r->be = be;
     r->dispatch = dispatch;
     r->ctx.backend = ctx_backend;
-    r->rng = seed;
+    r->seed = r->rng = seed;
     c->fn(r, c);
     be->sync(&r->ctx);
     const char *failure = be->take_error ? be->take_error() : NULL;
@@ -1092,7 +1111,8 @@ static int check_case(const target *t, int index, int quiet)
     long int_bad = 0, inputs_changed = 0;
     for (int i = 0; i < ref.n_buf; i++) {
         const buffer *a = &ref.buf[i], *b = &got.buf[i];
-        assert_true(a->type == b->type && a->role == b->role && a->count == b->count);
+        /* scratch may be sized by the backend (the SSD's saved states: its interval) */
+        assert_true(a->type == b->type && a->role == b->role && (a->count == b->count || b->role == BUF_SCRATCH));
         if (b->role == BUF_IN) {
             inputs_changed += count_changed(a) + count_changed(b);
         } else if (b->role == BUF_OUT && b->type == BUF_I32) {
@@ -1256,11 +1276,25 @@ static void wrong_add(ac_kctx *ctx, size_t n, const float *x, float *y)
 /* The backend named on the command line (NULL: every compiled-in backend). */
 static const char *only;
 
-/* The i-th compiled-in backend when this run covers it and it can run on this machine,
+/* The backends under test: the compiled-in ones, then, in the emulator's build
+ * (test_backend_ops_emu), the CUDA backend on the emulator (registered by main). */
+static const ac_backend *emulated;
+
+static int target_count(void)
+{
+    return ac_backend_count() + (emulated != NULL);
+}
+
+static const ac_backend *target_at(int i)
+{
+    return i < ac_backend_count() ? ac_backend_at(i) : emulated;
+}
+
+/* The i-th backend under test when this run covers it and it can run on this machine,
  * else NULL (saying why). */
 static const ac_backend *usable_backend(int i)
 {
-    const ac_backend *be = ac_backend_at(i);
+    const ac_backend *be = target_at(i);
     if (only && strcmp(be->name, only) != 0)
         return NULL;
     const char *why = be->unavailable();
@@ -1287,8 +1321,8 @@ static void test_registry(void **state)
 #endif
     ac_kctx none = {0};
     assert_ptr_equal(ac_backend_of(&none), &ac_cpu_backend);
-    for (int i = 0; i < ac_backend_count(); i++) {
-        const ac_backend *be = ac_backend_at(i);
+    for (int i = 0; i < target_count(); i++) {
+        const ac_backend *be = target_at(i);
         assert_non_null(be);
         assert_non_null(be->name);
         assert_ptr_equal(ac_backend_find(be->name), be); /* names are unique */
@@ -1309,7 +1343,7 @@ static void test_memory(void **state)
 {
     (void)state;
     enum { N = 37 };
-    for (int i = 0; i < ac_backend_count(); i++) {
+    for (int i = 0; i < target_count(); i++) {
         const ac_backend *be = usable_backend(i);
         if (!be)
             continue;
@@ -1439,7 +1473,7 @@ static void test_backends_match_reference(void **state)
 {
     (void)state;
     int failed[N_OPS];
-    for (int i = 0; i < ac_backend_count(); i++) {
+    for (int i = 0; i < target_count(); i++) {
         const ac_backend *be = usable_backend(i);
         if (!be)
             continue;
@@ -1456,7 +1490,7 @@ static void test_dispatchers(void **state)
     target null_backend = {.label = "ac_k_* (backend NULL)", .be = &ac_cpu_backend, .dispatch = 1,
                            .ctx_backend = NULL, .exact = 1};
     assert_int_equal(check_target(&null_backend, failed, 1), 0);
-    for (int i = 0; i < ac_backend_count(); i++) {
+    for (int i = 0; i < target_count(); i++) {
         const ac_backend *be = usable_backend(i);
         if (!be)
             continue;
@@ -2034,6 +2068,11 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_backends_match_reference),
         cmocka_unit_test(test_dispatchers),
     };
+#ifdef AC_TEST_CUDA_EMU
+    emulated = ac_cuda_emulated_backend();
+    if (ac_backend_register(emulated) != AC_OK)
+        return 1;
+#endif
     if (argc < 2)
         return cmocka_run_group_tests(all, NULL, NULL);
     char why[256];

@@ -1,5 +1,5 @@
 /* The model on the CUDA backend against the CPU engine, on a GPU (exit 77, a skip, with
- * the reason, without one): a hybrid model's prefill and decode logits within 1e-4 of the
+ * the reason, without one), or on the emulator (test_cuda_model_emu cuda-emu): a hybrid model's prefill and decode logits within 1e-4 of the
  * logit scale (f32, TF32 off: the sums differ in order only), greedy generation the
  * same tokens, and a training step's loss and weight gradients within 1e-3 of their
  * scale (the backward sums longer chains: the scan's and attention's over the sequence). */
@@ -21,6 +21,9 @@
 #include "kernels/kernels.h"
 #include "hybrid_model.h"
 #include "model/model_internal.h"
+#ifdef AC_TEST_CUDA_EMU
+#include "cudaemu.h"
+#endif
 
 enum { V = 64, D = 32, L = 6, PROMPT = 40, GEN = 16, B = 2, T = 24 };
 
@@ -137,10 +140,14 @@ static void test_training_step(void **state)
     ac_model_free(host);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+#ifdef AC_TEST_CUDA_EMU
+    if (ac_backend_register(ac_cuda_emulated_backend()) != AC_OK)
+        return 1;
+#endif
     char why[256];
-    cuda = ac_backend_select("cuda", why, sizeof why);
+    cuda = ac_backend_select(argc > 1 ? argv[1] : "cuda", why, sizeof why);
     if (!cuda) {
         printf("test_cuda_model: skipped: %s\n", why);
         return 77;
