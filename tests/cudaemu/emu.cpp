@@ -206,6 +206,9 @@ struct block_run {
     const char *kernel;
     const std::function<void()> *body;
     int threads, current;
+    /* threads between two waits run last to first (AC_CUDAEMU_ORDER=reverse): a read
+     * that a missing barrier leaves before its write shows in one order or the other */
+    bool reverse;
     bool broken; /* a fault was reported: the block's remaining threads are abandoned */
     fiber fibers[MAX_THREADS];
     uint64_t slots[MAX_THREADS];
@@ -347,9 +350,11 @@ static void run_block(block_run *b, dim3 block)
                       dim3(i % block.x, i / block.x % block.y, i / (block.x * block.y)));
     for (;;) {
         bool all_done = true;
-        for (int i = 0; i < b->threads && !b->broken; i++)
+        for (int k = 0; k < b->threads && !b->broken; k++) {
+            int i = b->reverse ? b->threads - 1 - k : k;
             if (b->fibers[i].state == RUNNABLE)
                 switch_to_fiber(b, i);
+        }
         for (int i = 0; i < b->threads; i++)
             all_done = all_done && b->fibers[i].state == DONE;
         if (all_done || b->broken)
@@ -404,6 +409,8 @@ void ac_emu_run(const char *kernel, const ac_emu_config &config, const std::func
             return;
         }
     }
+    const char *order = getenv("AC_CUDAEMU_ORDER");
+    b->reverse = order && strcmp(order, "reverse") == 0;
     b->kernel = kernel;
     b->body = &thread_body;
     b->threads = (int)(config.block.x * config.block.y * config.block.z);
