@@ -1,12 +1,16 @@
 /* The tests' small hybrid model: pattern M*E-ME (Mamba2, attention, MoE, MLP, Mamba2,
  * MoE), every layer with the same block dims (each kind reads its own fields), random
- * weights; the two sets of dims the device tests use; a device model's arena read back. */
+ * weights; the two sets of dims the device tests use; a device model's arena read back;
+ * the search's steps (masked distillation) on a model, wherever it lives. */
 #ifndef AC_TESTS_HYBRID_MODEL_H
 #define AC_TESTS_HYBRID_MODEL_H
 
+#include <stdlib.h>
 #include <string.h>
 
+#include "autocompress/masks.h"
 #include "autocompress/model.h"
+#include "autocompress/train.h"
 #include "model/model_internal.h"
 
 static ac_model *hybrid_model(int vocab, int hidden, const ac_block_dims *dims, uint64_t seed, float std)
@@ -55,6 +59,38 @@ static inline void host_arena_copy(const ac_model *m, float *out)
     const float *w = ac_model_arena(back, &n);
     memcpy(out, w, n * sizeof *out);
     ac_model_free(back);
+}
+
+/* Two distillation steps of `m` (batch x seq tokens of a vocab-word model) from `teacher`
+ * (on the same device) under `masks`, adding to `mask_grads`; each step's loss, and the
+ * weight gradients copied to the host. */
+static inline void hybrid_masked_steps(const ac_model *m, const ac_model *teacher, int batch, int seq,
+                                       const ac_masks *masks, ac_mask_grads *mask_grads, double *losses,
+                                       float *wgrads)
+{
+    ac_model *grads;
+    assert_int_equal(ac_model_create_on(&m->arch, m->backend, &grads), AC_OK);
+    ac_train_step *step, *tstep;
+    assert_int_equal(ac_train_step_create(m, batch, seq, &step), AC_OK);
+    assert_int_equal(ac_train_step_create(teacher, batch, seq, &tstep), AC_OK);
+    int n = batch * seq;
+    int32_t *tokens = malloc((size_t)n * sizeof *tokens);
+    assert_non_null(tokens);
+    for (int s = 0; s < 2; s++) {
+        for (int i = 0; i < n; i++)
+            tokens[i] = (i * 5 + s * 7 + 2) % m->arch.vocab;
+        double unused;
+        ac_step_inputs tin = {.tokens = tokens, .targets = tokens};
+        assert_int_equal(ac_train_step_loss(tstep, &tin, &unused), AC_OK);
+        ac_step_inputs in = {.tokens = tokens, .teacher_logits = ac_train_step_logits(tstep), .kd_tau = 1.5f,
+                             .masks = masks, .grads = grads, .mask_grads = mask_grads};
+        assert_int_equal(ac_train_step_run(step, &in, &losses[s]), AC_OK);
+    }
+    free(tokens);
+    host_arena_copy(grads, wgrads);
+    ac_train_step_free(tstep);
+    ac_train_step_free(step);
+    ac_model_free(grads);
 }
 
 #endif

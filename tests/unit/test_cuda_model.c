@@ -188,32 +188,6 @@ static void make_masks(const ac_model *m, soft_masks *k)
                                k->grad_of[4], k->gate[1]};
 }
 
-/* Two distillation steps from `teacher` under the masks, every gradient wanted; the
- * weight gradients copied to the host. */
-static void masked_steps(const ac_model *m, const ac_model *teacher, soft_masks *k, double *losses, float *wgrads)
-{
-    ac_model *grads;
-    assert_int_equal(ac_model_create_on(&m->arch, m->backend, &grads), AC_OK);
-    ac_train_step *step, *tstep;
-    assert_int_equal(ac_train_step_create(m, B, T, &step), AC_OK);
-    assert_int_equal(ac_train_step_create(teacher, B, T, &tstep), AC_OK);
-    int32_t tokens[B * T];
-    for (int s = 0; s < 2; s++) {
-        for (int i = 0; i < B * T; i++)
-            tokens[i] = (i * 5 + s * 7 + 2) % V;
-        double unused;
-        ac_step_inputs tin = {.tokens = tokens, .targets = tokens};
-        assert_int_equal(ac_train_step_loss(tstep, &tin, &unused), AC_OK);
-        ac_step_inputs in = {.tokens = tokens, .teacher_logits = ac_train_step_logits(tstep), .kd_tau = 1.5f,
-                             .masks = &k->masks, .grads = grads, .mask_grads = &k->grads};
-        assert_int_equal(ac_train_step_run(step, &in, &losses[s]), AC_OK);
-    }
-    host_arena_copy(grads, wgrads);
-    ac_train_step_free(tstep);
-    ac_train_step_free(step);
-    ac_model_free(grads);
-}
-
 static void test_masked_distillation_step(void **state)
 {
     (void)state;
@@ -229,8 +203,8 @@ static void test_masked_distillation_step(void **state)
     float *gw = malloc(n * sizeof *gw), *gg = malloc(n * sizeof *gg);
     assert_true(gw && gg);
     double lw[2], lg[2];
-    masked_steps(host, teacher, &want, lw, gw);
-    masked_steps(dev, dev_teacher, &got, lg, gg);
+    hybrid_masked_steps(host, teacher, B, T, &want.masks, &want.grads, lw, gw);
+    hybrid_masked_steps(dev, dev_teacher, B, T, &got.masks, &got.grads, lg, gg);
     assert_null(cuda->take_error());
     /* the mask gradients: hidden, gate and every per-layer axis, one array each way */
     size_t per_axes = sizeof want.values[1] / sizeof(float);

@@ -202,32 +202,6 @@ static void make_masks(const ac_model *m, mask_set *k)
                                k->dgate};
 }
 
-/* Two masked KD steps of `model` (its device) with every mask gradient; the weight
- * gradients in host memory. */
-static void masked_steps(const ac_model *model, const ac_model *teacher, mask_set *k, double *losses, float *wgrads)
-{
-    ac_model *grads;
-    assert_int_equal(ac_model_create_on(&model->arch, model->backend, &grads), AC_OK);
-    ac_train_step *step, *tstep;
-    assert_int_equal(ac_train_step_create(model, B, T, &step), AC_OK);
-    assert_int_equal(ac_train_step_create(teacher, B, T, &tstep), AC_OK);
-    int32_t tokens[B * T];
-    for (int s = 0; s < 2; s++) {
-        for (int i = 0; i < B * T; i++)
-            tokens[i] = (i * 5 + s * 7 + 2) % V;
-        double unused;
-        ac_step_inputs tin = {.tokens = tokens, .targets = tokens};
-        assert_int_equal(ac_train_step_loss(tstep, &tin, &unused), AC_OK);
-        ac_step_inputs in = {.tokens = tokens, .teacher_logits = ac_train_step_logits(tstep), .kd_tau = 1.5f,
-                             .masks = &k->masks, .grads = grads, .mask_grads = &k->grads};
-        assert_int_equal(ac_train_step_run(step, &in, &losses[s]), AC_OK);
-    }
-    host_arena_copy(grads, wgrads);
-    ac_train_step_free(tstep);
-    ac_train_step_free(step);
-    ac_model_free(grads);
-}
-
 static void test_guarded_masked_steps_equal_cpu(void **state)
 {
     (void)state;
@@ -242,8 +216,8 @@ static void test_guarded_masked_steps_equal_cpu(void **state)
     float *gw = malloc(n * sizeof *gw), *gg = malloc(n * sizeof *gg);
     assert_true(gw && gg);
     double lw[2], lg[2];
-    masked_steps(host, teacher, &want, lw, gw);
-    masked_steps(dev, dev_teacher, &got, lg, gg);
+    hybrid_masked_steps(host, teacher, B, T, &want.masks, &want.grads, lw, gw);
+    hybrid_masked_steps(dev, dev_teacher, B, T, &got.masks, &got.grads, lg, gg);
     assert_memory_equal(lw, lg, sizeof lw);
     assert_memory_equal(gw, gg, n * sizeof *gw);
     /* every mask gradient, bit for bit, and each one moved */
