@@ -441,20 +441,23 @@ void ac_emu_fresh_shared(void *array, size_t bytes)
     for (int i = 0; i < b->n_fresh; i++)
         if (b->fresh[i] == array)
             return;
-    if (b->n_fresh < MAX_SHARED_ARRAYS)
-        b->fresh[b->n_fresh++] = array;
+    if (b->n_fresh == MAX_SHARED_ARRAYS) { /* unrecorded, it would be refilled under its writers */
+        fail(cudaErrorLaunchFailure, "kernel %s: more than %d block-shared arrays", b->kernel, (int)MAX_SHARED_ARRAYS);
+        b->broken = true;
+        return;
+    }
+    b->fresh[b->n_fresh++] = array;
     memset(array, 0xff, bytes);
 }
 
 /* ---- cuBLAS on the host BLAS, column-major as cuBLAS is ---- */
 
-struct ac_emu_blas {
-    int live;
-};
+/* A handle holds no settings here (one stream, one math mode). */
+struct ac_emu_blas {};
 
 cublasStatus_t cublasCreate(cublasHandle_t *handle)
 {
-    *handle = new ac_emu_blas{1};
+    *handle = new ac_emu_blas;
     return CUBLAS_STATUS_SUCCESS;
 }
 

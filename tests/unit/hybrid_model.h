@@ -1,10 +1,12 @@
 /* The tests' small hybrid model: pattern M*E-ME (Mamba2, attention, MoE, MLP, Mamba2,
  * MoE), every layer with the same block dims (each kind reads its own fields), random
  * weights; the two sets of dims the device tests use; a device model's arena read back;
- * the search's steps (masked distillation) on a model, wherever it lives. */
+ * soft masks on every axis, and the search's steps (masked distillation) on a model,
+ * wherever it lives. */
 #ifndef AC_TESTS_HYBRID_MODEL_H
 #define AC_TESTS_HYBRID_MODEL_H
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -13,10 +15,13 @@
 #include "autocompress/train.h"
 #include "model/model_internal.h"
 
+#define HYBRID_PATTERN "M*E-ME"
+enum { HYBRID_LAYERS = sizeof HYBRID_PATTERN - 1 };
+
 static ac_model *hybrid_model(int vocab, int hidden, const ac_block_dims *dims, uint64_t seed, float std)
 {
-    const char *pattern = "M*E-ME";
-    int L = (int)strlen(pattern);
+    const char *pattern = HYBRID_PATTERN;
+    int L = HYBRID_LAYERS;
     ac_arch a = {.vocab = vocab, .hidden = hidden, .norm_eps = 1e-5f, .use_conv_bias = 1, .chunk_size = 8,
                  .time_step_min = 1e-3f};
     assert_int_equal(ac_arch_alloc_layers(&a, L), AC_OK);
@@ -61,9 +66,77 @@ static inline void host_arena_copy(const ac_model *m, float *out)
     ac_model_free(back);
 }
 
-/* Two distillation steps of `m` (batch x seq tokens of a vocab-word model) from `teacher`
- * (on the same device) under `masks`, adding to `mask_grads`; each step's loss, and the
- * weight gradients copied to the host. */
+/* Soft masks on every axis of a hybrid model (values in (0, 1], expert 1's score at 0 so
+ * that it is never chosen, each layer's last Mamba head at 0.1) and room for every mask
+ * gradient: index [0] the masks, [1] their gradients. Axes: Mamba heads, experts, expert
+ * scores, FFN channels (an MLP's, or every routed expert's), shared-FFN channels. */
+enum { HYBRID_AXES = 5, HYBRID_MAX_WIDTH = 64, HYBRID_MAX_HIDDEN = 32 };
+
+typedef struct {
+    float axes[2][HYBRID_AXES][HYBRID_LAYERS][HYBRID_MAX_WIDTH];
+    float hidden[2][HYBRID_MAX_HIDDEN], gate[2][HYBRID_LAYERS];
+    const float *mask_of[HYBRID_AXES][HYBRID_LAYERS];
+    float *grad_of[HYBRID_AXES][HYBRID_LAYERS];
+    ac_masks masks;
+    ac_mask_grads grads;
+} hybrid_masks;
+
+/* The width of mask axis `axis` on a layer of dims b (0: the kind has none). */
+static inline int hybrid_mask_width(const ac_block_dims *b, int axis)
+{
+    int moe = b->kind == AC_BLOCK_MOE;
+    switch (axis) {
+    case 0: return b->kind == AC_BLOCK_MAMBA ? b->mamba_heads : 0;
+    case 1:
+    case 2: return moe ? b->n_experts : 0;
+    case 3: return moe ? b->expert_ffn : b->kind == AC_BLOCK_MLP ? b->ffn : 0;
+    default: return moe ? b->shared_ffn : 0;
+    }
+}
+
+static inline void hybrid_make_masks(const ac_model *m, hybrid_masks *k)
+{
+    memset(k, 0, sizeof *k);
+    assert_true(m->arch.hidden <= HYBRID_MAX_HIDDEN && m->arch.n_layers == HYBRID_LAYERS);
+    for (int c = 0; c < m->arch.hidden; c++)
+        k->hidden[0][c] = c % 3 == 0 ? 0.5f : 1.0f;
+    for (int l = 0; l < HYBRID_LAYERS; l++) {
+        k->gate[0][l] = 0.6f + 0.05f * (float)l;
+        for (int a = 0; a < HYBRID_AXES; a++) {
+            int width = hybrid_mask_width(&m->arch.layers[l], a);
+            assert_true(width <= HYBRID_MAX_WIDTH);
+            for (int i = 0; i < width; i++)
+                k->axes[0][a][l][i] = a == 0 && i == width - 1 ? 0.1f : a == 2 && i == 1 ? 0.0f
+                                                                 : 1.0f - 0.07f * (float)(i % 8);
+            k->mask_of[a][l] = width ? k->axes[0][a][l] : NULL;
+            k->grad_of[a][l] = width ? k->axes[1][a][l] : NULL;
+        }
+    }
+    k->masks = (ac_masks){k->hidden[0], k->mask_of[0], k->mask_of[1], k->mask_of[2], k->mask_of[3], k->mask_of[4],
+                          k->gate[0]};
+    k->grads = (ac_mask_grads){k->hidden[1], k->grad_of[0], k->grad_of[1], k->grad_of[2], k->grad_of[3],
+                               k->grad_of[4], k->gate[1]};
+}
+
+/* Fails unless every axis's gradient, the hidden mask's and the gate's moved from zero
+ * (so that comparing them compares something). */
+static inline void hybrid_assert_mask_grads_moved(const hybrid_masks *k)
+{
+    for (int a = 0; a <= HYBRID_AXES + 1; a++) {
+        const float *g = a < HYBRID_AXES ? k->axes[1][a][0] : a == HYBRID_AXES ? k->hidden[1] : k->gate[1];
+        size_t n = a < HYBRID_AXES ? HYBRID_LAYERS * HYBRID_MAX_WIDTH : a == HYBRID_AXES ? HYBRID_MAX_HIDDEN
+                                                                                           : HYBRID_LAYERS;
+        double moved = 0.0;
+        for (size_t i = 0; i < n; i++)
+            moved += fabs(g[i]);
+        if (moved == 0.0)
+            fail_msg("mask gradient %d (axes, then hidden, then gate) stayed zero", a);
+    }
+}
+
+/* Two distillation steps of `m` (batch x seq tokens) from `teacher` (on the same device)
+ * under `masks`, adding to `mask_grads`; each step's loss, and the weight gradients
+ * copied to the host. */
 static inline void hybrid_masked_steps(const ac_model *m, const ac_model *teacher, int batch, int seq,
                                        const ac_masks *masks, ac_mask_grads *mask_grads, double *losses,
                                        float *wgrads)
@@ -91,6 +164,40 @@ static inline void hybrid_masked_steps(const ac_model *m, const ac_model *teache
     ac_train_step_free(tstep);
     ac_train_step_free(step);
     ac_model_free(grads);
+}
+
+/* The search's steps (hybrid_masked_steps under hybrid_make_masks) on the host models
+ * and on their copies on `backend`: each side's masks and mask gradients, losses and
+ * weight gradients (n floats each), for a test to compare. */
+typedef struct {
+    hybrid_masks host, dev;
+    double host_loss[2], dev_loss[2];
+    float *host_grads, *dev_grads;
+    size_t n;
+} hybrid_masked_run;
+
+static inline void hybrid_masked_run_both(ac_model *host, const ac_model *teacher, const ac_backend *backend,
+                                          int batch, int seq, hybrid_masked_run *r)
+{
+    ac_model *dev, *dev_teacher;
+    assert_int_equal(ac_model_to_backend(host, backend, &dev), AC_OK);
+    assert_int_equal(ac_model_to_backend(teacher, backend, &dev_teacher), AC_OK);
+    hybrid_make_masks(host, &r->host);
+    hybrid_make_masks(host, &r->dev);
+    ac_model_arena(host, &r->n);
+    r->host_grads = malloc(r->n * sizeof *r->host_grads);
+    r->dev_grads = malloc(r->n * sizeof *r->dev_grads);
+    assert_true(r->host_grads && r->dev_grads);
+    hybrid_masked_steps(host, teacher, batch, seq, &r->host.masks, &r->host.grads, r->host_loss, r->host_grads);
+    hybrid_masked_steps(dev, dev_teacher, batch, seq, &r->dev.masks, &r->dev.grads, r->dev_loss, r->dev_grads);
+    ac_model_free(dev);
+    ac_model_free(dev_teacher);
+}
+
+static inline void hybrid_masked_run_free(hybrid_masked_run *r)
+{
+    free(r->host_grads);
+    free(r->dev_grads);
 }
 
 #endif

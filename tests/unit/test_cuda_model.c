@@ -1,8 +1,10 @@
 /* The model on the CUDA backend against the CPU engine, on a GPU (exit 77, a skip, with
- * the reason, without one), or on the emulator (test_cuda_model_emu cuda-emu): a hybrid model's prefill and decode logits within 1e-4 of the
- * logit scale (f32, TF32 off: the sums differ in order only), greedy generation the
- * same tokens, and a training step's loss and weight gradients within 1e-3 of their
- * scale (the backward sums longer chains: the scan's and attention's over the sequence). */
+ * the reason, without one), or on the emulator (test_cuda_model_emu cuda-emu): a hybrid
+ * model's prefill and decode logits within 1e-4 of the logit scale (f32, TF32 off: the
+ * sums differ in order only), greedy generation the same tokens, a training step's loss
+ * and weight gradients within 1e-3 of their scale (the backward sums longer chains: the
+ * scan's and attention's over the sequence), and the search's step (distillation under
+ * soft masks on every axis) with its weight and mask gradients as closely. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -14,7 +16,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "autocompress/masks.h"
 #include "autocompress/model.h"
 #include "autocompress/runtime.h"
 #include "autocompress/sample.h"
@@ -141,95 +142,28 @@ static void test_training_step(void **state)
     ac_model_free(host);
 }
 
-/* Soft masks on every axis (values in (0, 1], one expert's score at 0 so that it is never
- * chosen, a Mamba head at 0.1) and room for every mask gradient, for the model's layers. */
-enum { AXES = 5 }; /* Mamba heads, experts, expert scores, FFN channels, shared-FFN channels */
-
-typedef struct {
-    float values[2][AXES][L][64], hidden[2][D], gate[2][L]; /* [0] the masks, [1] their gradients */
-    const float *mask_of[AXES][L];
-    float *grad_of[AXES][L];
-    ac_masks masks;
-    ac_mask_grads grads;
-} soft_masks;
-
-static int axis_width(const ac_block_dims *b, int axis)
-{
-    int moe = b->kind == AC_BLOCK_MOE;
-    switch (axis) {
-    case 0: return b->kind == AC_BLOCK_MAMBA ? b->mamba_heads : 0;
-    case 1:
-    case 2: return moe ? b->n_experts : 0;
-    case 3: return moe ? b->expert_ffn : b->kind == AC_BLOCK_MLP ? b->ffn : 0;
-    default: return moe ? b->shared_ffn : 0;
-    }
-}
-
-static void make_masks(const ac_model *m, soft_masks *k)
-{
-    memset(k, 0, sizeof *k);
-    for (int c = 0; c < D; c++)
-        k->hidden[0][c] = c % 3 == 0 ? 0.5f : 1.0f;
-    for (int l = 0; l < L; l++) {
-        k->gate[0][l] = 0.6f + 0.05f * (float)l;
-        for (int a = 0; a < AXES; a++) {
-            int width = axis_width(&m->arch.layers[l], a);
-            assert_true(width <= 64);
-            for (int i = 0; i < width; i++)
-                k->values[0][a][l][i] = a == 0 && i == width - 1 ? 0.1f : a == 2 && i == 1 ? 0.0f
-                                                                   : 1.0f - 0.07f * (float)(i % 8);
-            k->mask_of[a][l] = width ? k->values[0][a][l] : NULL;
-            k->grad_of[a][l] = width ? k->values[1][a][l] : NULL;
-        }
-    }
-    k->masks = (ac_masks){k->hidden[0], k->mask_of[0], k->mask_of[1], k->mask_of[2], k->mask_of[3], k->mask_of[4],
-                          k->gate[0]};
-    k->grads = (ac_mask_grads){k->hidden[1], k->grad_of[0], k->grad_of[1], k->grad_of[2], k->grad_of[3],
-                               k->grad_of[4], k->gate[1]};
-}
-
 static void test_masked_distillation_step(void **state)
 {
     (void)state;
     ac_block_dims dims = hybrid_small_dims();
-    ac_model *host = make_model(), *teacher = hybrid_model(V, D, &dims, 4, 0.2f), *dev, *dev_teacher;
-    assert_int_equal(ac_model_to_backend(host, cuda, &dev), AC_OK);
-    assert_int_equal(ac_model_to_backend(teacher, cuda, &dev_teacher), AC_OK);
-    static soft_masks want, got;
-    make_masks(host, &want);
-    make_masks(host, &got);
-    size_t n;
-    ac_model_arena(host, &n);
-    float *gw = malloc(n * sizeof *gw), *gg = malloc(n * sizeof *gg);
-    assert_true(gw && gg);
-    double lw[2], lg[2];
-    hybrid_masked_steps(host, teacher, B, T, &want.masks, &want.grads, lw, gw);
-    hybrid_masked_steps(dev, dev_teacher, B, T, &got.masks, &got.grads, lg, gg);
+    ac_model *host = make_model(), *teacher = hybrid_model(V, D, &dims, 4, 0.2f);
+    static hybrid_masked_run r;
+    hybrid_masked_run_both(host, teacher, cuda, B, T, &r);
     assert_null(cuda->take_error());
-    /* the mask gradients: hidden, gate and every per-layer axis, one array each way */
-    size_t per_axes = sizeof want.values[1] / sizeof(float);
-    double masks = fmax(relative(want.values[1][0][0], got.values[1][0][0], per_axes),
-                        fmax(relative(want.hidden[1], got.hidden[1], D), relative(want.gate[1], got.gate[1], L)));
-    double weights = relative(gw, gg, n);
+    /* the mask gradients: every per-layer axis, hidden and gate, one array each way */
+    size_t per_axes = sizeof r.host.axes[1] / sizeof(float);
+    double masks = fmax(relative(r.host.axes[1][0][0], r.dev.axes[1][0][0], per_axes),
+                        fmax(relative(r.host.hidden[1], r.dev.hidden[1], D),
+                             relative(r.host.gate[1], r.dev.gate[1], L)));
+    double weights = relative(r.host_grads, r.dev_grads, r.n);
     printf("  masked distillation: losses %.6f %.6f vs %.6f %.6f, weight gradients %.2e, mask gradients %.2e\n",
-           lw[0], lw[1], lg[0], lg[1], weights, masks);
+           r.host_loss[0], r.host_loss[1], r.dev_loss[0], r.dev_loss[1], weights, masks);
     for (int s = 0; s < 2; s++)
-        assert_true(fabs(lw[s] - lg[s]) < 1e-4 * lw[s]);
+        assert_true(fabs(r.host_loss[s] - r.dev_loss[s]) < 1e-4 * r.host_loss[s]);
     assert_true(weights < 1e-3);
     assert_true(masks < 1e-3);
-    /* each axis's gradient moved (the comparison above is not of zeros) */
-    for (int a = 0; a < AXES; a++) {
-        double moved = 0.0;
-        for (int l = 0; l < L; l++)
-            for (int i = 0; i < 64; i++)
-                moved += fabs(want.values[1][a][l][i]);
-        if (moved == 0.0)
-            fail_msg("the gradient of mask axis %d stayed zero", a);
-    }
-    free(gw);
-    free(gg);
-    ac_model_free(dev);
-    ac_model_free(dev_teacher);
+    hybrid_assert_mask_grads_moved(&r.host);
+    hybrid_masked_run_free(&r);
     ac_model_free(host);
     ac_model_free(teacher);
 }

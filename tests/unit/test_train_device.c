@@ -19,7 +19,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "autocompress/masks.h"
 #include "autocompress/model.h"
 #include "autocompress/optim.h"
 #include "autocompress/tokens.h"
@@ -156,82 +155,22 @@ static void test_device_step_errors(void **state)
     ac_model_free(host);
 }
 
-/* Every kind of soft mask (values in (0, 1], an expert's score masked off, a Mamba head
- * at 0.1) and every mask gradient, as the search's steps use them. */
-typedef struct {
-    float hidden[D], gate[L], heads[L][4], experts[L][6], scores[L][6], ffn[L][12], shared[L][5];
-    const float *heads_p[L], *experts_p[L], *scores_p[L], *ffn_p[L], *shared_p[L];
-    float *dheads_p[L], *dexperts_p[L], *dscores_p[L], *dffn_p[L], *dshared_p[L];
-    float dhidden[D], dgate[L], dheads[L][4], dexperts[L][6], dscores[L][6], dffn[L][12], dshared[L][5];
-    ac_masks masks;
-    ac_mask_grads grads;
-} mask_set;
-
-static void make_masks(const ac_model *m, mask_set *k)
-{
-    memset(k, 0, sizeof *k);
-    for (int c = 0; c < D; c++)
-        k->hidden[c] = c % 3 == 0 ? 0.5f : 1.0f;
-    for (int l = 0; l < L; l++) {
-        const ac_block_dims *b = &m->arch.layers[l];
-        k->gate[l] = 0.6f + 0.05f * (float)l;
-        for (int i = 0; i < 4; i++)
-            k->heads[l][i] = i == 3 ? 0.1f : 0.9f - 0.1f * (float)i;
-        for (int i = 0; i < 6; i++) {
-            k->experts[l][i] = 1.0f - 0.1f * (float)i;
-            k->scores[l][i] = i == 4 ? 0.0f : 0.5f + 0.08f * (float)i;
-        }
-        for (int i = 0; i < 12; i++)
-            k->ffn[l][i] = 1.0f - 0.05f * (float)i;
-        for (int i = 0; i < 5; i++)
-            k->shared[l][i] = 0.3f + 0.1f * (float)i;
-        int mamba = b->kind == AC_BLOCK_MAMBA, moe = b->kind == AC_BLOCK_MOE, mlp = b->kind == AC_BLOCK_MLP;
-        k->heads_p[l] = mamba ? k->heads[l] : NULL;
-        k->experts_p[l] = moe ? k->experts[l] : NULL;
-        k->scores_p[l] = moe ? k->scores[l] : NULL;
-        k->ffn_p[l] = moe || mlp ? k->ffn[l] : NULL;
-        k->shared_p[l] = moe ? k->shared[l] : NULL;
-        k->dheads_p[l] = mamba ? k->dheads[l] : NULL;
-        k->dexperts_p[l] = moe ? k->dexperts[l] : NULL;
-        k->dscores_p[l] = moe ? k->dscores[l] : NULL;
-        k->dffn_p[l] = moe || mlp ? k->dffn[l] : NULL;
-        k->dshared_p[l] = moe ? k->dshared[l] : NULL;
-    }
-    k->masks = (ac_masks){k->hidden, k->heads_p, k->experts_p, k->scores_p, k->ffn_p, k->shared_p, k->gate};
-    k->grads = (ac_mask_grads){k->dhidden, k->dheads_p, k->dexperts_p, k->dscores_p, k->dffn_p, k->dshared_p,
-                               k->dgate};
-}
-
+/* Every kind of soft mask and every mask gradient, as the search's steps use them
+ * (hybrid_make_masks). */
 static void test_guarded_masked_steps_equal_cpu(void **state)
 {
     (void)state;
-    ac_model *host = make_model(5), *teacher = make_model(6), *dev, *dev_teacher;
-    assert_int_equal(ac_model_to_backend(host, &guarded_backend, &dev), AC_OK);
-    assert_int_equal(ac_model_to_backend(teacher, &guarded_backend, &dev_teacher), AC_OK);
-    static mask_set want, got;
-    make_masks(host, &want);
-    make_masks(host, &got);
-    size_t n;
-    ac_model_arena(host, &n);
-    float *gw = malloc(n * sizeof *gw), *gg = malloc(n * sizeof *gg);
-    assert_true(gw && gg);
-    double lw[2], lg[2];
-    hybrid_masked_steps(host, teacher, B, T, &want.masks, &want.grads, lw, gw);
-    hybrid_masked_steps(dev, dev_teacher, B, T, &got.masks, &got.grads, lg, gg);
-    assert_memory_equal(lw, lg, sizeof lw);
-    assert_memory_equal(gw, gg, n * sizeof *gw);
+    ac_model *host = make_model(5), *teacher = make_model(6);
+    static hybrid_masked_run r;
+    hybrid_masked_run_both(host, teacher, &guarded_backend, B, T, &r);
+    assert_memory_equal(r.host_loss, r.dev_loss, sizeof r.host_loss);
+    assert_memory_equal(r.host_grads, r.dev_grads, r.n * sizeof *r.host_grads);
     /* every mask gradient, bit for bit, and each one moved */
-    size_t grads_bytes = offsetof(mask_set, masks) - offsetof(mask_set, dhidden);
-    assert_memory_equal(want.dhidden, got.dhidden, grads_bytes);
-    float moved[7] = {want.dhidden[1], want.dgate[2], want.dheads[0][3], want.dexperts[2][0], want.dscores[5][1],
-                      want.dffn[3][4], want.dshared[2][2]};
-    for (int i = 0; i < 7; i++)
-        if (moved[i] == 0.0f)
-            fail_msg("mask gradient %d stayed zero", i);
-    free(gw);
-    free(gg);
-    ac_model_free(dev);
-    ac_model_free(dev_teacher);
+    assert_memory_equal(r.host.axes[1], r.dev.axes[1], sizeof r.host.axes[1]);
+    assert_memory_equal(r.host.hidden[1], r.dev.hidden[1], sizeof r.host.hidden[1]);
+    assert_memory_equal(r.host.gate[1], r.dev.gate[1], sizeof r.host.gate[1]);
+    hybrid_assert_mask_grads_moved(&r.host);
+    hybrid_masked_run_free(&r);
     ac_model_free(host);
     ac_model_free(teacher);
 }
