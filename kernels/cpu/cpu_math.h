@@ -13,8 +13,10 @@
 
 static inline float ac_cpu_expf(float x)
 {
-    /* comparisons rather than fminf/fmaxf, whose NaN rules keep them calls */
-    float c = x < -87.0f ? -87.0f : x > 88.0f ? 88.0f : x;
+    /* comparisons rather than fminf/fmaxf, whose NaN rules keep them calls; a NaN x takes
+     * the lower clamp, so that n below is finite (converting a NaN to int is undefined)
+     * and the NaN comes back from the last line */
+    float c = x >= -87.0f ? (x > 88.0f ? 88.0f : x) : -87.0f;
     /* round to the nearest integer by adding and taking away 1.5 * 2^23 */
     float n = (c * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
     /* n * LN2_HI is exact (LN2_HI has 12 significant bits and |n| <= 127): no fma needed,

@@ -19,7 +19,7 @@ enum { ROW_THREADS = 256, ELEM_THREADS = 256, COMBINE_MASK_THREADS = 1024 };
 /* ac_cpu_expf (kernels/cpu/cpu_math.h), operation for operation. */
 static __device__ float cpu_expf(float x)
 {
-    float c = x < -87.0f ? -87.0f : x > 88.0f ? 88.0f : x;
+    float c = x >= -87.0f ? (x > 88.0f ? 88.0f : x) : -87.0f; /* a NaN: -87, so n is finite */
     float n = __fsub_rn(__fadd_rn(__fmul_rn(c, 1.44269504088896341f), 12582912.0f), 12582912.0f);
     float r = __fsub_rn(__fsub_rn(c, __fmul_rn(n, 0.693145751953125f)), __fmul_rn(n, 1.42860682030941723e-6f));
     float p = 1.0f / 720.0f;

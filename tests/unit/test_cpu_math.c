@@ -52,7 +52,10 @@ static void test_exp_within_range(void **state)
 static void test_exp_edges(void **state)
 {
     (void)state;
-    assert_true(isnan(ac_cpu_expf(NAN)));
+    /* a NaN at run time (not folded): no undefined conversion or overflow on the way, which
+     * the sanitizer build checks */
+    volatile float nan_in = NAN;
+    assert_true(isnan(ac_cpu_expf(nan_in)) && isnan(ac_cpu_sigmoid(nan_in)));
     assert_float_equal(ac_cpu_expf(0.0f), 1.0f, 0.0f);
     /* clamped: normal floats at both ends, never inf or a subnormal */
     float hi = ac_cpu_expf(INFINITY), lo = ac_cpu_expf(-INFINITY);
