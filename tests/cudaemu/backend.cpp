@@ -15,3 +15,8 @@ extern "C" const ac_backend *ac_cuda_emulated_backend(void)
     }();
     return &emulated;
 }
+
+extern "C" size_t ac_cuda_emulated_bytes_in_use(void)
+{
+    return ac_cuda_bytes_in_use();
+}

@@ -6,7 +6,8 @@
  * missing, NaN, drain-first under a running stream, concurrent); metrics. With
  * AC_TEST_DEVICE=guarded (ctest's test_server_http_device) every model is served from a
  * backend whose memory the host cannot touch (guarded_backend.h, standing in for a GPU),
- * and the same checks hold. */
+ * and the same checks hold; so they do with AC_TEST_DEVICE=cuda-emu in the emulator's
+ * build (test_server_http_emu: the CUDA backend's kernels, tests/cudaemu). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -32,6 +33,9 @@
 #include <unistd.h>
 
 #include "guarded_backend.h"
+#ifdef AC_TEST_CUDA_EMU
+#include "cudaemu.h"
+#endif
 #include "server/srv.h"
 #include "autocompress/model.h"
 
@@ -522,7 +526,12 @@ static int setup(void **state)
     snprintf(cfg.admin_token, sizeof cfg.admin_token, TOKEN);
     const char *device = getenv("AC_TEST_DEVICE");
     if (device) {
-        if (strcmp(device, guarded_backend.name) != 0 || ac_backend_register(&guarded_backend) != AC_OK)
+#ifdef AC_TEST_CUDA_EMU
+        const ac_backend *be = strcmp(device, "cuda-emu") == 0 ? ac_cuda_emulated_backend() : &guarded_backend;
+#else
+        const ac_backend *be = &guarded_backend;
+#endif
+        if (strcmp(device, be->name) != 0 || ac_backend_register(be) != AC_OK)
             return -1;
         snprintf(cfg.device, sizeof cfg.device, "%s", device);
     }
@@ -555,8 +564,13 @@ static int teardown(void **state)
 static void test_health_and_models(void **state)
 {
     (void)state;
-    /* on the guarded backend the served model's weights, caches and buffers are there */
-    assert_true(cfg.device[0] && strcmp(cfg.device, "cpu") ? guarded_count > 0 : guarded_count == 0);
+    /* on a device the served model's weights, caches and buffers are there */
+#ifdef AC_TEST_CUDA_EMU
+    if (strcmp(cfg.device, "cuda-emu") == 0)
+        assert_true(ac_cuda_emulated_bytes_in_use() > 0);
+    else
+#endif
+        assert_true(cfg.device[0] && strcmp(cfg.device, "cpu") ? guarded_count > 0 : guarded_count == 0);
     http_res r = get("/health", NULL);
     assert_int_equal(r.status, 200);
     cJSON *o = json_of(&r);
