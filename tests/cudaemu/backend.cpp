@@ -1,7 +1,7 @@
 /* The CUDA backend of kernels/cuda, built against the emulator, under the name
  * "cuda-emu" so that it can sit beside a real one. The library built from these sources
- * exports nothing else (hidden visibility): its ac_cuda_* names never meet the real
- * backend's in a build that has both. */
+ * exports nothing but cudaemu.h's two functions (hidden visibility): its ac_cuda_* names
+ * never meet the real backend's in a build that has both. */
 #include "kernels/cuda/cuda_ops.h"
 
 #include "cudaemu.h"
