@@ -2,6 +2,8 @@
 #include "cli_args.h"
 #include "cli_opts.h"
 
+#include "autocompress/probe.h"
+
 #include <stdio.h>
 #include <string.h>
 
@@ -57,8 +59,10 @@ static int runs_over_ranks(const char *command)
 
 int main(int argc, char **argv)
 {
+    ac_cpu_blas_restart_if_legacy(argv);
     if (argc > 1 && (!strcmp(argv[1], "--version") || !strcmp(argv[1], "-V"))) {
-        printf("autocompress %s\nbuilt with:%s%s%s\n", AC_VERSION, features[0], features[1], features[2]);
+        printf("autocompress %s\nbuilt with:%s%s%s\nOpenBLAS kernels: %s\n", AC_VERSION, features[0], features[1],
+               features[2], ac_cpu_blas_core());
         return 0;
     }
     int ranks = ac_comm_launched_ranks();

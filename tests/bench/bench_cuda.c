@@ -16,6 +16,7 @@
 #include <time.h>
 
 #include "autocompress/model.h"
+#include "autocompress/probe.h"
 #include "autocompress/runtime.h"
 #include "autocompress/sample.h"
 #include "kernels/kernels.h"
@@ -120,6 +121,7 @@ static double gemm_rate(const ac_backend *be, const ac_model *m, int M)
 
 int main(int argc, char **argv)
 {
+    ac_cpu_blas_restart_if_legacy(argv);
     int P = 512, G = 32, bad = argc % 2 == 0;
     const char *device = "cuda";
     for (int i = 1; i + 1 < argc; i += 2) {

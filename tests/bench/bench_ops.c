@@ -14,6 +14,7 @@
 
 #include "../unit/cpu_op_list.h"
 #include "autocompress/model.h"
+#include "autocompress/probe.h"
 #include "autocompress/runtime.h"
 #include "autocompress/sample.h"
 #include "autocompress/train.h"
@@ -227,6 +228,7 @@ static int infer(const ac_model *m, int prompt, int gen, int steps)
 
 int main(int argc, char **argv)
 {
+    ac_cpu_blas_restart_if_legacy(argv);
     const char *dir = NULL;
     int B = 0, T = 0, prompt = 0, gen = 0, steps = 3, mode = 0;
     for (int i = 1; i < argc; i++) {

@@ -10,6 +10,7 @@
 #include <time.h>
 
 #include "autocompress/model.h"
+#include "autocompress/probe.h"
 #include "autocompress/runtime.h"
 #include "autocompress/sample.h"
 
@@ -130,6 +131,7 @@ static int bench(const char *dir, int B, int P, int G, int repeats, int warmup)
 
 int main(int argc, char **argv)
 {
+    ac_cpu_blas_restart_if_legacy(argv);
     const char *model = NULL;
     int B = 1, P = 128, G = 32, repeats = 3, warmup = 0;
     for (int i = 1; i < argc; i++) {

@@ -14,6 +14,7 @@
 #include "autocompress/contract.h"
 #include "autocompress/cost.h"
 #include "autocompress/model.h"
+#include "autocompress/probe.h"
 #include "autocompress/search.h"
 #include "autocompress/train.h"
 
@@ -83,6 +84,7 @@ static double median(double *v, int n)
 
 int main(int argc, char **argv)
 {
+    ac_cpu_blas_restart_if_legacy(argv);
     const char *model = NULL, *contract_path = NULL, *tables_path = NULL;
     bench b = {.B = 8, .T = 256};
     int steps = 5;

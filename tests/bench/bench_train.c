@@ -14,6 +14,7 @@
 
 #include "autocompress/config_json.h"
 #include "autocompress/model.h"
+#include "autocompress/probe.h"
 #include "autocompress/optim.h"
 #include "autocompress/train.h"
 
@@ -121,6 +122,7 @@ static int bench(const char *dir, int B, int T, int steps)
 
 int main(int argc, char **argv)
 {
+    ac_cpu_blas_restart_if_legacy(argv);
     const char *config = NULL, *save = NULL, *model = NULL;
     int B = 8, T = 256, steps = 3;
     for (int i = 1; i + 1 < argc; i += 2) {

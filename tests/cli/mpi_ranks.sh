@@ -57,14 +57,20 @@ paste -d, "$tmp/one/loss.csv" "$tmp/two/loss.csv" | awk -F, 'NR > 1 {
 cmp -s "$tmp/two/model.safetensors" "$tmp/two_again/model.safetensors" || fail "two 2-rank runs differ"
 
 # ---- search with trained weights: routers, weights and the choice ----
-cp "$src/tests/cli/data/tiny_search.cfg" "$tmp/tiny.cfg" # latency_ratio 0.6 over a small space
+cp "$src/tests/cli/data/tiny_search.cfg" "$tmp/tiny.cfg" # latency_ratio 0.7 over a small space
 "$ac" profile --model "$tmp/teacher" --contract "$tmp/tiny.cfg" --out "$tmp/tables.json" --repeats 1 \
   --no-reference --progress off >/dev/null
 search=(search --model "$tmp/teacher" --contract "$tmp/tiny.cfg" --tables "$tmp/tables.json" --data "$tmp/data"
         --calib-seqs 4 --batch 4 --seq-len 32 --tokens $((4 * 32 + 8 * 128)) --checkpoint-every 2 --train-weights
         --progress off)
-"$ac" "${search[@]}" --out "$tmp/s1" >/dev/null || fail "one-process search exited $?"
-"${mpi[@]}" "$ac" "${search[@]}" --out "$tmp/s2" >"$tmp/s2.log" || fail "2-rank search exited $?: $(cat "$tmp/s2.log")"
+# Exit 1 is a search that ends missing its target by the cost model: the tables come from
+# one noisy profile of a tiny model, where a smaller axis can measure no cheaper, so the
+# verdict varies from run to run (both runs read the same tables and must agree on it).
+rc1=0 rc2=0
+"$ac" "${search[@]}" --out "$tmp/s1" >"$tmp/s1.log" || rc1=$?
+"${mpi[@]}" "$ac" "${search[@]}" --out "$tmp/s2" >"$tmp/s2.log" || rc2=$?
+[ $rc1 -le 1 ] || fail "one-process search exited $rc1: $(cat "$tmp/s1.log")"
+[ $rc2 -eq $rc1 ] || fail "2-rank search exited $rc2, one process $rc1: $(cat "$tmp/s2.log")"
 compare routers "$tmp/s1/search_state.bin" "$tmp/s2/search_state.bin" 1e-6 || fail "2-rank router logits"
 # the weights learn at lr 1e-4 under AdamW, whose normalised step turns the ranks' other
 # rounding (~1e-7 of a gradient) into up to ~2e-6 after the search's 9 steps under ASan; a

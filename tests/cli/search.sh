@@ -16,7 +16,7 @@ fail() { echo "FAIL: $*"; exit 1; }
 cp "$src/tests/cli/data/tiny_hybrid.json" "$tmp/config.json" # M*-EME, hidden 32
 "$ac" train --config "$tmp/config.json" --data "$tmp/data" --steps 20 --batch 4 --seq-len 32 --lr 3e-3 --warmup 2 \
   --seed 5 --progress off --out "$tmp/parent" >/dev/null 2>&1
-cp "$src/tests/cli/data/tiny_search.cfg" "$tmp/tiny.cfg" # latency_ratio 0.6 over a small space
+cp "$src/tests/cli/data/tiny_search.cfg" "$tmp/tiny.cfg" # latency_ratio 0.7 over a small space
 "$ac" profile --model "$tmp/parent" --contract "$tmp/tiny.cfg" --out "$tmp/tables.json" --repeats 1 \
   --no-reference --progress off >/dev/null || fail "profile exited $?"
 
