@@ -16,14 +16,30 @@
 
 #include "autocompress/status.h"
 
-/* The most taps of ac_k_conv1d_silu (the CPU holds a block of channels' taps on the stack). */
-enum { AC_K_MAX_CONV_TAPS = 16 };
+/* The most taps of ac_k_conv1d_silu (the CPU holds a block of channels' taps on the stack),
+ * and the most experts a token of ac_k_moe_token may pick (models pick 1-22; more take
+ * the grouped path). */
+enum { AC_K_MAX_CONV_TAPS = 16, AC_K_MAX_MOE_PICKS = 64 };
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
 typedef struct ac_backend ac_backend;
+
+/* One MoE layer's feed-forward as ac_k_moe_token reads it: the struct in host memory, what
+ * it points to in the backend's. Widths D (hidden), E experts of I channels, a shared
+ * expert of S (0: none). */
+typedef struct {
+    int D, E, I, S;
+    const float *experts_up;   /* [E, I, D] */
+    const float *experts_down; /* [E, D, I] */
+    const float *shared_up;    /* [S, D] */
+    const float *shared_down;  /* [D, S] */
+    const float *experts_mask; /* [E] scales each expert's routing weight, or NULL */
+    const float *ffn_mask;     /* [I] the routed experts' channels, or NULL */
+    const float *shared_mask;  /* [S] the shared expert's channels, or NULL */
+} ac_k_moe_ffn;
 
 typedef struct {
     void *stream;           /* backend stream (cudaStream_t); unused on the CPU */
@@ -145,6 +161,15 @@ struct ac_backend {
      * scale. idx and weight are [T, top_k]. */
     void (*moe_route)(ac_kctx *ctx, int T, int E, const float *logits, const float *bias, int n_group,
                       int topk_group, int top_k, int norm, float scale, int32_t *idx, float *weight);
+
+    /* One token's MoE feed-forward with its k experts as ac_k_moe_route left them in
+     * backend memory (idx, weight [k], distinct experts), so that a device never reads
+     * them back: h = relu2(up x) times the channel mask, for the shared expert then the
+     * picked experts in increasing index; y [D] = down_s h_s + sum of weight_j (times
+     * experts_mask[idx_j]) down_j h_j, in that order (y overwritten). hidden [S + k I]
+     * gets the h, in that order. k <= AC_K_MAX_MOE_PICKS. */
+    void (*moe_token)(ac_kctx *ctx, const ac_k_moe_ffn *ffn, int k, const int32_t *idx, const float *weight,
+                      const float *x, float *hidden, float *y);
 
     /* Top-k score masking, before ac_k_moe_route: logits[t, e] += log(mask[e]) (so the
      * score's odds are scaled by the mask), -inf where mask[e] == 0; masked_bias[e] =
@@ -409,6 +434,12 @@ static inline void ac_k_moe_route(ac_kctx *ctx, int T, int E, const float *logit
                                   float *weight)
 {
     ac_backend_of(ctx)->moe_route(ctx, T, E, logits, bias, n_group, topk_group, top_k, norm, scale, idx, weight);
+}
+
+static inline void ac_k_moe_token(ac_kctx *ctx, const ac_k_moe_ffn *ffn, int k, const int32_t *idx,
+                                  const float *weight, const float *x, float *hidden, float *y)
+{
+    ac_backend_of(ctx)->moe_token(ctx, ffn, k, idx, weight, x, hidden, y);
 }
 
 static inline void ac_k_moe_mask_scores(ac_kctx *ctx, int T, int E, const float *mask, const float *bias,

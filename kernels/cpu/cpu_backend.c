@@ -96,6 +96,7 @@ const ac_backend ac_cpu_backend = {
     .ssd_scan = ac_cpu_ssd_scan,
     .attention = ac_cpu_attention,
     .moe_route = ac_cpu_moe_route,
+    .moe_token = ac_cpu_moe_token,
     .moe_mask_scores = ac_cpu_moe_mask_scores,
     .gather_rows = ac_cpu_gather_rows,
     .scatter_add_rows = ac_cpu_scatter_add_rows,

@@ -189,3 +189,56 @@ void ac_cpu_gather_rows_backward(ac_kctx *ctx, int n, int D, const float *ddst, 
             d[c] += s[c];
     }
 }
+
+/* ---- one token's experts ---- */
+
+/* The positions of idx[0..k) in increasing expert index (insertion sort: k is small). */
+static void picks_in_order(int k, const int32_t *idx, int *order)
+{
+    for (int j = 0; j < k; j++) {
+        int q = j;
+        while (q > 0 && idx[order[q - 1]] > idx[j]) {
+            order[q] = order[q - 1];
+            q--;
+        }
+        order[q] = j;
+    }
+}
+
+/* The shared expert and the picked ones as one batch of matrix-vector products, relu2 and
+ * the channel masks, then one weighted sum of the down projections: two passes over the
+ * weights a token reads, as the grouped path orders them (shared, then by expert). */
+void ac_cpu_moe_token(ac_kctx *ctx, const ac_k_moe_ffn *f, int k, const int32_t *idx, const float *weight,
+                      const float *x, float *hidden, float *y)
+{
+    enum { MAX = AC_K_MAX_MOE_PICKS + 1 };
+    const float *up[MAX] = {0}, *down[MAX] = {0}, *xs[MAX] = {0};
+    float *h[MAX] = {0}, alpha[MAX] = {0};
+    int rows[MAX] = {0}, cols[MAX] = {0}, order[AC_K_MAX_MOE_PICKS];
+    int D = f->D, I = f->I, n = 0;
+    float *next = hidden;
+    if (f->S > 0) {
+        up[n] = f->shared_up, down[n] = f->shared_down, rows[n] = f->S, alpha[n] = 1.0f;
+        h[n] = next, next += f->S, n++;
+    }
+    picks_in_order(k, idx, order);
+    for (int o = 0; o < k; o++) {
+        int j = order[o], e = idx[j];
+        up[n] = f->experts_up + (size_t)e * I * D, down[n] = f->experts_down + (size_t)e * D * I, rows[n] = I;
+        alpha[n] = f->experts_mask ? weight[j] * f->experts_mask[e] : weight[j];
+        h[n] = next, next += I, n++;
+    }
+    for (int i = 0; i < n; i++) {
+        xs[i] = x;
+        cols[i] = D;
+    }
+    ac_cpu_gemv_batch(ctx, n, up, rows, cols, xs, h);
+    for (int i = 0; i < n; i++) {
+        const float *mask = i == 0 && f->S > 0 ? f->shared_mask : f->ffn_mask;
+        ac_cpu_relu2(ctx, (size_t)rows[i], h[i], h[i]);
+        if (mask)
+            ac_cpu_mul_columns(ctx, 1, rows[i], mask, h[i], rows[i]);
+        xs[i] = h[i];
+    }
+    ac_cpu_gemv_sum(ctx, n, down, D, rows, xs, alpha, y);
+}

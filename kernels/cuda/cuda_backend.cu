@@ -153,6 +153,7 @@ const ac_backend ac_cuda_backend = {
     .ssd_scan = ac_cuda_ssd_scan,
     .attention = ac_cuda_attention,
     .moe_route = ac_cuda_moe_route,
+    .moe_token = ac_cuda_moe_token,
     .moe_mask_scores = ac_cuda_moe_mask_scores,
     .gather_rows = ac_cuda_gather_rows,
     .scatter_add_rows = ac_cuda_scatter_add_rows,

@@ -1,8 +1,8 @@
 /* The CUDA implementations of the ops of kernels/kernels.h, one ac_cuda_X per member X of
  * struct ac_backend, with the same signature and meaning (documented there). Every
  * pointer to tensor data is device memory; the small host-side lists some ops take (the
- * pointer, size and alpha arrays of gemv_batch, gemv_sum and linear_batch) are host
- * memory, as the runtime builds them per call. Every op is queued on ctx's stream
+ * pointer, size and alpha arrays of gemv_batch, gemv_sum and linear_batch, moe_token's
+ * ac_k_moe_ffn) are host memory, as the runtime builds them per call. Every op is queued on ctx's stream
  * (cudaStream_t, NULL: the default stream) and returns without waiting, except
  * sum_squares, which returns its value. Only kernels/cuda and the backend tests include
  * this header; everything else calls the ac_k_* dispatchers. */
@@ -47,6 +47,8 @@ void ac_cuda_attention(ac_kctx *ctx, int n_new, int past, int n_heads, int n_kv,
                        float *lse, int ldlse);
 void ac_cuda_moe_route(ac_kctx *ctx, int T, int E, const float *logits, const float *bias, int n_group,
                        int topk_group, int top_k, int norm, float scale, int32_t *idx, float *weight);
+void ac_cuda_moe_token(ac_kctx *ctx, const ac_k_moe_ffn *ffn, int k, const int32_t *idx, const float *weight,
+                       const float *x, float *hidden, float *y);
 void ac_cuda_moe_mask_scores(ac_kctx *ctx, int T, int E, const float *mask, const float *bias, float *logits,
                              float *masked_bias);
 void ac_cuda_gather_rows(ac_kctx *ctx, int n, int D, const float *src, int ldsrc, const int32_t *rows,

@@ -1,5 +1,5 @@
-/* MoE ops on the device: routing and its score masking, the row gather and scatter of
- * the dispatch, and their backwards. kernels/cpu/moe.c and kernels/cpu/elementwise.c are
+/* MoE ops on the device: routing and its score masking, one token's experts, the row
+ * gather and scatter of the dispatch, and their backwards. kernels/cpu/moe.c and kernels/cpu/elementwise.c are
  * the reference.
  *
  * Routing must choose the very experts the CPU chooses, so it repeats the CPU's float
@@ -326,6 +326,109 @@ void ac_cuda_embedding_backward(ac_kctx *ctx, int n, int D, const float *drows, 
     embedding_backward_kernel<<<ac_cuda_blocks((size_t)D, ROW_THREADS, AC_CUDA_GRID_CAP), ROW_THREADS, 0,
                                 ac_cuda_stream(ctx)>>>(n, D, drows, ids, dtable);
     ac_cuda_check("embedding_backward");
+}
+
+/* ---- one token's experts ---- */
+
+enum { TOKEN_THREADS = 256, TOKEN_WARPS = TOKEN_THREADS / 32 };
+
+/* Thread 0 puts the k picks in increasing expert index into the block's shared memory
+ * (ids, and with weights the routing weight times the expert's mask, as the CPU's
+ * ac_cpu_moe_token orders and scales them); every thread waits for it. */
+static __device__ void sort_picks(int k, const int32_t *idx, const float *weight, const float *experts_mask, int *ids,
+                                  float *weights)
+{
+    if (threadIdx.x == 0)
+        for (int j = 0; j < k; j++) {
+            int e = idx[j], q = j;
+            float w = weights ? (experts_mask ? weight[j] * experts_mask[e] : weight[j]) : 0.0f;
+            for (; q > 0 && ids[q - 1] > e; q--) {
+                ids[q] = ids[q - 1];
+                if (weights)
+                    weights[q] = weights[q - 1];
+            }
+            ids[q] = e;
+            if (weights)
+                weights[q] = w;
+        }
+    __syncthreads();
+}
+
+/* A warp per row of the stacked up projections (the shared expert's S rows, then each
+ * picked expert's I): h = relu2(row . x) times the row's channel mask. */
+static __global__ void moe_token_up_kernel(ac_k_moe_ffn f, int k, const int32_t *idx, const float *x, float *hidden)
+{
+    extern __shared__ int ids[];
+    sort_picks(k, idx, NULL, NULL, ids, NULL);
+    int lane = threadIdx.x % 32, total = f.S + k * f.I;
+    for (int r = blockIdx.x * TOKEN_WARPS + threadIdx.x / 32; r < total; r += gridDim.x * TOKEN_WARPS) {
+        const float *w, *mask;
+        int c;
+        if (r < f.S) {
+            c = r;
+            w = f.shared_up + (size_t)c * f.D;
+            mask = f.shared_mask;
+        } else {
+            int j = (r - f.S) / f.I;
+            c = (r - f.S) % f.I;
+            w = f.experts_up + ((size_t)ids[j] * f.I + c) * f.D;
+            mask = f.ffn_mask;
+        }
+        float s = 0.0f;
+        for (int i = lane; i < f.D; i += 32)
+            s += w[i] * x[i];
+        s = warp_sum_float(s);
+        if (lane == 0) {
+            float h = s > 0.0f ? s * s : 0.0f;
+            hidden[r] = mask ? h * mask[c] : h;
+        }
+    }
+}
+
+/* A warp per output d: the shared expert's down row . h_s, then each picked expert's
+ * weighted, in increasing expert index. */
+static __global__ void moe_token_down_kernel(ac_k_moe_ffn f, int k, const int32_t *idx, const float *weight,
+                                             const float *hidden, float *y)
+{
+    extern __shared__ int ids[];
+    float *weights = (float *)(ids + k);
+    sort_picks(k, idx, weight, f.experts_mask, ids, weights);
+    int lane = threadIdx.x % 32;
+    for (int d = blockIdx.x * TOKEN_WARPS + threadIdx.x / 32; d < f.D; d += gridDim.x * TOKEN_WARPS) {
+        float acc = 0.0f;
+        if (f.S > 0) {
+            const float *w = f.shared_down + (size_t)d * f.S;
+            float s = 0.0f;
+            for (int i = lane; i < f.S; i += 32)
+                s += w[i] * hidden[i];
+            acc = warp_sum_float(s);
+        }
+        for (int j = 0; j < k; j++) {
+            const float *w = f.experts_down + ((size_t)ids[j] * f.D + d) * f.I;
+            const float *h = hidden + f.S + (size_t)j * f.I;
+            float s = 0.0f;
+            for (int i = lane; i < f.I; i += 32)
+                s += w[i] * h[i];
+            acc += weights[j] * warp_sum_float(s);
+        }
+        if (lane == 0)
+            y[d] = acc;
+    }
+}
+
+void ac_cuda_moe_token(ac_kctx *ctx, const ac_k_moe_ffn *ffn, int k, const int32_t *idx, const float *weight,
+                       const float *x, float *hidden, float *y)
+{
+    if (ffn->D <= 0)
+        return;
+    cudaStream_t stream = ac_cuda_stream(ctx);
+    size_t rows = (size_t)ffn->S + (size_t)k * ffn->I;
+    if (rows > 0)
+        moe_token_up_kernel<<<ac_cuda_blocks(rows, TOKEN_WARPS, AC_CUDA_GRID_CAP), TOKEN_THREADS,
+                              (size_t)k * sizeof(int), stream>>>(*ffn, k, idx, x, hidden);
+    moe_token_down_kernel<<<ac_cuda_blocks((size_t)ffn->D, TOKEN_WARPS, AC_CUDA_GRID_CAP), TOKEN_THREADS,
+                            (size_t)k * (sizeof(int) + sizeof(float)), stream>>>(*ffn, k, idx, weight, hidden, y);
+    ac_cuda_check("moe_token");
 }
 
 /* ---- combine backward ---- */

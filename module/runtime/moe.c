@@ -96,14 +96,13 @@ static void group_by_expert(int T, int k, int E, const int32_t *idx, const float
 /* group_by_expert of the routing in kept, made on the host, which launches each
  * expert's products: on the CPU in place; from a device, the routing is read back first
  * and the grouping (rows, row_weight, and pair when not NULL) sent to the device's
- * buffers, unless `send` is 0 (a decode step's path reads it on the host only). Returns
- * the host's row_weight. */
-static const float *group_on_host(ac_runtime *rt, int T, int k, int E, const moe_kept *kept, const float *mask,
-                                  int *start, int32_t *rows, float *row_weight, int32_t *pair, int send)
+ * buffers. */
+static void group_on_host(ac_runtime *rt, int T, int k, int E, const moe_kept *kept, const float *mask, int *start,
+                          int32_t *rows, float *row_weight, int32_t *pair)
 {
     if (!rt->host) {
         group_by_expert(T, k, E, kept->idx, kept->weight, mask, start, rows, row_weight, pair);
-        return row_weight;
+        return;
     }
     const ac_backend *be = ac_backend_of(&rt->kctx);
     size_t Tk = (size_t)T * k, bytes = Tk * sizeof(float);
@@ -112,13 +111,10 @@ static const float *group_on_host(ac_runtime *rt, int T, int k, int E, const moe
     be->copy(h_idx, kept->idx, bytes, AC_COPY_DEVICE_TO_HOST);
     be->copy(h_weight, kept->weight, bytes, AC_COPY_DEVICE_TO_HOST);
     group_by_expert(T, k, E, h_idx, h_weight, mask, start, h_rows, h_row_weight, pair ? h_pair : NULL);
-    if (send) {
-        be->copy(rows, h_rows, bytes, AC_COPY_HOST_TO_DEVICE);
-        be->copy(row_weight, h_row_weight, bytes, AC_COPY_HOST_TO_DEVICE);
-        if (pair)
-            be->copy(pair, h_pair, bytes, AC_COPY_HOST_TO_DEVICE);
-    }
-    return h_row_weight;
+    be->copy(rows, h_rows, bytes, AC_COPY_HOST_TO_DEVICE);
+    be->copy(row_weight, h_row_weight, bytes, AC_COPY_HOST_TO_DEVICE);
+    if (pair)
+        be->copy(pair, h_pair, bytes, AC_COPY_HOST_TO_DEVICE);
 }
 
 /* Router logits [T, E] of xn (score-masked when m_scores is given) and the top-k:
@@ -141,48 +137,30 @@ static void route(ac_runtime *rt, int layer, int T, const float *xn, const float
                    b->routed_scaling, idx, weight);
 }
 
-/* One token (a decode step): the shared expert's and the chosen experts' up projections
- * as one batch of matrix-vector products, relu2 and the channel masks, then their down
- * projections as one weighted sum, in the order of the general path (shared, then by
- * expert). Two launches instead of one per projection. Needs S + k I floats of scratch,
- * which the block's plan for one token holds when (k - 1) I <= E + 2 D. */
+/* One token (a decode step) takes ac_k_moe_token, which reads the routing where
+ * ac_k_moe_route left it (a device's step never waits to read it back), when its hidden
+ * [S + k I] fits the scratch the block's plan holds for one token, (k - 1) I <= E + 2 D,
+ * and k <= AC_K_MAX_MOE_PICKS. */
 static int token_path_fits(const ac_arch *a, const ac_block_dims *b)
 {
-    return (int64_t)(b->top_k - 1) * b->expert_ffn <= (int64_t)b->n_experts + 2 * (int64_t)a->hidden;
+    return b->top_k <= AC_K_MAX_MOE_PICKS &&
+           (int64_t)(b->top_k - 1) * b->expert_ffn <= (int64_t)b->n_experts + 2 * (int64_t)a->hidden;
 }
 
-static void moe_token(ac_runtime *rt, const ac_layer_weights *w, const ac_block_dims *b, int D, const float *xn,
-                      const ac_block_masks *masks, const int *start, const float *row_weight, float *out)
+static void moe_token(ac_runtime *rt, const ac_layer_weights *w, const ac_block_dims *b, const float *xn,
+                      const ac_block_masks *masks, const moe_kept *kept, float *out)
 {
-    enum { MAX = AC_MAX_EXPERTS + 1 };
-    int E = b->n_experts, I = b->expert_ffn, S = b->shared_ffn, n = 0;
-    const float *up[MAX], *down[MAX], *xs[MAX];
-    float *h[MAX], alpha[MAX];
-    int rows[MAX], in[MAX];
-    float *hidden = ac_scratch(rt, (size_t)S + (size_t)b->top_k * I), *next = hidden;
-    if (S > 0) {
-        up[n] = w->up_proj, down[n] = w->down_proj, rows[n] = S, alpha[n] = 1.0f;
-        h[n] = next, next += S, n++;
-    }
-    for (int e = 0; e < E; e++)
-        if (start[e + 1] > start[e]) {
-            up[n] = w->experts_up + (size_t)e * I * D, down[n] = w->experts_down + (size_t)e * D * I, rows[n] = I;
-            alpha[n] = row_weight[start[e]];
-            h[n] = next, next += I, n++;
-        }
-    for (int i = 0; i < n; i++) {
-        xs[i] = xn;
-        in[i] = D;
-    }
-    ac_k_gemv_batch(&rt->kctx, n, up, rows, in, xs, h);
-    for (int i = 0; i < n; i++) {
-        const float *mask = i == 0 && S > 0 ? (masks ? masks->shared_ffn : NULL) : (masks ? masks->ffn : NULL);
-        ac_k_relu2(&rt->kctx, (size_t)rows[i], h[i], h[i]);
-        if (mask)
-            ac_k_mul_columns(&rt->kctx, 1, rows[i], mask, h[i], rows[i]);
-        xs[i] = h[i];
-    }
-    ac_k_gemv_sum(&rt->kctx, n, down, D, rows, xs, alpha, out);
+    int I = b->expert_ffn, S = b->shared_ffn, k = b->top_k;
+    ac_k_moe_ffn ffn = {
+        .D = rt->model->arch.hidden, .E = b->n_experts, .I = I, .S = S,
+        .experts_up = w->experts_up, .experts_down = w->experts_down,
+        .shared_up = w->up_proj, .shared_down = w->down_proj,
+        .experts_mask = masks ? masks->experts : NULL,
+        .ffn_mask = masks ? masks->ffn : NULL,
+        .shared_mask = masks ? masks->shared_ffn : NULL,
+    };
+    float *hidden = ac_scratch(rt, (size_t)S + (size_t)k * I);
+    ac_k_moe_token(&rt->kctx, &ffn, k, kept->idx, kept->weight, xn, hidden, out);
 }
 
 /* The end of the round of consecutive experts from e0 whose rows (grouped by expert)
@@ -244,14 +222,12 @@ static void moe_forward(ac_runtime *rt, int layer, const ac_seqs *seqs, const fl
     int start[AC_MAX_EXPERTS + 1];
 
     route(rt, layer, T, xn, masks ? masks->expert_scores : NULL, kept.logits, kept.idx, kept.weight);
-    int one_token = T == 1 && !keep && token_path_fits(a, b);
-    const float *host_experts = masks ? ac_block_mask_host(masks->host_experts, m_experts) : NULL;
-    const float *host_weight = group_on_host(rt, T, k, E, &kept, host_experts, start, rows, row_weight, NULL,
-                                             !one_token);
-    if (one_token) {
-        moe_token(rt, w, b, D, xn, masks, start, host_weight, out);
+    if (T == 1 && !keep && token_path_fits(a, b)) {
+        moe_token(rt, w, b, xn, masks, &kept, out);
         return;
     }
+    const float *host_experts = masks ? ac_block_mask_host(masks->host_experts, m_experts) : NULL;
+    group_on_host(rt, T, k, E, &kept, host_experts, start, rows, row_weight, NULL);
     float *xe = ac_scratch(rt, (size_t)T * D);
     float *he = ac_scratch(rt, (size_t)T * I);
     float *oe = ac_scratch(rt, (size_t)T * D);
@@ -368,7 +344,7 @@ static void moe_backward(ac_runtime *rt, int layer, const ac_seqs *seqs, const f
     const float *m_scores = masks ? masks->expert_scores : NULL;
     if (!keep)
         route(rt, layer, T, xn, m_scores, logits, idx, weight);
-    group_on_host(rt, T, k, E, &kept, NULL, start, rows, row_weight, pair, 1);
+    group_on_host(rt, T, k, E, &kept, NULL, start, rows, row_weight, pair);
 
     /* the shared expert writes dxn; the routed experts and the router add to it */
     if (S > 0) {

@@ -193,6 +193,7 @@ static const ac_backend guarded_backend = {
     .ssd_scan = guarded_ssd_scan,
     .attention = guarded_attention,
     .moe_route = guarded_moe_route,
+    .moe_token = guarded_moe_token,
     .moe_mask_scores = guarded_moe_mask_scores,
     .gather_rows = guarded_gather_rows,
     .scatter_add_rows = guarded_scatter_add_rows,

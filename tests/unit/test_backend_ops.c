@@ -93,6 +93,7 @@ static const ac_backend reference = {
     .ssd_scan = ac_cpu_ssd_scan,
     .attention = ac_cpu_attention,
     .moe_route = ac_cpu_moe_route,
+    .moe_token = ac_cpu_moe_token,
     .moe_mask_scores = ac_cpu_moe_mask_scores,
     .gather_rows = ac_cpu_gather_rows,
     .scatter_add_rows = ac_cpu_scatter_add_rows,
@@ -488,6 +489,28 @@ static void op_moe_mask_scores(run *r, const op_case *c)
     float *logits = f32(r, BUF_OUT, (size_t)T * E, -3.0f, 3.0f);
     float *masked_bias = f32(r, BUF_OUT, (size_t)E, -1.0f, 1.0f);
     CALL(r, moe_mask_scores, T, E, mask, bias, logits, masked_bias);
+}
+
+/* p: D E I S k masked (masked: an expert mask with a zero, and both channel masks) */
+static void op_moe_token(run *r, const op_case *c)
+{
+    int D = c->p[0], E = c->p[1], I = c->p[2], S = c->p[3], k = c->p[4], masked = c->p[5];
+    ac_k_moe_ffn ffn = {.D = D, .E = E, .I = I, .S = S};
+    ffn.experts_up = f32(r, BUF_IN, (size_t)E * I * D, -1.0f, 1.0f);
+    ffn.experts_down = f32(r, BUF_IN, (size_t)E * D * I, -1.0f, 1.0f);
+    ffn.shared_up = S > 0 ? f32(r, BUF_IN, (size_t)S * D, -1.0f, 1.0f) : NULL;
+    ffn.shared_down = S > 0 ? f32(r, BUF_IN, (size_t)D * S, -1.0f, 1.0f) : NULL;
+    if (masked) {
+        ffn.experts_mask = expert_mask(r, E, 3);
+        ffn.ffn_mask = f32(r, BUF_IN, (size_t)I, 0.0f, 1.0f);
+        ffn.shared_mask = S > 0 ? f32(r, BUF_IN, (size_t)S, 0.0f, 1.0f) : NULL;
+    }
+    const int32_t *idx = i32_distinct(r, BUF_IN, 1, k, E);
+    const float *weight = f32(r, BUF_IN, (size_t)k, 0.1f, 1.0f);
+    const float *x = f32(r, BUF_IN, (size_t)D, -1.0f, 1.0f);
+    float *hidden = f32(r, BUF_OUT, (size_t)S + (size_t)k * I, -1.0f, 1.0f);
+    float *y = f32(r, BUF_OUT, (size_t)D, -1.0f, 1.0f);
+    CALL(r, moe_token, &ffn, k, idx, weight, x, hidden, y);
 }
 
 /* p: T E zero_every */
@@ -934,6 +957,9 @@ static const op_case cases[] = {
     {OP(moe_route), "T3 E12 groups3 keep1 top2 raw", TOL_REDUCE, {3, 12, 3, 1, 2, 0}, {1.0f}},
     {OP(moe_route), "T1 E6 ungrouped top2 norm", TOL_REDUCE, {1, 6, 1, 1, 2, 1}, {1.0f}},
     {OP(moe_route), "T19 E4 groups4 (1 each) keep2 top2", TOL_REDUCE, {19, 4, 4, 2, 2, 1}, {1.5f}},
+    {OP(moe_token), "D40 E8 I24 S16 k3 masked", TOL_REDUCE, {40, 8, 24, 16, 3, 1}, {0}},
+    {OP(moe_token), "D300 E6 I70 no shared k2 (threads)", TOL_REDUCE, {300, 6, 70, 0, 2, 0}, {0}},
+    {OP(moe_token), "D33 E16 I5 S7 k6", TOL_REDUCE, {33, 16, 5, 7, 6, 0}, {0}},
     {OP(gather_rows), "n5 D7 ldsrc9 of11", 0.0, {5, 7, 9, 11}, {0}},
     {OP(gather_rows), "n1 D3 ldsrc3 of2", 0.0, {1, 3, 3, 2}, {0}},
     {OP(scatter_add_rows), "n5 D6 lddst8 of9", TOL_ELEM, {5, 6, 8, 9}, {0}},
@@ -1210,6 +1236,7 @@ static const ac_backend counting = {
     .ssd_scan = counted_ssd_scan,
     .attention = counted_attention,
     .moe_route = counted_moe_route,
+    .moe_token = counted_moe_token,
     .moe_mask_scores = counted_moe_mask_scores,
     .gather_rows = counted_gather_rows,
     .scatter_add_rows = counted_scatter_add_rows,
@@ -1560,6 +1587,62 @@ static void assert_dot_rows(const float *W, int rows, int cols, const float *x, 
         }
         if (fabs(y[r] - want) > 1e-6 * size + 1e-7)
             fail_msg("row %d of %d x %d: %.9g, want %.9g", r, rows, cols, (double)y[r], want);
+    }
+}
+
+static double relu2_double(double v) { return v > 0 ? v * v : 0.0; }
+
+/* ac_cpu_moe_token against the formula in double: experts picked out of order (4, 0, 2)
+ * come out by index, each expert's weight times its mask, the channel masks after relu2. */
+static void test_moe_token_against_double(void **state)
+{
+    (void)state;
+    enum { D = 37, E = 5, I = 11, S = 9, K = 3 };
+    static float up[E * I * D], down[E * D * I], sup[S * D], sdown[D * S], x[D], hidden[S + K * I], y[D];
+    float emask[E] = {1.0f, 0.9f, 0.5f, 0.8f, 0.7f}, fmask[I], smask[S], weight[K] = {0.6f, 0.3f, 0.1f};
+    int32_t idx[K] = {4, 0, 2};
+    fill_uniform(up, E * I * D, 1);
+    fill_uniform(down, E * D * I, 2);
+    fill_uniform(sup, S * D, 3);
+    fill_uniform(sdown, D * S, 4);
+    fill_uniform(x, D, 5);
+    for (int c = 0; c < I; c++)
+        fmask[c] = 0.5f + 0.05f * (float)c;
+    for (int c = 0; c < S; c++)
+        smask[c] = 1.0f - 0.1f * (float)c;
+    ac_k_moe_ffn ffn = {D, E, I, S, up, down, sup, sdown, emask, fmask, smask};
+    ac_kctx ctx = {0};
+    ac_cpu_moe_token(&ctx, &ffn, K, idx, weight, x, hidden, y);
+
+    const int order[K] = {1, 2, 0}; /* the picks by expert index: 0, 2, 4 */
+    double h[S + K * I];
+    for (int r = 0; r < S + K * I; r++) {
+        int shared = r < S, c = shared ? r : (r - S) % I;
+        const float *w = shared ? sup + (size_t)r * D : up + ((size_t)idx[order[(r - S) / I]] * I + c) * D;
+        double dot = 0.0;
+        for (int i = 0; i < D; i++)
+            dot += (double)w[i] * x[i];
+        h[r] = relu2_double(dot) * (shared ? smask[c] : fmask[c]);
+        if (fabs(hidden[r] - h[r]) > 1e-5 * (fabs(h[r]) + 1e-3))
+            fail_msg("hidden[%d]: %.9g, want %.9g", r, (double)hidden[r], h[r]);
+    }
+    for (int d = 0; d < D; d++) {
+        double want = 0.0, size = 0.0;
+        for (int i = 0; i < S; i++) {
+            want += (double)sdown[(size_t)d * S + i] * h[i];
+            size += fabs((double)sdown[(size_t)d * S + i] * h[i]);
+        }
+        for (int o = 0; o < K; o++) {
+            int j = order[o], e = idx[j];
+            double alpha = (double)weight[j] * emask[e];
+            for (int c = 0; c < I; c++) {
+                double t = alpha * down[((size_t)e * D + d) * I + c] * h[S + o * I + c];
+                want += t;
+                size += fabs(t);
+            }
+        }
+        if (fabs(y[d] - want) > 1e-6 * size + 1e-7)
+            fail_msg("y[%d]: %.9g, want %.9g", d, (double)y[d], want);
     }
 }
 
@@ -2056,6 +2139,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_dispatchers),
         cmocka_unit_test(test_harness_catches_a_wrong_op),
         cmocka_unit_test(test_gemv_against_double),
+        cmocka_unit_test(test_moe_token_against_double),
         cmocka_unit_test(test_gemm_split_against_double),
         cmocka_unit_test(test_linear_batch_backward_against_double),
         cmocka_unit_test(test_conv1d_against_double),
