@@ -330,7 +330,13 @@ void ac_cuda_embedding_backward(ac_kctx *ctx, int n, int D, const float *drows, 
 
 /* ---- one token's experts ---- */
 
-enum { TOKEN_THREADS = 256, TOKEN_WARPS = TOKEN_THREADS / 32 };
+/* A block takes TOKEN_ROWS rows of a stacked matrix; its warps take its columns in turn,
+ * TOKEN_COLS each: a warp reads its tile of the rows in coalesced loads into shared
+ * memory, then each lane adds its row's part of the tile times the vector; at the end the
+ * warps' parts are added in warp order. Barriers only, no shuffles: a warp per row would
+ * need a shuffle reduction per row, which the emulator's coroutines pay for dearly (the
+ * emulated server suite took 3x longer). */
+enum { TOKEN_THREADS = 256, TOKEN_WARPS = TOKEN_THREADS / 32, TOKEN_ROWS = 32, TOKEN_COLS = 32 };
 
 /* Thread 0 puts the k picks in increasing expert index into the block's shared memory
  * (ids, and with weights the routing weight times the expert's mask, as the CPU's
@@ -354,65 +360,87 @@ static __device__ void sort_picks(int k, const int32_t *idx, const float *weight
     __syncthreads();
 }
 
-/* A warp per row of the stacked up projections (the shared expert's S rows, then each
- * picked expert's I): h = relu2(row . x) times the row's channel mask. */
+/* Row r of the stacked up projections: the shared expert's S rows, then each pick's I. */
+static __device__ const float *up_row(const ac_k_moe_ffn &f, const int *ids, int r)
+{
+    if (r < f.S)
+        return f.shared_up + (size_t)r * f.D;
+    return f.experts_up + ((size_t)ids[(r - f.S) / f.I] * f.I + (r - f.S) % f.I) * f.D;
+}
+
+/* Rows r0 + i (i < TOKEN_ROWS, those below `rows`) of a matrix with `cols` columns, row
+ * r at row(r), times v: lane i of warp 0 returns row r0 + i's product (0 past `rows`),
+ * the other threads 0. Every thread of the block calls it. */
+template <typename RowFn>
+static __device__ float tiled_rows_dot(RowFn row, int r0, int rows, int cols, const float *v,
+                                       float (*tile)[TOKEN_ROWS][TOKEN_COLS + 1], float (*part)[TOKEN_ROWS])
+{
+    int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    float (*mine)[TOKEN_COLS + 1] = tile[warp];
+    float s = 0.0f;
+    for (int c0 = warp * TOKEN_COLS; c0 - warp * TOKEN_COLS < cols; c0 += TOKEN_WARPS * TOKEN_COLS) {
+        for (int q = 0; q < TOKEN_ROWS; q++)
+            mine[q][lane] = r0 + q < rows && c0 + lane < cols ? row(r0 + q)[c0 + lane] : 0.0f;
+        __syncthreads();
+        int n = cols - c0 < TOKEN_COLS ? cols - c0 : TOKEN_COLS;
+        for (int i = 0; i < n; i++)
+            s += mine[lane][i] * v[c0 + i];
+        __syncthreads();
+    }
+    /* part is written again only past the next call's first barrier, which warp 0
+     * reaches after reading it */
+    part[warp][lane] = s;
+    __syncthreads();
+    float sum = 0.0f;
+    if (warp == 0)
+        for (int w = 0; w < TOKEN_WARPS; w++)
+            sum += part[w][lane];
+    return sum;
+}
+
+/* h = relu2(row . x) times the row's channel mask, for every row of the stacked up
+ * projections. */
 static __global__ void moe_token_up_kernel(ac_k_moe_ffn f, int k, const int32_t *idx, const float *x, float *hidden)
 {
     extern __shared__ int ids[];
+    __shared__ float tile[TOKEN_WARPS][TOKEN_ROWS][TOKEN_COLS + 1], part[TOKEN_WARPS][TOKEN_ROWS];
     sort_picks(k, idx, NULL, NULL, ids, NULL);
-    int lane = threadIdx.x % 32, total = f.S + k * f.I;
-    for (int r = blockIdx.x * TOKEN_WARPS + threadIdx.x / 32; r < total; r += gridDim.x * TOKEN_WARPS) {
-        const float *w, *mask;
-        int c;
-        if (r < f.S) {
-            c = r;
-            w = f.shared_up + (size_t)c * f.D;
-            mask = f.shared_mask;
-        } else {
-            int j = (r - f.S) / f.I;
-            c = (r - f.S) % f.I;
-            w = f.experts_up + ((size_t)ids[j] * f.I + c) * f.D;
-            mask = f.ffn_mask;
-        }
-        float s = 0.0f;
-        for (int i = lane; i < f.D; i += 32)
-            s += w[i] * x[i];
-        s = warp_sum_float(s);
-        if (lane == 0) {
+    int total = f.S + k * f.I;
+    auto row = [&](int r) { return up_row(f, ids, r); };
+    for (int r0 = blockIdx.x * TOKEN_ROWS; r0 < total; r0 += gridDim.x * TOKEN_ROWS) {
+        float s = tiled_rows_dot(row, r0, total, f.D, x, tile, part);
+        int r = r0 + threadIdx.x;
+        if (threadIdx.x < TOKEN_ROWS && r < total) {
+            const float *mask = r < f.S ? f.shared_mask : f.ffn_mask;
+            int c = r < f.S ? r : (r - f.S) % f.I;
             float h = s > 0.0f ? s * s : 0.0f;
             hidden[r] = mask ? h * mask[c] : h;
         }
     }
 }
 
-/* A warp per output d: the shared expert's down row . h_s, then each picked expert's
- * weighted, in increasing expert index. */
+/* y[d] = the shared expert's down row d . h_s, plus each pick's weighted, in increasing
+ * expert index. */
 static __global__ void moe_token_down_kernel(ac_k_moe_ffn f, int k, const int32_t *idx, const float *weight,
                                              const float *hidden, float *y)
 {
     extern __shared__ int ids[];
+    __shared__ float tile[TOKEN_WARPS][TOKEN_ROWS][TOKEN_COLS + 1], part[TOKEN_WARPS][TOKEN_ROWS];
     float *weights = (float *)(ids + k);
     sort_picks(k, idx, weight, f.experts_mask, ids, weights);
-    int lane = threadIdx.x % 32;
-    for (int d = blockIdx.x * TOKEN_WARPS + threadIdx.x / 32; d < f.D; d += gridDim.x * TOKEN_WARPS) {
+    for (int d0 = blockIdx.x * TOKEN_ROWS; d0 < f.D; d0 += gridDim.x * TOKEN_ROWS) {
         float acc = 0.0f;
         if (f.S > 0) {
-            const float *w = f.shared_down + (size_t)d * f.S;
-            float s = 0.0f;
-            for (int i = lane; i < f.S; i += 32)
-                s += w[i] * hidden[i];
-            acc = warp_sum_float(s);
+            auto row = [&](int d) { return f.shared_down + (size_t)d * f.S; };
+            acc = tiled_rows_dot(row, d0, f.D, f.S, hidden, tile, part);
         }
         for (int j = 0; j < k; j++) {
-            const float *w = f.experts_down + ((size_t)ids[j] * f.D + d) * f.I;
-            const float *h = hidden + f.S + (size_t)j * f.I;
-            float s = 0.0f;
-            for (int i = lane; i < f.I; i += 32)
-                s += w[i] * h[i];
-            acc += weights[j] * warp_sum_float(s);
+            const float *down = f.experts_down + (size_t)ids[j] * f.D * f.I;
+            auto row = [&](int d) { return down + (size_t)d * f.I; };
+            acc += weights[j] * tiled_rows_dot(row, d0, f.D, f.I, hidden + f.S + (size_t)j * f.I, tile, part);
         }
-        if (lane == 0)
-            y[d] = acc;
+        if (threadIdx.x < TOKEN_ROWS && d0 + (int)threadIdx.x < f.D)
+            y[d0 + threadIdx.x] = acc;
     }
 }
 
@@ -424,9 +452,9 @@ void ac_cuda_moe_token(ac_kctx *ctx, const ac_k_moe_ffn *ffn, int k, const int32
     cudaStream_t stream = ac_cuda_stream(ctx);
     size_t rows = (size_t)ffn->S + (size_t)k * ffn->I;
     if (rows > 0)
-        moe_token_up_kernel<<<ac_cuda_blocks(rows, TOKEN_WARPS, AC_CUDA_GRID_CAP), TOKEN_THREADS,
+        moe_token_up_kernel<<<ac_cuda_blocks(rows, TOKEN_ROWS, AC_CUDA_GRID_CAP), TOKEN_THREADS,
                               (size_t)k * sizeof(int), stream>>>(*ffn, k, idx, x, hidden);
-    moe_token_down_kernel<<<ac_cuda_blocks((size_t)ffn->D, TOKEN_WARPS, AC_CUDA_GRID_CAP), TOKEN_THREADS,
+    moe_token_down_kernel<<<ac_cuda_blocks((size_t)ffn->D, TOKEN_ROWS, AC_CUDA_GRID_CAP), TOKEN_THREADS,
                             (size_t)k * (sizeof(int) + sizeof(float)), stream>>>(*ffn, k, idx, weight, hidden, y);
     ac_cuda_check("moe_token");
 }

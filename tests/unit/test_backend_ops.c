@@ -960,6 +960,7 @@ static const op_case cases[] = {
     {OP(moe_token), "D40 E8 I24 S16 k3 masked", TOL_REDUCE, {40, 8, 24, 16, 3, 1}, {0}},
     {OP(moe_token), "D300 E6 I70 no shared k2 (threads)", TOL_REDUCE, {300, 6, 70, 0, 2, 0}, {0}},
     {OP(moe_token), "D33 E16 I5 S7 k6", TOL_REDUCE, {33, 16, 5, 7, 6, 0}, {0}},
+    {OP(moe_token), "D50 E4 I200 S100 k2 masked (500 up rows)", TOL_REDUCE, {50, 4, 200, 100, 2, 1}, {0}},
     {OP(gather_rows), "n5 D7 ldsrc9 of11", 0.0, {5, 7, 9, 11}, {0}},
     {OP(gather_rows), "n1 D3 ldsrc3 of2", 0.0, {1, 3, 3, 2}, {0}},
     {OP(scatter_add_rows), "n5 D6 lddst8 of9", TOL_ELEM, {5, 6, 8, 9}, {0}},
