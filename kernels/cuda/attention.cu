@@ -17,13 +17,21 @@
 
 #include <math.h>
 
+/* The sum of v over the warp, in every lane. */
+static __device__ float warp_sum(float v)
+{
+    for (int o = 16; o > 0; o >>= 1)
+        v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
 /* a . b over hd floats, lanes over the columns; every lane gets it. */
 static __device__ float warp_dot(const float *a, const float *b, int hd)
 {
     float s = 0.0f;
     for (int c = threadIdx.x % 32; c < hd; c += 32)
         s += a[c] * b[c];
-    return warp_sum_float(s);
+    return warp_sum(s);
 }
 
 /* a . b over hd floats by the whole block; every thread gets it. red: a float per warp,
@@ -34,7 +42,7 @@ static __device__ float block_dot(const float *a, const float *b, int hd, float 
     float s = 0.0f;
     for (int c = threadIdx.x; c < hd; c += blockDim.x)
         s += a[c] * b[c];
-    s = warp_sum_float(s);
+    s = warp_sum(s);
     if (threadIdx.x % 32 == 0)
         red[threadIdx.x / 32] = s;
     __syncthreads();

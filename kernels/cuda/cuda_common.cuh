@@ -1,5 +1,5 @@
-/* What the CUDA kernel files share: the context's stream, one-dimensional grid sizes, a
- * warp's sum, and the record of the first failed launch. */
+/* What the CUDA kernel files share: the context's stream, one-dimensional grid sizes,
+ * and the record of the first failed launch. */
 #ifndef AC_KERNELS_CUDA_COMMON_CUH
 #define AC_KERNELS_CUDA_COMMON_CUH
 
@@ -22,14 +22,6 @@ static inline unsigned ac_cuda_blocks(size_t n, unsigned threads, unsigned cap)
 }
 
 enum { AC_CUDA_GRID_CAP = 65535 };
-
-/* The sum of v over the warp (all 32 lanes present), in every lane. */
-static __device__ __forceinline__ float warp_sum_float(float v)
-{
-    for (int o = 16; o > 0; o >>= 1)
-        v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
-}
 
 /* Called by every op after its launches (and cuBLAS calls, passing their status): keeps
  * the first error, naming the op, for ac_cuda_backend's take_error. A launch error means
