@@ -338,24 +338,22 @@ void ac_cuda_embedding_backward(ac_kctx *ctx, int n, int D, const float *drows, 
  * emulated server suite took 3x longer). */
 enum { TOKEN_THREADS = 256, TOKEN_WARPS = TOKEN_THREADS / 32, TOKEN_ROWS = 32, TOKEN_COLS = 32 };
 
-/* Thread 0 puts the k picks in increasing expert index into the block's shared memory
- * (ids, and with weights the routing weight times the expert's mask, as the CPU's
- * ac_cpu_moe_token orders and scales them); every thread waits for it. */
+/* Thread 0 puts the k picks in increasing expert index into the block's shared memory:
+ * ids, and weights, each the routing weight times the expert's mask, as the CPU's
+ * ac_cpu_moe_token orders and scales them; every thread waits for it. */
 static __device__ void sort_picks(int k, const int32_t *idx, const float *weight, const float *experts_mask, int *ids,
                                   float *weights)
 {
     if (threadIdx.x == 0)
         for (int j = 0; j < k; j++) {
             int e = idx[j], q = j;
-            float w = weights ? (experts_mask ? weight[j] * experts_mask[e] : weight[j]) : 0.0f;
+            float w = experts_mask ? weight[j] * experts_mask[e] : weight[j];
             for (; q > 0 && ids[q - 1] > e; q--) {
                 ids[q] = ids[q - 1];
-                if (weights)
-                    weights[q] = weights[q - 1];
+                weights[q] = weights[q - 1];
             }
             ids[q] = e;
-            if (weights)
-                weights[q] = w;
+            weights[q] = w;
         }
     __syncthreads();
 }
@@ -400,11 +398,12 @@ static __device__ float tiled_rows_dot(RowFn row, int r0, int rows, int cols, co
 
 /* h = relu2(row . x) times the row's channel mask, for every row of the stacked up
  * projections. */
-static __global__ void moe_token_up_kernel(ac_k_moe_ffn f, int k, const int32_t *idx, const float *x, float *hidden)
+static __global__ void moe_token_up_kernel(ac_k_moe_ffn f, int k, const int32_t *idx, const float *weight,
+                                           const float *x, float *hidden)
 {
     extern __shared__ int ids[];
     __shared__ float tile[TOKEN_WARPS][TOKEN_ROWS][TOKEN_COLS + 1], part[TOKEN_WARPS][TOKEN_ROWS];
-    sort_picks(k, idx, NULL, NULL, ids, NULL);
+    sort_picks(k, idx, weight, f.experts_mask, ids, (float *)(ids + k));
     int total = f.S + k * f.I;
     auto row = [&](int r) { return up_row(f, ids, r); };
     for (int r0 = blockIdx.x * TOKEN_ROWS; r0 < total; r0 += gridDim.x * TOKEN_ROWS) {
@@ -451,11 +450,12 @@ void ac_cuda_moe_token(ac_kctx *ctx, const ac_k_moe_ffn *ffn, int k, const int32
         return;
     cudaStream_t stream = ac_cuda_stream(ctx);
     size_t rows = (size_t)ffn->S + (size_t)k * ffn->I;
+    size_t picks = (size_t)k * (sizeof(int) + sizeof(float)); /* sort_picks's ids and weights */
     if (rows > 0)
-        moe_token_up_kernel<<<ac_cuda_blocks(rows, TOKEN_ROWS, AC_CUDA_GRID_CAP), TOKEN_THREADS,
-                              (size_t)k * sizeof(int), stream>>>(*ffn, k, idx, x, hidden);
-    moe_token_down_kernel<<<ac_cuda_blocks((size_t)ffn->D, TOKEN_ROWS, AC_CUDA_GRID_CAP), TOKEN_THREADS,
-                            (size_t)k * (sizeof(int) + sizeof(float)), stream>>>(*ffn, k, idx, weight, hidden, y);
+        moe_token_up_kernel<<<ac_cuda_blocks(rows, TOKEN_ROWS, AC_CUDA_GRID_CAP), TOKEN_THREADS, picks, stream>>>(
+            *ffn, k, idx, weight, x, hidden);
+    moe_token_down_kernel<<<ac_cuda_blocks((size_t)ffn->D, TOKEN_ROWS, AC_CUDA_GRID_CAP), TOKEN_THREADS, picks,
+                            stream>>>(*ffn, k, idx, weight, hidden, y);
     ac_cuda_check("moe_token");
 }
 
