@@ -29,13 +29,15 @@ typedef struct ac_backend ac_backend;
 
 /* One MoE layer's feed-forward as ac_k_moe_token reads it: the struct in host memory, what
  * it points to in the backend's. Widths D (hidden), E experts of I channels, a shared
- * expert of S (0: none). */
+ * expert of S (0: none). The four matrices are floats, or bf16 values (uint16_t) when
+ * bf16 is set, read as ac_k_linear_bf16 reads its weights. */
 typedef struct {
     int D, E, I, S;
-    const float *experts_up;   /* [E, I, D] */
-    const float *experts_down; /* [E, D, I] */
-    const float *shared_up;    /* [S, D] */
-    const float *shared_down;  /* [D, S] */
+    int bf16;
+    const void *experts_up;   /* [E, I, D] */
+    const void *experts_down; /* [E, D, I] */
+    const void *shared_up;    /* [S, D] */
+    const void *shared_down;  /* [D, S] */
     const float *experts_mask; /* [E] scales each expert's routing weight, or NULL */
     const float *ffn_mask;     /* [I] the routed experts' channels, or NULL */
     const float *shared_mask;  /* [S] the shared expert's channels, or NULL */
@@ -167,7 +169,9 @@ struct ac_backend {
      * them back: h = relu2(up x) times the channel mask, for the shared expert then the
      * picked experts in increasing index; y [D] = down_s h_s + sum of weight_j (times
      * experts_mask[idx_j]) down_j h_j, in that order (y overwritten). hidden [S + k I]
-     * gets the h, in that order. k <= AC_K_MAX_MOE_PICKS. */
+     * gets the h, in that order. k <= AC_K_MAX_MOE_PICKS. With bf16 weights (ffn->bf16)
+     * the products read x and h rounded to bf16, as ac_k_linear_bf16 (hidden keeps the h
+     * unrounded). */
     void (*moe_token)(ac_kctx *ctx, const ac_k_moe_ffn *ffn, int k, const int32_t *idx, const float *weight,
                       const float *x, float *hidden, float *y);
 
@@ -180,6 +184,17 @@ struct ac_backend {
 
     /* dst[i] = src[rows[i]] for n rows of D floats. */
     void (*gather_rows)(ac_kctx *ctx, int n, int D, const float *src, int ldsrc, const int32_t *rows, float *dst);
+
+    /* ---- serving with bf16 weights: W holds bf16 values (the high half of a float's
+     * bits). A product rounds each input it reads to bf16 (to nearest, ties to even), as a
+     * GPU's bf16 GEMM takes its operands, and sums in f32. ---- */
+
+    /* C[M,N] = alpha bf16(A)[M,K] @ W[N,K]^T + beta * C (beta 0: C is not read). */
+    void (*linear_bf16)(ac_kctx *ctx, int M, int N, int K, float alpha, const float *A, int lda,
+                        const uint16_t *W, float beta, float *C, int ldc);
+    /* dst[i] = src[rows[i]] widened to floats, n rows of D (an embedding lookup). */
+    void (*gather_rows_bf16)(ac_kctx *ctx, int n, int D, const uint16_t *src, int ldsrc, const int32_t *rows,
+                             float *dst);
     /* dst[rows[i]] += weight[i] * src[i]; rows must be distinct within one call. */
     void (*scatter_add_rows)(ac_kctx *ctx, int n, int D, const float *src, const int32_t *rows, const float *weight,
                              float *dst, int lddst);
@@ -452,6 +467,18 @@ static inline void ac_k_gather_rows(ac_kctx *ctx, int n, int D, const float *src
                                     const int32_t *rows, float *dst)
 {
     ac_backend_of(ctx)->gather_rows(ctx, n, D, src, ldsrc, rows, dst);
+}
+
+static inline void ac_k_linear_bf16(ac_kctx *ctx, int M, int N, int K, float alpha, const float *A, int lda,
+                                    const uint16_t *W, float beta, float *C, int ldc)
+{
+    ac_backend_of(ctx)->linear_bf16(ctx, M, N, K, alpha, A, lda, W, beta, C, ldc);
+}
+
+static inline void ac_k_gather_rows_bf16(ac_kctx *ctx, int n, int D, const uint16_t *src, int ldsrc,
+                                         const int32_t *rows, float *dst)
+{
+    ac_backend_of(ctx)->gather_rows_bf16(ctx, n, D, src, ldsrc, rows, dst);
 }
 
 static inline void ac_k_scatter_add_rows(ac_kctx *ctx, int n, int D, const float *src, const int32_t *rows,

@@ -3,8 +3,8 @@
 # setup.sh, unless --build-dir names a build made elsewhere, as on a lent machine that
 # reaches no package mirror), runs the device tests (every CUDA op against the CPU's,
 # the CUPTI probe, greedy generation against the CPU's) and the decode and prefill
-# benchmark of a ~1B model made in place (bench_cuda), and writes everything under $OUT
-# (default build-cuda/device-check).
+# benchmark of a ~1B model made in place (bench_cuda), f32 then bf16 weights, and writes
+# everything under $OUT (default build-cuda/device-check).
 #
 #   scripts/device-check.sh [--build-dir DIR]
 #
@@ -44,4 +44,8 @@ cat "$out/bench_cuda.json" "$out/bench_cuda.err"
 if [ "$bench" = 77 ]; then
   exit 77
 fi
-[ "$tests" = 0 ] && [ "$bench" = 0 ]
+# the same model served in bf16 (a serving copy: half the bytes a decode step reads)
+timeout 150 "$build/tests/bench_cuda" --weights bf16 >"$out/bench_cuda_bf16.json" 2>"$out/bench_cuda_bf16.err"
+bench_bf16=$?
+cat "$out/bench_cuda_bf16.json" "$out/bench_cuda_bf16.err"
+[ "$tests" = 0 ] && [ "$bench" = 0 ] && [ "$bench_bf16" = 0 ]

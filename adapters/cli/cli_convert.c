@@ -7,27 +7,15 @@
 
 #include "autocompress/model.h"
 
-typedef struct {
-    const char *name;
-    ac_dtype dtype;
-} dtype_choice;
-
-static const dtype_choice dtype_choices[] = {{"bf16", AC_DTYPE_BF16}, {"f32", AC_DTYPE_F32}};
-
 static ac_status parse_dtype(const char *value, void *dst)
 {
-    for (int i = 0; i < CLI_COUNT(dtype_choices); i++)
-        if (!strcmp(value, dtype_choices[i].name)) {
-            *(const dtype_choice **)dst = &dtype_choices[i];
-            return AC_OK;
-        }
-    return ac_fail(AC_ERR_INVALID, "--dtype: '%s' is neither bf16 nor f32", value);
+    return ac_weights_dtype_parse("--dtype", value, dst);
 }
 
 int cli_convert(int argc, char **argv)
 {
     const char *model_dir = NULL, *out = NULL;
-    const dtype_choice *dtype = &dtype_choices[0];
+    ac_dtype dtype = AC_DTYPE_BF16;
     const cli_opt opts[] = {
         CLI_REQUIRED("model", &model_dir, "DIR", "the checkpoint to read"),
         CLI_REQUIRED("out", &out, "DIR", "where the rewritten checkpoint goes"),
@@ -46,13 +34,13 @@ int cli_convert(int argc, char **argv)
     ac_model *model;
     ac_status st = ac_model_load(model_dir, &model);
     if (st == AC_OK) {
-        st = ac_model_save(model, out, dtype->dtype);
+        st = ac_model_save(model, out, dtype);
         ac_model_free(model);
     }
     if (st != AC_OK) {
         fprintf(stderr, "autocompress convert: %s\n", ac_error_message());
         return 1;
     }
-    printf("%s -> %s (%s)\n", model_dir, out, dtype->name);
+    printf("%s -> %s (%s)\n", model_dir, out, dtype == AC_DTYPE_BF16 ? "bf16" : "f32");
     return 0;
 }

@@ -21,10 +21,7 @@ typedef struct {
 
 static ac_status parse_dtype(const char *value, void *dst)
 {
-    if (strcmp(value, "f32") && strcmp(value, "bf16"))
-        return ac_fail(AC_ERR_INVALID, "--dtype: '%s' is neither 'f32' nor 'bf16'", value);
-    *(ac_dtype *)dst = !strcmp(value, "bf16") ? AC_DTYPE_BF16 : AC_DTYPE_F32;
-    return AC_OK;
+    return ac_weights_dtype_parse("--dtype", value, dst);
 }
 
 static int parse_args(int argc, char **argv, prune_args *a)

@@ -20,6 +20,7 @@ typedef struct {
     const char *tokenizer_path; /* default: MODEL/tokenizer.json */
     const char *out_path;
     const char *device; /* "cpu" (default) or "cuda" */
+    ac_dtype weights;   /* f32 (default), or bf16: a serving copy */
     int max_tokens;
     double temperature;
     double top_p;
@@ -32,13 +33,20 @@ static int report(const char *command, ac_status st)
     return st == AC_ERR_INVALID ? 2 : 1;
 }
 
+static ac_status parse_weights(const char *value, void *dst)
+{
+    return ac_weights_dtype_parse("--weights", value, dst);
+}
+
 /* The rows logits and generate share: the checkpoint and its input. */
 #define RUN_INPUT_OPTS(a)                                                                      \
     CLI_REQUIRED("model", &(a)->model_dir, "DIR", "the checkpoint"),                           \
     CLI_TEXT("ids", &(a)->ids_text, "1,2,3", "the input as token ids"),                        \
     CLI_TEXT("prompt", &(a)->prompt, "TEXT", "the input as text, encoded with the tokenizer"), \
     CLI_TEXT("tokenizer", &(a)->tokenizer_path, "FILE", "tokenizer.json for --prompt (default: DIR/tokenizer.json)"), \
-    CLI_TEXT("device", &(a)->device, "cpu|cuda", "where the model runs (default: cpu)")
+    CLI_TEXT("device", &(a)->device, "cpu|cuda", "where the model runs (default: cpu)"),         \
+    CLI_CUSTOM("weights", &(a)->weights, "f32|bf16",                                           \
+               "the product weights' dtype where the model runs (default: f32)", parse_weights)
 
 /* Parses and checks that exactly one input was given. */
 static int parse_input(const cli_spec *spec, int argc, char **argv, const run_args *a)
@@ -128,7 +136,7 @@ static ac_status run_state_open(const run_args *a, run_state *r)
     if (st == AC_OK)
         st = ac_model_load(a->model_dir, &r->model);
     if (st == AC_OK)
-        st = ac_model_move_to_device(&r->model, a->device);
+        st = ac_model_move_to_device_as(&r->model, a->device, a->weights);
     if (st == AC_OK)
         st = ac_runtime_create(r->model, &r->runtime);
     if (st == AC_OK)

@@ -16,6 +16,7 @@ typedef struct {
     const char *model, *config, *port_file;
     const char *host;
     const char *device;
+    const char *weights;
     int port, slots, threads; /* -1: not given */
 } serve_args;
 
@@ -32,6 +33,8 @@ static int parse_args(int argc, char **argv, serve_args *a)
         CLI_NUMBER("threads", CLI_INT, &a->threads, "N", "engine threads, 0: all cores (default: the config's, else 0)",
                    0, 1024),
         CLI_TEXT("device", &a->device, "cpu|cuda", "where the models run (default: the config's, else cpu)"),
+        CLI_TEXT("weights", &a->weights, "f32|bf16",
+                 "the product weights' dtype where the models run (default: the config's, else f32)"),
         CLI_TEXT("port-file", &a->port_file, "FILE", "write the bound port here once listening"),
     };
     const cli_spec spec = {"serve", NULL,
@@ -69,6 +72,10 @@ static int configure(const serve_args *a, srv_config *c)
         c->threads = a->threads;
     if (a->device)
         snprintf(c->device, sizeof c->device, "%s", a->device);
+    if (a->weights && ac_weights_dtype_parse("--weights", a->weights, &c->weights) != AC_OK) {
+        fprintf(stderr, "autocompress serve: %s\n", ac_error_message());
+        return 2;
+    }
     srv_config_apply_env(c);
     return CLI_PARSED;
 }

@@ -69,6 +69,7 @@ typedef struct {
     double drain_timeout_s;  /* SIGTERM: how long in-flight completions may take to finish */
     int threads;             /* engine threads (0: all cores) */
     char device[16];         /* where models run: "cpu" (default) or "cuda" */
+    ac_dtype weights;        /* their product weights there: f32 (default) or bf16 */
     char model_name[SRV_NAME_MAX]; /* the id in /v1/models; default the directory's name */
     char admin_token[256];   /* empty: admin endpoints disabled */
     int prefix_reuse;        /* reuse a slot's cache when a prompt extends it */
@@ -104,9 +105,11 @@ typedef struct srv_model {
 } srv_model;
 
 /* Loads a checkpoint directory (config.json, weights, tokenizer.json) onto `device`
- * ("cpu", "cuda") and validates it: a forward on a probe prompt must give finite
+ * ("cpu", "cuda"), its product weights as `weights` (f32, or bf16: a serving copy,
+ * ac_model_to_device_as), and validates it: a forward on a probe prompt must give finite
  * logits. Runs on a thread of its own (srv_model.c says why); the caller waits. */
-ac_status srv_model_load(const char *path, const char *name, const char *device, srv_model **model);
+ac_status srv_model_load(const char *path, const char *name, const char *device, ac_dtype weights,
+                         srv_model **model);
 void srv_model_free(srv_model *model);
 
 /* ---- text helpers (srv_text.c) ---- */

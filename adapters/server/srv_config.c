@@ -8,6 +8,7 @@
  *   max_tokens_limit = 0;      max_prompt_tokens = 0;     (0: the context)
  *   max_body_bytes = 1048576;  max_connections = 64;    drain_timeout_s = 30.0;
  *   threads = 0;               model_name = "prose";     device = "cpu";   ("cuda": the GPU)
+ *   weights = "f32";           ("bf16": the product weights rounded, about half the memory)
  *   admin_token = "...";       prefix_reuse = true;
  *   control = { jobs_dir = "autocompress-jobs"; data = "DIR"; tables = "FILE";
  *               parent = "DIR"; contract = "FILE"; threads = 1; nice = 10;
@@ -82,6 +83,15 @@ static ac_status read_string(const char *path, const config_setting_t *s, char *
         return bad(path, s, "is too long");
     snprintf(out, size, "%s", v);
     return AC_OK;
+}
+
+static ac_status read_weights(const char *path, const config_setting_t *s, ac_dtype *out)
+{
+    char value[8];
+    ac_status st = read_string(path, s, value, sizeof value);
+    if (st == AC_OK && ac_weights_dtype_parse("weights", value, out) != AC_OK)
+        st = bad(path, s, "must be \"f32\" or \"bf16\"");
+    return st;
 }
 
 static ac_status read_double(const char *path, const config_setting_t *s, double min, double max, double *out)
@@ -209,6 +219,8 @@ static ac_status read_setting(const char *path, const config_setting_t *s, srv_c
         return read_string(path, s, c->profile_tables, sizeof c->profile_tables);
     if (!strcmp(name, "device"))
         return read_string(path, s, c->device, sizeof c->device);
+    if (!strcmp(name, "weights"))
+        return read_weights(path, s, &c->weights);
     if (!strcmp(name, "model_name"))
         return read_string(path, s, c->model_name, sizeof c->model_name);
     if (!strcmp(name, "admin_token"))

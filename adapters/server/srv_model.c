@@ -59,7 +59,8 @@ static void summarise(srv_model *m)
              pattern, a->hidden, a->vocab, (double)m->params / 1e6);
 }
 
-static ac_status load_here(const char *path, const char *name, const char *device, srv_model **out)
+static ac_status load_here(const char *path, const char *name, const char *device, ac_dtype weights,
+                           srv_model **out)
 {
     *out = NULL;
     if (strlen(path) >= SRV_PATH_MAX)
@@ -83,7 +84,7 @@ static ac_status load_here(const char *path, const char *name, const char *devic
     snprintf(tok_path, sizeof tok_path, "%s/tokenizer.json", path);
     ac_status st = ac_model_load(path, &m->model);
     if (st == AC_OK)
-        st = ac_model_move_to_device(&m->model, device);
+        st = ac_model_move_to_device_as(&m->model, device, weights);
     if (st == AC_OK)
         st = ac_tokenizer_load(tok_path, &m->tokenizer);
     if (st == AC_OK) {
@@ -126,6 +127,7 @@ void srv_model_free(srv_model *m)
  * two thirds of the offline speed). A short-lived thread takes its pool with it. */
 typedef struct {
     const char *path, *name, *device;
+    ac_dtype weights;
     srv_model *model;
     ac_status status;
     char message[512];
@@ -134,16 +136,17 @@ typedef struct {
 static void *load_main(void *arg)
 {
     load_job *job = arg;
-    job->status = load_here(job->path, job->name, job->device, &job->model);
+    job->status = load_here(job->path, job->name, job->device, job->weights, &job->model);
     if (job->status != AC_OK)
         snprintf(job->message, sizeof job->message, "%s", ac_error_message());
     return NULL;
 }
 
-ac_status srv_model_load(const char *path, const char *name, const char *device, srv_model **out)
+ac_status srv_model_load(const char *path, const char *name, const char *device, ac_dtype weights,
+                         srv_model **out)
 {
     *out = NULL;
-    load_job job = {.path = path, .name = name, .device = device};
+    load_job job = {.path = path, .name = name, .device = device, .weights = weights};
     pthread_t thread;
     if (pthread_create(&thread, NULL, load_main, &job) != 0)
         return ac_fail(AC_ERR_INTERNAL, "%s: cannot start a thread to load it", path);

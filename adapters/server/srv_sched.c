@@ -762,7 +762,7 @@ static void publish_model(srv_server *s, srv_model *m)
 ac_status srv_server_load_initial(srv_server *s, const char *path)
 {
     srv_model *m = NULL;
-    ac_status st = srv_model_load(path, s->cfg.model_name, s->cfg.device, &m);
+    ac_status st = srv_model_load(path, s->cfg.model_name, s->cfg.device, s->cfg.weights, &m);
     if (st != AC_OK)
         return st;
     pthread_mutex_lock(&s->mu);
@@ -839,12 +839,12 @@ static ac_status swap_draining(srv_server *s, const char *path, srv_model **load
     while (s->live_models > 0 && !s->stopping)
         pthread_cond_wait(&s->state_cv, &s->mu);
     pthread_mutex_unlock(&s->mu);
-    ac_status st = srv_model_load(path, s->cfg.model_name, s->cfg.device, loaded);
+    ac_status st = srv_model_load(path, s->cfg.model_name, s->cfg.device, s->cfg.weights, loaded);
     if (st != AC_OK && old_path[0]) {
         char message[512];
         snprintf(message, sizeof message, "%s", ac_error_message());
         srv_model *back = NULL;
-        if (srv_model_load(old_path, s->cfg.model_name, s->cfg.device, &back) == AC_OK) {
+        if (srv_model_load(old_path, s->cfg.model_name, s->cfg.device, s->cfg.weights, &back) == AC_OK) {
             pthread_mutex_lock(&s->mu);
             publish_model(s, back);
             pthread_mutex_unlock(&s->mu);
@@ -876,7 +876,7 @@ int srv_server_swap(srv_server *s, const char *path, int drain_first, srv_swap_r
     if (drain_first) {
         st = swap_draining(s, path, &m);
     } else {
-        st = srv_model_load(path, s->cfg.model_name, s->cfg.device, &m);
+        st = srv_model_load(path, s->cfg.model_name, s->cfg.device, s->cfg.weights, &m);
         if (st == AC_OK) {
             pthread_mutex_lock(&s->mu);
             publish_model(s, m);

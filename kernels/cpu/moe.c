@@ -205,40 +205,89 @@ static void picks_in_order(int k, const int32_t *idx, int *order)
     }
 }
 
+enum { MOE_TOKEN_PRODUCTS = AC_K_MAX_MOE_PICKS + 1 };
+
+/* A token's products, the shared expert then the picks by increasing expert index: the
+ * up and down matrices (as the ffn holds them: floats or bf16 values), the rows of each
+ * up matrix, the weight of each down product and where its h goes in hidden. */
+typedef struct {
+    int n;
+    const void *up[MOE_TOKEN_PRODUCTS], *down[MOE_TOKEN_PRODUCTS];
+    int rows[MOE_TOKEN_PRODUCTS];
+    float alpha[MOE_TOKEN_PRODUCTS];
+    float *h[MOE_TOKEN_PRODUCTS];
+} token_products;
+
+static void list_token_products(const ac_k_moe_ffn *f, int k, const int32_t *idx, const float *weight,
+                                float *hidden, token_products *p)
+{
+    size_t elem = f->bf16 ? sizeof(uint16_t) : sizeof(float), per_expert = (size_t)f->I * f->D * elem;
+    int order[AC_K_MAX_MOE_PICKS];
+    float *next = hidden;
+    p->n = 0;
+    if (f->S > 0) {
+        p->up[0] = f->shared_up, p->down[0] = f->shared_down, p->rows[0] = f->S, p->alpha[0] = 1.0f;
+        p->h[0] = next, next += f->S, p->n = 1;
+    }
+    picks_in_order(k, idx, order);
+    for (int o = 0; o < k; o++) {
+        int j = order[o], e = idx[j], n = p->n++;
+        p->up[n] = (const char *)f->experts_up + (size_t)e * per_expert;
+        p->down[n] = (const char *)f->experts_down + (size_t)e * per_expert;
+        p->rows[n] = f->I;
+        p->alpha[n] = f->experts_mask ? weight[j] * f->experts_mask[e] : weight[j];
+        p->h[n] = next, next += f->I;
+    }
+}
+
+/* relu2 and the channel mask of each product's h. */
+static void activate_token_products(ac_kctx *ctx, const ac_k_moe_ffn *f, const token_products *p)
+{
+    for (int i = 0; i < p->n; i++) {
+        const float *mask = i == 0 && f->S > 0 ? f->shared_mask : f->ffn_mask;
+        ac_cpu_relu2(ctx, (size_t)p->rows[i], p->h[i], p->h[i]);
+        if (mask)
+            ac_cpu_mul_columns(ctx, 1, p->rows[i], mask, p->h[i], p->rows[i]);
+    }
+}
+
+/* The same products with bf16 weights, one ac_cpu_linear_bf16 each: the down products
+ * add up in the same order. */
+static void moe_token_bf16(ac_kctx *ctx, const ac_k_moe_ffn *f, const token_products *p, const float *x, float *y)
+{
+    for (int i = 0; i < p->n; i++)
+        ac_cpu_linear_bf16(ctx, 1, p->rows[i], f->D, 1.0f, x, f->D, p->up[i], 0.0f, p->h[i], p->rows[i]);
+    activate_token_products(ctx, f, p);
+    if (p->n == 0)
+        for (int d = 0; d < f->D; d++)
+            y[d] = 0.0f;
+    for (int i = 0; i < p->n; i++)
+        ac_cpu_linear_bf16(ctx, 1, f->D, p->rows[i], p->alpha[i], p->h[i], p->rows[i], p->down[i],
+                           i == 0 ? 0.0f : 1.0f, y, f->D);
+}
+
 /* The shared expert and the picked ones as one batch of matrix-vector products, relu2 and
  * the channel masks, then one weighted sum of the down projections: two passes over the
  * weights a token reads, as the grouped path orders them (shared, then by expert). */
 void ac_cpu_moe_token(ac_kctx *ctx, const ac_k_moe_ffn *f, int k, const int32_t *idx, const float *weight,
                       const float *x, float *hidden, float *y)
 {
-    enum { MAX = AC_K_MAX_MOE_PICKS + 1 };
-    const float *up[MAX] = {0}, *down[MAX] = {0}, *xs[MAX] = {0};
-    float *h[MAX] = {0}, alpha[MAX] = {0};
-    int rows[MAX] = {0}, cols[MAX] = {0}, order[AC_K_MAX_MOE_PICKS];
-    int D = f->D, I = f->I, n = 0;
-    float *next = hidden;
-    if (f->S > 0) {
-        up[n] = f->shared_up, down[n] = f->shared_down, rows[n] = f->S, alpha[n] = 1.0f;
-        h[n] = next, next += f->S, n++;
+    token_products p;
+    list_token_products(f, k, idx, weight, hidden, &p);
+    if (f->bf16) {
+        moe_token_bf16(ctx, f, &p, x, y);
+        return;
     }
-    picks_in_order(k, idx, order);
-    for (int o = 0; o < k; o++) {
-        int j = order[o], e = idx[j];
-        up[n] = f->experts_up + (size_t)e * I * D, down[n] = f->experts_down + (size_t)e * D * I, rows[n] = I;
-        alpha[n] = f->experts_mask ? weight[j] * f->experts_mask[e] : weight[j];
-        h[n] = next, next += I, n++;
-    }
-    for (int i = 0; i < n; i++) {
+    const float *up[MOE_TOKEN_PRODUCTS], *down[MOE_TOKEN_PRODUCTS], *xs[MOE_TOKEN_PRODUCTS];
+    int cols[MOE_TOKEN_PRODUCTS];
+    for (int i = 0; i < p.n; i++) {
+        up[i] = p.up[i], down[i] = p.down[i];
         xs[i] = x;
-        cols[i] = D;
+        cols[i] = f->D;
     }
-    ac_cpu_gemv_batch(ctx, n, up, rows, cols, xs, h);
-    for (int i = 0; i < n; i++) {
-        const float *mask = i == 0 && f->S > 0 ? f->shared_mask : f->ffn_mask;
-        ac_cpu_relu2(ctx, (size_t)rows[i], h[i], h[i]);
-        if (mask)
-            ac_cpu_mul_columns(ctx, 1, rows[i], mask, h[i], rows[i]);
-        xs[i] = h[i];
-    }
-    ac_cpu_gemv_sum(ctx, n, down, D, rows, xs, alpha, y);
+    ac_cpu_gemv_batch(ctx, p.n, up, p.rows, cols, xs, p.h);
+    activate_token_products(ctx, f, &p);
+    for (int i = 0; i < p.n; i++)
+        xs[i] = p.h[i];
+    ac_cpu_gemv_sum(ctx, p.n, down, f->D, p.rows, xs, p.alpha, y);
 }

@@ -1,5 +1,6 @@
 /* Matrix products through cuBLAS, f32 with TF32 off (CUBLAS_DEFAULT_MATH), so results
- * differ from the CPU's only by summation order.
+ * differ from the CPU's only by summation order; with bf16 weights, cublasGemmEx on bf16
+ * operands with f32 sums.
  *
  * Row-major X[r, c] with row stride ld is, to column-major cuBLAS, X^T with leading
  * dimension ld. So C = A W^T (row-major) is C^T = W A^T (column-major): W [N, K] is the
@@ -132,4 +133,69 @@ extern "C" void ac_cuda_linear_batch_backward(ac_kctx *ctx, int n, const int *M,
     for (int i = 0; i < n; i++)
         ac_cuda_linear_backward(ctx, M[i], N, K, A ? A[i] : nullptr, lda, W ? W[i] : nullptr, dC[i], lddc, 0.0f,
                                 dA ? dA[i] : nullptr, ldda, dW ? dW[i] : nullptr);
+}
+
+/* ---- bf16 weights ---- */
+
+/* A host thread's device buffer for the bf16 copies of products' inputs: grown when a
+ * product needs more (a runtime's first steps), freed when the thread ends. One buffer
+ * per thread is enough because a thread's ops all go to one stream (the default), where
+ * a product has read it before the next one's inputs are rounded into it. */
+struct bf16_staging {
+    uint16_t *p = nullptr;
+    size_t count = 0;
+    ~bf16_staging()
+    {
+        if (p)
+            cudaFree(p);
+    }
+};
+
+static uint16_t *staging(size_t count, const char *op)
+{
+    static thread_local bf16_staging mine;
+    if (count <= mine.count)
+        return mine.p;
+    if (mine.p)
+        cudaFree(mine.p); /* waits for the products queued that read it */
+    mine.p = nullptr;
+    mine.count = 0;
+    if (cudaMalloc(&mine.p, count * sizeof *mine.p) != cudaSuccess) {
+        mine.p = nullptr;
+        ac_cuda_check(op);
+        return nullptr;
+    }
+    mine.count = count;
+    return mine.p;
+}
+
+/* out [M, K] (packed) = bf16(A [M, K], row stride lda) */
+static __global__ void round_rows_kernel(int M, int K, const float *A, int lda, uint16_t *out)
+{
+    size_t n = (size_t)M * K;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        out[i] = ac_cuda_float_to_bf16(A[(i / K) * lda + i % K]);
+}
+
+enum { ROUND_THREADS = 256 };
+
+/* C = alpha bf16(A) W^T + beta C: A's rows rounded into the staging buffer, then one
+ * GemmEx, laid out as gemm_nt lays out cublasSgemm's operands. */
+extern "C" void ac_cuda_linear_bf16(ac_kctx *ctx, int M, int N, int K, float alpha, const float *A, int lda,
+                                    const uint16_t *W, float beta, float *C, int ldc)
+{
+    if (M <= 0 || N <= 0)
+        return;
+    cublasHandle_t h = blas(ctx, "linear_bf16");
+    uint16_t *a16 = K > 0 ? staging((size_t)M * K, "linear_bf16") : nullptr;
+    if (!h || (K > 0 && !a16))
+        return;
+    if (K > 0) {
+        round_rows_kernel<<<ac_cuda_blocks((size_t)M * K, ROUND_THREADS, AC_CUDA_GRID_CAP), ROUND_THREADS, 0,
+                            ac_cuda_stream(ctx)>>>(M, K, A, lda, a16);
+        ac_cuda_check("linear_bf16");
+    }
+    ac_cuda_check_cublas("linear_bf16", cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, N, M, K, &alpha, W, CUDA_R_16BF,
+                                                     K > 0 ? K : 1, a16, CUDA_R_16BF, K > 0 ? K : 1, &beta, C,
+                                                     CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }

@@ -274,6 +274,27 @@ void ac_cuda_gather_rows(ac_kctx *ctx, int n, int D, const float *src, int ldsrc
     ac_cuda_check("gather_rows");
 }
 
+static __global__ void gather_rows_bf16_kernel(int n, int D, const uint16_t *src, int ldsrc, const int32_t *rows,
+                                               float *dst)
+{
+    for (int i = blockIdx.x; i < n; i += gridDim.x) {
+        const uint16_t *s = src + (size_t)rows[i] * ldsrc;
+        float *d = dst + (size_t)i * D;
+        for (int c = threadIdx.x; c < D; c += blockDim.x)
+            d[c] = ac_cuda_bf16_to_float(s[c]);
+    }
+}
+
+void ac_cuda_gather_rows_bf16(ac_kctx *ctx, int n, int D, const uint16_t *src, int ldsrc, const int32_t *rows,
+                              float *dst)
+{
+    if (n <= 0 || D <= 0)
+        return;
+    gather_rows_bf16_kernel<<<ac_cuda_blocks((size_t)n, 1, AC_CUDA_GRID_CAP), ROW_THREADS, 0,
+                              ac_cuda_stream(ctx)>>>(n, D, src, ldsrc, rows, dst);
+    ac_cuda_check("gather_rows_bf16");
+}
+
 /* dst[rows[i]] += weight[i] * src[i] (weight NULL: 1); rows are distinct, so no two
  * blocks write one row. The product is rounded before the sum, as on the CPU. */
 static __global__ void scatter_add_rows_kernel(int n, int D, const float *src, const int32_t *rows,
@@ -358,31 +379,47 @@ static __device__ void sort_picks(int k, const int32_t *idx, const float *weight
     __syncthreads();
 }
 
+/* How a product reads its weights and inputs: floats as they are; bf16 weights widened
+ * and inputs rounded to bf16 (kernels.h). */
+template <typename W> struct product_read;
+template <> struct product_read<float> {
+    static __device__ float weight(float w) { return w; }
+    static __device__ float input(float v) { return v; }
+};
+template <> struct product_read<uint16_t> {
+    static __device__ float weight(uint16_t w) { return ac_cuda_bf16_to_float(w); }
+    static __device__ float input(float v) { return ac_cuda_round_to_bf16(v); }
+};
+
 /* Row r of the stacked up projections: the shared expert's S rows, then each pick's I. */
-static __device__ const float *up_row(const ac_k_moe_ffn &f, const int *ids, int r)
+template <typename W> static __device__ const W *up_row(const ac_k_moe_ffn &f, const int *ids, int r)
 {
     if (r < f.S)
-        return f.shared_up + (size_t)r * f.D;
-    return f.experts_up + ((size_t)ids[(r - f.S) / f.I] * f.I + (r - f.S) % f.I) * f.D;
+        return (const W *)f.shared_up + (size_t)r * f.D;
+    return (const W *)f.experts_up + ((size_t)ids[(r - f.S) / f.I] * f.I + (r - f.S) % f.I) * f.D;
 }
+
+typedef float token_tiles[TOKEN_WARPS][TOKEN_ROWS][TOKEN_COLS + 1];
+typedef float token_parts[TOKEN_WARPS][TOKEN_ROWS];
 
 /* Rows r0 + i (i < TOKEN_ROWS, those below `rows`) of a matrix with `cols` columns, row
  * r at row(r), times v: lane i of warp 0 returns row r0 + i's product (0 past `rows`),
  * the other threads 0. Every thread of the block calls it. */
-template <typename RowFn>
-static __device__ float tiled_rows_dot(RowFn row, int r0, int rows, int cols, const float *v,
-                                       float (*tile)[TOKEN_ROWS][TOKEN_COLS + 1], float (*part)[TOKEN_ROWS])
+template <typename W, typename RowFn>
+static __device__ float tiled_rows_dot(RowFn row, int r0, int rows, int cols, const float *v, token_tiles &tile,
+                                       token_parts &part)
 {
     int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     float (*mine)[TOKEN_COLS + 1] = tile[warp];
     float s = 0.0f;
     for (int c0 = warp * TOKEN_COLS; c0 - warp * TOKEN_COLS < cols; c0 += TOKEN_WARPS * TOKEN_COLS) {
         for (int q = 0; q < TOKEN_ROWS; q++)
-            mine[q][lane] = r0 + q < rows && c0 + lane < cols ? row(r0 + q)[c0 + lane] : 0.0f;
+            mine[q][lane] =
+                r0 + q < rows && c0 + lane < cols ? product_read<W>::weight(row(r0 + q)[c0 + lane]) : 0.0f;
         __syncthreads();
         int n = cols - c0 < TOKEN_COLS ? cols - c0 : TOKEN_COLS;
         for (int i = 0; i < n; i++)
-            s += mine[lane][i] * v[c0 + i];
+            s += mine[lane][i] * product_read<W>::input(v[c0 + i]);
         __syncthreads();
     }
     /* part is written again only past the next call's first barrier, which warp 0
@@ -397,17 +434,15 @@ static __device__ float tiled_rows_dot(RowFn row, int r0, int rows, int cols, co
 }
 
 /* h = relu2(row . x) times the row's channel mask, for every row of the stacked up
- * projections. */
-static __global__ void moe_token_up_kernel(ac_k_moe_ffn f, int k, const int32_t *idx, const float *weight,
-                                           const float *x, float *hidden)
+ * projections; ids: the picks sorted. */
+template <typename W>
+static __device__ void moe_token_up(const ac_k_moe_ffn &f, int k, const int *ids, const float *x, float *hidden,
+                                    token_tiles &tile, token_parts &part)
 {
-    extern __shared__ int ids[];
-    __shared__ float tile[TOKEN_WARPS][TOKEN_ROWS][TOKEN_COLS + 1], part[TOKEN_WARPS][TOKEN_ROWS];
-    sort_picks(k, idx, weight, f.experts_mask, ids, (float *)(ids + k));
     int total = f.S + k * f.I;
-    auto row = [&](int r) { return up_row(f, ids, r); };
+    auto row = [&](int r) { return up_row<W>(f, ids, r); };
     for (int r0 = blockIdx.x * TOKEN_ROWS; r0 < total; r0 += gridDim.x * TOKEN_ROWS) {
-        float s = tiled_rows_dot(row, r0, total, f.D, x, tile, part);
+        float s = tiled_rows_dot<W>(row, r0, total, f.D, x, tile, part);
         int r = r0 + threadIdx.x;
         if (threadIdx.x < TOKEN_ROWS && r < total) {
             const float *mask = r < f.S ? f.shared_mask : f.ffn_mask;
@@ -419,7 +454,41 @@ static __global__ void moe_token_up_kernel(ac_k_moe_ffn f, int k, const int32_t 
 }
 
 /* y[d] = the shared expert's down row d . h_s, plus each pick's weighted, in increasing
- * expert index. */
+ * expert index; ids and weights: the picks sorted. */
+template <typename W>
+static __device__ void moe_token_down(const ac_k_moe_ffn &f, int k, const int *ids, const float *weights,
+                                      const float *hidden, float *y, token_tiles &tile, token_parts &part)
+{
+    for (int d0 = blockIdx.x * TOKEN_ROWS; d0 < f.D; d0 += gridDim.x * TOKEN_ROWS) {
+        float acc = 0.0f;
+        if (f.S > 0) {
+            auto row = [&](int d) { return (const W *)f.shared_down + (size_t)d * f.S; };
+            acc = tiled_rows_dot<W>(row, d0, f.D, f.S, hidden, tile, part);
+        }
+        for (int j = 0; j < k; j++) {
+            const W *down = (const W *)f.experts_down + (size_t)ids[j] * f.D * f.I;
+            auto row = [&](int d) { return down + (size_t)d * f.I; };
+            acc += weights[j] * tiled_rows_dot<W>(row, d0, f.D, f.I, hidden + f.S + (size_t)j * f.I, tile, part);
+        }
+        if (threadIdx.x < TOKEN_ROWS && d0 + (int)threadIdx.x < f.D)
+            y[d0 + threadIdx.x] = acc;
+    }
+}
+
+/* The kernels hold the shared memory (one set, whichever weight type the ffn has) and
+ * pick the product's reading. */
+static __global__ void moe_token_up_kernel(ac_k_moe_ffn f, int k, const int32_t *idx, const float *weight,
+                                           const float *x, float *hidden)
+{
+    extern __shared__ int ids[];
+    __shared__ float tile[TOKEN_WARPS][TOKEN_ROWS][TOKEN_COLS + 1], part[TOKEN_WARPS][TOKEN_ROWS];
+    sort_picks(k, idx, weight, f.experts_mask, ids, (float *)(ids + k));
+    if (f.bf16)
+        moe_token_up<uint16_t>(f, k, ids, x, hidden, tile, part);
+    else
+        moe_token_up<float>(f, k, ids, x, hidden, tile, part);
+}
+
 static __global__ void moe_token_down_kernel(ac_k_moe_ffn f, int k, const int32_t *idx, const float *weight,
                                              const float *hidden, float *y)
 {
@@ -427,20 +496,10 @@ static __global__ void moe_token_down_kernel(ac_k_moe_ffn f, int k, const int32_
     __shared__ float tile[TOKEN_WARPS][TOKEN_ROWS][TOKEN_COLS + 1], part[TOKEN_WARPS][TOKEN_ROWS];
     float *weights = (float *)(ids + k);
     sort_picks(k, idx, weight, f.experts_mask, ids, weights);
-    for (int d0 = blockIdx.x * TOKEN_ROWS; d0 < f.D; d0 += gridDim.x * TOKEN_ROWS) {
-        float acc = 0.0f;
-        if (f.S > 0) {
-            auto row = [&](int d) { return f.shared_down + (size_t)d * f.S; };
-            acc = tiled_rows_dot(row, d0, f.D, f.S, hidden, tile, part);
-        }
-        for (int j = 0; j < k; j++) {
-            const float *down = f.experts_down + (size_t)ids[j] * f.D * f.I;
-            auto row = [&](int d) { return down + (size_t)d * f.I; };
-            acc += weights[j] * tiled_rows_dot(row, d0, f.D, f.I, hidden + f.S + (size_t)j * f.I, tile, part);
-        }
-        if (threadIdx.x < TOKEN_ROWS && d0 + (int)threadIdx.x < f.D)
-            y[d0 + threadIdx.x] = acc;
-    }
+    if (f.bf16)
+        moe_token_down<uint16_t>(f, k, ids, weights, hidden, y, tile, part);
+    else
+        moe_token_down<float>(f, k, ids, weights, hidden, y, tile, part);
 }
 
 void ac_cuda_moe_token(ac_kctx *ctx, const ac_k_moe_ffn *ffn, int k, const int32_t *idx, const float *weight,

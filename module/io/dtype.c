@@ -40,6 +40,15 @@ ac_status ac_dtype_parse(const char *name, ac_dtype *out)
     return ac_fail(AC_ERR_INVALID, "unknown dtype '%s'", name);
 }
 
+ac_status ac_weights_dtype_parse(const char *what, const char *name, ac_dtype *out)
+{
+    if (!strcmp(name, "f32") || !strcmp(name, "bf16")) {
+        *out = name[0] == 'f' ? AC_DTYPE_F32 : AC_DTYPE_BF16;
+        return AC_OK;
+    }
+    return ac_fail(AC_ERR_INVALID, "%s: '%s' is neither f32 nor bf16", what, name);
+}
+
 bool ac_dtype_is_float(ac_dtype dtype)
 {
     return dtype == AC_DTYPE_F32 || dtype == AC_DTYPE_BF16 || dtype == AC_DTYPE_F16 ||

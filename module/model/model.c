@@ -4,14 +4,45 @@
 #include "runtime/block.h"
 
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 struct ac_layout {
     ac_model *model;
-    size_t offset;
+    size_t offset;   /* floats */
+    size_t offset16; /* a bf16 model's bf16 values, after the floats */
     size_t n_params;
+    int narrow;      /* the last parameter went to the bf16 values */
 };
+
+/* The weights that matrix products read: bf16 in a serving copy. */
+static int is_product_weight(const ac_model *m, float *const *slot)
+{
+    if (slot == &m->embeddings || slot == &m->lm_head)
+        return 1;
+    uintptr_t at = (uintptr_t)slot, base = (uintptr_t)m->layers;
+    if (at < base || at >= base + (uintptr_t)m->arch.n_layers * sizeof *m->layers)
+        return 0;
+    static const size_t products[] = {
+        offsetof(ac_layer_weights, in_proj),   offsetof(ac_layer_weights, out_proj),
+        offsetof(ac_layer_weights, q_proj),    offsetof(ac_layer_weights, k_proj),
+        offsetof(ac_layer_weights, v_proj),    offsetof(ac_layer_weights, o_proj),
+        offsetof(ac_layer_weights, up_proj),   offsetof(ac_layer_weights, down_proj),
+        offsetof(ac_layer_weights, experts_up), offsetof(ac_layer_weights, experts_down),
+    };
+    size_t field = (at - base) % sizeof *m->layers;
+    for (size_t i = 0; i < sizeof products / sizeof products[0]; i++)
+        if (field == products[i])
+            return 1;
+    return 0;
+}
+
+/* Where a bf16 model's bf16 values start: past the floats, at a 16-byte boundary. */
+static uint16_t *bf16_base(const ac_model *m)
+{
+    return (uint16_t *)(void *)(m->arena + ((m->arena_count + 3) & ~(size_t)3));
+}
 
 void ac_layout_param(ac_layout *l, float **slot, int ndim, const int64_t *shape, const char *fmt, ...)
 {
@@ -19,20 +50,31 @@ void ac_layout_param(ac_layout *l, float **slot, int ndim, const int64_t *shape,
     for (int i = 0; i < ndim; i++)
         count *= (size_t)shape[i];
     ac_model *m = l->model;
+    /* a parameter without a slot continues the block of the one before (the experts
+     * after the first, contiguous with it); a block starts at a 16-byte boundary, as
+     * cuBLAS's fastest paths want */
+    int narrow = slot ? m->bf16 && is_product_weight(m, slot) : l->narrow;
+    if (narrow && slot)
+        l->offset16 = (l->offset16 + 7) & ~(size_t)7;
+    l->narrow = narrow;
     if (m->arena) {
         ac_param *p = &m->params[l->n_params];
         va_list args;
         va_start(args, fmt);
         vsnprintf(p->name, sizeof p->name, fmt, args);
         va_end(args);
-        p->data = m->arena + l->offset;
+        p->data = narrow ? (float *)(void *)(bf16_base(m) + l->offset16) : m->arena + l->offset;
+        p->dtype = narrow ? AC_DTYPE_BF16 : AC_DTYPE_F32;
         p->ndim = ndim;
         memcpy(p->shape, shape, (size_t)ndim * sizeof *shape);
         p->count = count;
         if (slot)
             *slot = p->data;
     }
-    l->offset += count;
+    if (narrow)
+        l->offset16 += count;
+    else
+        l->offset += count;
     l->n_params++;
 }
 
@@ -75,12 +117,14 @@ void ac_model_free(ac_model *model)
     free(model);
 }
 
-/* The model's structure (arch, layer and parameter tables) without an arena. */
-static ac_status model_shell(const ac_arch *arch, ac_model **model, ac_layout *sizes)
+/* The model's structure (arch, layer and parameter tables) without an arena; bf16: a
+ * serving copy's layout. */
+static ac_status model_shell(const ac_arch *arch, int bf16, ac_model **model, ac_layout *sizes)
 {
     ac_model *m = calloc(1, sizeof *m);
     if (!m)
         return ac_fail(AC_ERR_NOMEM, "model: out of memory");
+    m->bf16 = bf16;
     ac_status st = ac_arch_copy(&m->arch, arch);
     if (st != AC_OK) {
         free(m);
@@ -108,6 +152,14 @@ static void place_weights(ac_model *m, const ac_layout *sizes)
     layout_model(&l);
 }
 
+/* The bytes of the arena a layout counted. */
+static size_t arena_bytes(const ac_model *m, const ac_layout *sizes)
+{
+    if (!m->bf16)
+        return sizes->offset * sizeof(float);
+    return ((sizes->offset + 3) & ~(size_t)3) * sizeof(float) + sizes->offset16 * sizeof(uint16_t);
+}
+
 /* Which way a copy from a model's memory (src, NULL: the host's) into be's (NULL: the
  * host's) goes; the backend that makes it is the device's. */
 static ac_copy_kind copy_kind_between(const ac_backend *src, const ac_backend *be)
@@ -118,6 +170,9 @@ static ac_copy_kind copy_kind_between(const ac_backend *src, const ac_backend *b
 ac_status ac_model_to_backend(const ac_model *model, const ac_backend *be, ac_model **out)
 {
     const ac_backend *src = model->backend;
+    if (model->bf16)
+        return ac_fail(AC_ERR_UNSUPPORTED,
+                       "model: a bf16 serving copy cannot be copied (make another from the f32 model)");
     if (src && be && src != be)
         return ac_fail(AC_ERR_UNSUPPORTED, "model: cannot copy from %s to %s directly (copy to the host first)",
                        src->name, be->name);
@@ -125,7 +180,7 @@ ac_status ac_model_to_backend(const ac_model *model, const ac_backend *be, ac_mo
     const ac_backend *mover = src ? src : mem;
     ac_model *m = NULL;
     ac_layout sizes;
-    ac_status st = model_shell(&model->arch, &m, &sizes);
+    ac_status st = model_shell(&model->arch, 0, &m, &sizes);
     if (st != AC_OK)
         return st;
     size_t bytes = model->arena_count * sizeof(float);
@@ -163,7 +218,7 @@ ac_status ac_model_create_on(const ac_arch *arch, const ac_backend *be, ac_model
     ac_model *m = NULL;
     ac_layout sizes;
     if (st == AC_OK)
-        st = model_shell(arch, &m, &sizes);
+        st = model_shell(arch, 0, &m, &sizes);
     if (st != AC_OK)
         return st;
     size_t bytes = sizes.offset * sizeof(float);
@@ -178,6 +233,87 @@ ac_status ac_model_create_on(const ac_arch *arch, const ac_backend *be, ac_model
     *out = m;
     return AC_OK;
 }
+
+/* The serving copy's arena built on the host: every float parameter as it is, every
+ * product weight rounded to bf16; then one copy to be's memory. */
+static ac_status fill_bf16_copy(ac_model *m, const ac_model *model, const ac_backend *mem, size_t bytes)
+{
+    char *image = malloc(bytes);
+    if (!image)
+        return ac_fail(AC_ERR_NOMEM, "model: cannot stage %.1f MiB of bf16 weights", (double)bytes / (1 << 20));
+    memset(image, 0, bytes); /* the padding too */
+    for (size_t i = 0; i < m->n_params; i++) {
+        const ac_param *from = &model->params[i], *to = &m->params[i];
+        char *at = image + ((const char *)to->data - (const char *)m->arena);
+        if (to->dtype == AC_DTYPE_BF16)
+            ac_f32_to_bf16(from->data, (uint16_t *)(void *)at, from->count);
+        else
+            memcpy(at, from->data, from->count * sizeof(float));
+    }
+    mem->copy(m->arena, image, bytes, AC_COPY_HOST_TO_DEVICE);
+    free(image);
+    const char *why = mem->take_error();
+    return why ? ac_fail(AC_ERR_DEVICE, "model: copying the bf16 weights to %s: %s", mem->name, why) : AC_OK;
+}
+
+ac_status ac_model_to_backend_as(const ac_model *model, const ac_backend *be, ac_dtype weights, ac_model **out)
+{
+    if (weights == AC_DTYPE_F32)
+        return ac_model_to_backend(model, be, out);
+    if (weights != AC_DTYPE_BF16)
+        return ac_fail(AC_ERR_UNSUPPORTED, "model: weights are served as f32 or bf16, not %s", ac_dtype_name(weights));
+    if (model->backend || model->bf16)
+        return ac_fail(AC_ERR_UNSUPPORTED, "model: a bf16 serving copy is made from f32 weights in host memory");
+    const ac_backend *mem = be ? be : &ac_cpu_backend; /* ac_model_free frees with the CPU's */
+    ac_model *m = NULL;
+    ac_layout sizes;
+    ac_status st = model_shell(&model->arch, 1, &m, &sizes);
+    if (st != AC_OK)
+        return st;
+    size_t bytes = arena_bytes(m, &sizes);
+    m->arena = mem->alloc_dense(bytes);
+    m->backend = be;
+    if (!m->arena) {
+        const char *why = mem->take_error();
+        st = ac_fail(AC_ERR_NOMEM, "model: cannot allocate %.1f MiB of bf16 weights on %s%s%s",
+                     (double)bytes / (1 << 20), mem->name, why ? ": " : "", why ? why : "");
+    }
+    if (st == AC_OK) {
+        place_weights(m, &sizes);
+        st = fill_bf16_copy(m, model, mem, bytes);
+    }
+    if (st != AC_OK) {
+        ac_model_free(m);
+        return st;
+    }
+    *out = m;
+    return AC_OK;
+}
+
+ac_status ac_model_to_device_as(const ac_model *model, const char *device, ac_dtype weights, ac_model **out)
+{
+    char why[256];
+    const ac_backend *be = ac_backend_select(device, why, sizeof why);
+    if (!be)
+        return ac_fail(AC_ERR_UNSUPPORTED, "model: %s", why);
+    return ac_model_to_backend_as(model, be == &ac_cpu_backend ? NULL : be, weights, out);
+}
+
+ac_status ac_model_move_to_device_as(ac_model **model, const char *device, ac_dtype weights)
+{
+    if (weights == AC_DTYPE_F32)
+        return ac_model_move_to_device(model, device);
+    if (!*model)
+        return AC_OK;
+    ac_model *from = *model;
+    ac_status st = ac_model_to_device_as(from, device ? device : "cpu", weights, model);
+    if (st != AC_OK)
+        *model = NULL;
+    ac_model_free(from);
+    return st;
+}
+
+ac_dtype ac_model_weights_dtype(const ac_model *model) { return model->bf16 ? AC_DTYPE_BF16 : AC_DTYPE_F32; }
 
 ac_status ac_model_to_device(const ac_model *model, const char *device, ac_model **out)
 {
@@ -212,6 +348,8 @@ const char *ac_model_device(const ac_model *model)
 
 ac_status ac_model_check_host(const ac_model *model, const char *what)
 {
+    if (model->bf16)
+        return ac_fail(AC_ERR_UNSUPPORTED, "model: %s needs f32 weights; this is a bf16 serving copy", what);
     if (!model->backend)
         return AC_OK;
     return ac_fail(AC_ERR_UNSUPPORTED, "model: %s needs the weights in host memory; this copy is on %s", what,

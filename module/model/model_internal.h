@@ -34,6 +34,12 @@ typedef struct {
 struct ac_model {
     ac_arch arch;
     const struct ac_backend *backend; /* whose memory holds the arena; NULL: the host's */
+    /* A serving copy (ac_model_to_device_as with bf16): the product weights (embeddings,
+     * LM head, projections, experts) hold bf16 values although their pointers are typed
+     * float; the runtime reads them through ac_rt_linear and its kin, and nothing trains,
+     * saves or slices such a model. Its arena holds the arena_count floats, then the bf16
+     * values. */
+    int bf16;
     float *arena;
     size_t arena_count;
     float *embeddings; /* [V, D] */
@@ -49,6 +55,14 @@ struct ac_model {
 /* A copy of model with its weights in be's memory (be NULL: the host's), from the host
  * or from be itself; ac_model_to_device by backend rather than name. */
 ac_status ac_model_to_backend(const ac_model *model, const struct ac_backend *be, ac_model **out);
+
+/* A copy of host model `model` with its weights in be's memory (NULL: the host's) and
+ * stored as `weights` (AC_DTYPE_F32, or AC_DTYPE_BF16 for a serving copy). */
+ac_status ac_model_to_backend_as(const ac_model *model, const struct ac_backend *be, ac_dtype weights,
+                                 ac_model **out);
+
+/* The weights as the ops read them: a product weight of a bf16 model as bf16 values. */
+static inline const uint16_t *ac_model_bf16_view(const float *weights) { return (const uint16_t *)(const void *)weights; }
 
 /* dst's weights = src's (the same layout; src in host memory or on dst's device). */
 void ac_model_copy_weights(ac_model *dst, const ac_model *src);

@@ -312,6 +312,8 @@ static ac_status save_host_model(const ac_model *model, const char *dir, ac_dtyp
 /* A model on a device is written from a host copy. */
 ac_status ac_model_save(const ac_model *model, const char *dir, ac_dtype dtype)
 {
+    if (model->bf16)
+        return ac_fail(AC_ERR_UNSUPPORTED, "%s: a bf16 serving copy is not saved (save the f32 model)", dir);
     if (!model->backend)
         return save_host_model(model, dir, dtype);
     ac_model *host = NULL;

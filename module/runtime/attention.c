@@ -64,7 +64,7 @@ static void qkv_of_tokens(ac_runtime *rt, const ac_layer_weights *w, int T, int 
             cols[3 * t + j] = D;
         }
     }
-    ac_k_gemv_batch(&rt->kctx, 3 * T, W, rows, cols, x, y);
+    ac_rt_gemv_batch(rt, 3 * T, W, rows, cols, x, y);
 }
 
 /* Training (no caches): K and V rows [T, nkv] copied into the cache layout [n_kv, T, hd]
@@ -104,18 +104,19 @@ static void attention_forward(ac_runtime *rt, int layer, const ac_seqs *seqs, co
     if (seqs->caches && T <= QKV_TOKENS_MAX)
         qkv_of_tokens(rt, w, T, D, nq, nkv, xn, q, k, v);
     else
-        ac_k_linear(&rt->kctx, T, nq, D, xn, D, w->q_proj, 0.0f, q, nq);
+        ac_rt_linear(rt, T, nq, D, xn, D, w->q_proj, 0.0f, q, nq);
     if (!seqs->caches && rt->saved) {
         /* K and V kept in rows for the backward, then copied into the cache layout */
         float *k_rows = q + (size_t)T * nq, *v_rows = k_rows + (size_t)T * nkv;
-        ac_k_linear(&rt->kctx, T, nkv, D, xn, D, w->k_proj, 0.0f, k_rows, nkv);
-        ac_k_linear(&rt->kctx, T, nkv, D, xn, D, w->v_proj, 0.0f, v_rows, nkv);
+        ac_rt_linear(rt, T, nkv, D, xn, D, w->k_proj, 0.0f, k_rows, nkv);
+        ac_rt_linear(rt, T, nkv, D, xn, D, w->v_proj, 0.0f, v_rows, nkv);
         batch_attention(rt, b, seqs, q, k_rows, v_rows, k, v, att, stats);
     } else if (!seqs->caches) {
         /* K and V straight into the cache layout [n_kv, T, hd] of the whole batch */
         for (int g = 0; g < nKV; g++) {
-            ac_k_linear(&rt->kctx, T, hd, D, xn, D, w->k_proj + (size_t)g * hd * D, 0.0f, k + (size_t)g * T * hd, hd);
-            ac_k_linear(&rt->kctx, T, hd, D, xn, D, w->v_proj + (size_t)g * hd * D, 0.0f, v + (size_t)g * T * hd, hd);
+            size_t rows = (size_t)g * hd * D;
+            ac_rt_linear(rt, T, hd, D, xn, D, ac_rt_weights_at(rt, w->k_proj, rows), 0.0f, k + (size_t)g * T * hd, hd);
+            ac_rt_linear(rt, T, hd, D, xn, D, ac_rt_weights_at(rt, w->v_proj, rows), 0.0f, v + (size_t)g * T * hd, hd);
         }
         for (int s = 0; s < seqs->n; s++) {
             int o = seqs->offset[s];
@@ -124,8 +125,8 @@ static void attention_forward(ac_runtime *rt, int layer, const ac_seqs *seqs, co
         }
     } else {
         if (T > QKV_TOKENS_MAX) {
-            ac_k_linear(&rt->kctx, T, nkv, D, xn, D, w->k_proj, 0.0f, k, nkv);
-            ac_k_linear(&rt->kctx, T, nkv, D, xn, D, w->v_proj, 0.0f, v, nkv);
+            ac_rt_linear(rt, T, nkv, D, xn, D, w->k_proj, 0.0f, k, nkv);
+            ac_rt_linear(rt, T, nkv, D, xn, D, w->v_proj, 0.0f, v, nkv);
         }
         for (int s = 0; s < seqs->n; s++) {
             int o = seqs->offset[s], L = seqs->len[s];
@@ -136,7 +137,7 @@ static void attention_forward(ac_runtime *rt, int layer, const ac_seqs *seqs, co
                            c->v[layer], c->capacity, scale, att + (size_t)o * nq, nq, NULL, 0);
         }
     }
-    ac_k_linear(&rt->kctx, T, D, nq, att, nq, w->o_proj, 0.0f, out, D);
+    ac_rt_linear(rt, T, D, nq, att, nq, w->o_proj, 0.0f, out, D);
 }
 
 static void attention_backward(ac_runtime *rt, int layer, const ac_seqs *seqs, const float *xn, const ac_block_masks *masks,

@@ -103,12 +103,10 @@ static void upload_ids(ac_runtime *rt, const ac_seqs *seqs, const int32_t *const
 
 static void embed(ac_runtime *rt, const ac_seqs *seqs, const int32_t *const *tokens, const ac_pass *pass)
 {
-    const ac_model *m = rt->model;
-    int D = m->arch.hidden;
+    int D = rt->model->arch.hidden;
     upload_ids(rt, seqs, tokens);
     for (int s = 0; s < seqs->n; s++)
-        ac_k_gather_rows(&rt->kctx, seqs->len[s], D, m->embeddings, D, rt->ids + seqs->offset[s],
-                         pass->xs + (size_t)seqs->offset[s] * D);
+        ac_rt_embed(rt, seqs->len[s], rt->ids + seqs->offset[s], pass->xs + (size_t)seqs->offset[s] * D);
     hidden_mask h = hidden_of(pass);
     if (h.host)
         ac_k_mul_columns(&rt->kctx, seqs->total, D, h.ops, pass->xs, D);
@@ -258,7 +256,7 @@ void ac_driver_logits(ac_runtime *rt, const ac_seqs *seqs, const ac_pass *pass, 
         last = rt->mix;
     }
     final_norm(rt, rows, last, &h, NULL);
-    ac_k_linear(&rt->kctx, rows, V, D, rt->xn, D, m->lm_head, 0.0f, logits, V);
+    ac_rt_linear(rt, rows, V, D, rt->xn, D, m->lm_head, 0.0f, logits, V);
 }
 
 /* dL/dgate[l] and the hidden mask's output-side share need the block's own mixer output:

@@ -184,7 +184,7 @@ static void mamba2_forward(ac_runtime *rt, int layer, const ac_seqs *seqs, const
     float *A = ac_scratch(rt, (size_t)H);
     ac_k_neg_exp(&rt->kctx, H, w->A_log, A);
 
-    ac_k_linear(&rt->kctx, T, nproj, D, xn, D, w->in_proj, 0.0f, proj, nproj);
+    ac_rt_linear(rt, T, nproj, D, xn, D, w->in_proj, 0.0f, proj, nproj);
     for (int s = 0; s < seqs->n; s++) {
         int o = seqs->offset[s], L = seqs->len[s];
         float *conv_state = conv0, *ssm_state = ssm0;
@@ -224,7 +224,7 @@ static void mamba2_forward(ac_runtime *rt, int layer, const ac_seqs *seqs, const
         width_gated_norm(rt, T, dI, G, ym, proj, nproj, w->gate_norm, a->norm_eps, width, normed);
     else
         ac_k_gated_rmsnorm(&rt->kctx, T, dI, dI / G, ym, dI, proj, nproj, w->gate_norm, a->norm_eps, normed, dI);
-    ac_k_linear(&rt->kctx, T, D, dI, normed, dI, w->out_proj, 0.0f, out, D);
+    ac_rt_linear(rt, T, D, dI, normed, dI, w->out_proj, 0.0f, out, D);
 }
 
 static void mamba2_backward(ac_runtime *rt, int layer, const ac_seqs *seqs, const float *xn, const ac_block_masks *masks,

@@ -30,11 +30,11 @@ static void mlp_forward(ac_runtime *rt, int layer, const ac_seqs *seqs, const fl
     int D = a->hidden, T = seqs->total, F = a->layers[layer].ffn;
     float *h = ac_scratch(rt, (size_t)T * F);
     float *pre = rt->saved ? rt->saved : h;
-    ac_k_linear(&rt->kctx, T, F, D, xn, D, w->up_proj, 0.0f, pre, F);
+    ac_rt_linear(rt, T, F, D, xn, D, w->up_proj, 0.0f, pre, F);
     ac_k_relu2(&rt->kctx, (size_t)T * F, pre, h);
     if (masks && masks->ffn)
         ac_k_mul_columns(&rt->kctx, T, F, masks->ffn, h, F);
-    ac_k_linear(&rt->kctx, T, D, F, h, F, w->down_proj, 0.0f, out, D);
+    ac_rt_linear(rt, T, D, F, h, F, w->down_proj, 0.0f, out, D);
 }
 
 static void mlp_backward(ac_runtime *rt, int layer, const ac_seqs *seqs, const float *xn, const ac_block_masks *masks,

@@ -152,7 +152,7 @@ static void moe_token(ac_runtime *rt, const ac_layer_weights *w, const ac_block_
 {
     int I = b->expert_ffn, S = b->shared_ffn, k = b->top_k;
     ac_k_moe_ffn ffn = {
-        .D = rt->model->arch.hidden, .E = b->n_experts, .I = I, .S = S,
+        .D = rt->model->arch.hidden, .E = b->n_experts, .I = I, .S = S, .bf16 = rt->model->bf16,
         .experts_up = w->experts_up, .experts_down = w->experts_down,
         .shared_up = w->up_proj, .shared_down = w->down_proj,
         .experts_mask = masks ? masks->experts : NULL,
@@ -186,16 +186,17 @@ static void product_rows(int count, const int *M, float *base, int width, float 
 
 /* The nonempty experts of a round [e0, e1): their row counts M and weights, and (when
  * grad is not NULL) their weight gradients; returns how many. */
-static int round_products(const ac_layer_weights *w, const ac_layer_weights *grad, const int *start, int e0, int e1,
-                          int I, int D, int *M, const float **up, const float **down, float **dup, float **ddown)
+static int round_products(const ac_runtime *rt, const ac_layer_weights *w, const ac_layer_weights *grad,
+                          const int *start, int e0, int e1, int I, int D, int *M, const float **up, const float **down,
+                          float **dup, float **ddown)
 {
     int count = 0;
     for (int e = e0; e < e1; e++) {
         if (start[e + 1] == start[e])
             continue;
         M[count] = start[e + 1] - start[e];
-        up[count] = w->experts_up + (size_t)e * I * D;
-        down[count] = w->experts_down + (size_t)e * D * I;
+        up[count] = ac_rt_weights_at(rt, w->experts_up, (size_t)e * I * D);
+        down[count] = ac_rt_weights_at(rt, w->experts_down, (size_t)e * D * I);
         if (grad) {
             dup[count] = grad->experts_up + (size_t)e * I * D;
             ddown[count] = grad->experts_down + (size_t)e * D * I;
@@ -235,11 +236,11 @@ static void moe_forward(ac_runtime *rt, int layer, const ac_seqs *seqs, const fl
     if (S > 0) {
         float *hs = ac_scratch(rt, (size_t)T * S);
         float *pre = keep ? kept.pre_shared : hs;
-        ac_k_linear(&rt->kctx, T, S, D, xn, D, w->up_proj, 0.0f, pre, S);
+        ac_rt_linear(rt, T, S, D, xn, D, w->up_proj, 0.0f, pre, S);
         ac_k_relu2(&rt->kctx, (size_t)T * S, pre, hs);
         if (m_shared)
             ac_k_mul_columns(&rt->kctx, T, S, m_shared, hs, S);
-        ac_k_linear(&rt->kctx, T, D, S, hs, S, w->down_proj, 0.0f, out, D);
+        ac_rt_linear(rt, T, D, S, hs, S, w->down_proj, 0.0f, out, D);
     } else {
         ac_rt_zero(rt, out, (size_t)T * D);
     }
@@ -251,18 +252,18 @@ static void moe_forward(ac_runtime *rt, int layer, const ac_seqs *seqs, const fl
         int p0 = start[e0], n = start[e1] - p0, M[AC_MAX_EXPERTS];
         const float *up[AC_MAX_EXPERTS], *down[AC_MAX_EXPERTS];
         float *xs[AC_MAX_EXPERTS], *pre[AC_MAX_EXPERTS], *hs[AC_MAX_EXPERTS], *ys[AC_MAX_EXPERTS];
-        int count = round_products(w, NULL, start, e0, e1, I, D, M, up, down, NULL, NULL);
+        int count = round_products(rt, w, NULL, start, e0, e1, I, D, M, up, down, NULL, NULL);
         float *pre_round = keep ? kept.pre + (size_t)p0 * I : he; /* relu2 reads it into he */
         product_rows(count, M, xe, D, xs);
         product_rows(count, M, pre_round, I, pre);
         product_rows(count, M, he, I, hs);
         product_rows(count, M, keep ? kept.y + (size_t)p0 * D : oe, D, ys);
         ac_k_gather_rows(&rt->kctx, n, D, xn, D, rows + p0, xe);
-        ac_k_linear_batch(&rt->kctx, count, M, I, D, (const float *const *)xs, D, up, pre, I);
+        ac_rt_linear_batch(rt, count, M, I, D, (const float *const *)xs, D, up, pre, I);
         ac_k_relu2(&rt->kctx, (size_t)n * I, pre_round, he);
         if (m_ffn)
             ac_k_mul_columns(&rt->kctx, n, I, m_ffn, he, I);
-        ac_k_linear_batch(&rt->kctx, count, M, D, I, (const float *const *)hs, I, down, ys, D);
+        ac_rt_linear_batch(rt, count, M, D, I, (const float *const *)hs, I, down, ys, D);
         const float *y = keep ? kept.y + (size_t)p0 * D : oe;
         for (int e = e0; e < e1; e++) /* a token appears once per expert: distinct rows per call */
             ac_k_scatter_add_rows(&rt->kctx, start[e + 1] - start[e], D, y + (size_t)(start[e] - p0) * D,
@@ -369,7 +370,7 @@ static void moe_backward(ac_runtime *rt, int layer, const ac_seqs *seqs, const f
         int p0 = start[e0], n = start[e1] - p0, M[AC_MAX_EXPERTS];
         const float *up[AC_MAX_EXPERTS], *down[AC_MAX_EXPERTS];
         float *dup[AC_MAX_EXPERTS], *ddown[AC_MAX_EXPERTS], *in[AC_MAX_EXPERTS], *out[AC_MAX_EXPERTS];
-        int count = round_products(w, grad, start, e0, e1, I, D, M, up, down, dup, ddown);
+        int count = round_products(rt, w, grad, start, e0, e1, I, D, M, up, down, dup, ddown);
         const float *pre_r = keep ? kept.pre + (size_t)p0 * I : pre;
         ac_k_gather_rows(&rt->kctx, n, D, xn, D, rows + p0, xe);
         if (!keep) {

@@ -78,6 +78,22 @@ ac_status ac_runtime_device_status(ac_runtime *rt, const char *what);
  * the ops (a block's few host-computed values: its plan counts them). */
 float *ac_rt_upload(ac_runtime *rt, const float *host, size_t n);
 
+/* The forward's products with the model's weights (products.c): ac_k_linear,
+ * ac_k_gemv_batch and ac_k_linear_batch as they are, or with bf16 weights when the model
+ * is a serving copy (model->bf16); ac_rt_embed gathers the embeddings of n token ids
+ * (backend memory) into rows [n, D]. The router, kept in f32, and the backward use the
+ * f32 ops directly. */
+void ac_rt_linear(ac_runtime *rt, int M, int N, int K, const float *A, int lda, const float *W, float beta,
+                  float *C, int ldc);
+/* The weight `offset` values into W in the model's storage (a serving copy's product
+ * weights are bf16: a row or an expert of them is not offset in floats). */
+const float *ac_rt_weights_at(const ac_runtime *rt, const float *W, size_t offset);
+void ac_rt_gemv_batch(ac_runtime *rt, int n, const float *const *W, const int *rows, const int *cols,
+                      const float *const *x, float *const *y);
+void ac_rt_linear_batch(ac_runtime *rt, int n, const int *M, int N, int K, const float *const *A, int lda,
+                        const float *const *W, float *const *C, int ldc);
+void ac_rt_embed(ac_runtime *rt, int n, const int32_t *ids, float *rows);
+
 /* Bump allocation from the runtime's scratch, planned at create time per token. */
 float *ac_scratch(ac_runtime *rt, size_t count);
 

@@ -36,6 +36,8 @@ ac_status ac_adamw_create(const ac_model *model, const ac_adamw_params *params, 
     if (!(params->lr > 0) || !(params->beta1 >= 0 && params->beta1 < 1) || !(params->beta2 >= 0 && params->beta2 < 1) ||
         !(params->eps > 0) || params->weight_decay < 0 || params->warmup_steps < 0 || params->total_steps < 1)
         return ac_fail(AC_ERR_INVALID, "adamw: lr, eps and total_steps must be positive, betas in [0, 1), decay and warmup >= 0");
+    if (ac_model_weights_dtype(model) != AC_DTYPE_F32)
+        return ac_fail(AC_ERR_UNSUPPORTED, "adamw: training needs f32 weights; this model is a bf16 serving copy");
     ac_adamw *o = calloc(1, sizeof *o);
     if (!o)
         return ac_fail(AC_ERR_NOMEM, "adamw: out of memory");

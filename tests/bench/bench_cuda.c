@@ -1,14 +1,16 @@
 /* Decode and prefill of a ~1B-parameter Nemotron-H on the CUDA backend, made in place
  * with random weights (no download):
- *   bench_cuda [--prompt P] [--gen G] [--device cuda|cpu]   (cpu: a dry run of the code)
+ *   bench_cuda [--prompt P] [--gen G] [--device cuda|cpu] [--weights f32|bf16]
+ * (cpu: a dry run of the code; bf16: a serving copy, its product weights in bf16)
  * The model: hidden 2048, 26 layers (12 Mamba2 of 64 heads x 64, state 128, 8 groups; 12
  * relu2 MLPs of 10240; 2 GQA attention layers of 16 x 128 heads, 4 KV heads), vocabulary
- * 32768, f32 weights (3.8 GB). Prints one JSON line:
+ * 32768, f32 weights (3.8 GB; 1.9 GB in bf16). Prints one JSON line:
  * - decode at batch 1 after a P-token prompt: tokens/s, and the weight bytes a step reads
  *   per second against a device-to-device copy measured in the same run (read + write
  *   bytes per second: the memory-bandwidth bound);
  * - prefill of P tokens: tokens/s and TFLOP/s (2 x active parameters a token), against
- *   the GEMM rate of the backend's linear op on the model's own weight shapes at P rows.
+ *   the GEMM rate of the backend's linear op (linear_bf16 for bf16 weights) on the model's
+ *   own weight shapes at P rows.
  * Exits 77 when the build or the machine has no CUDA device. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -106,7 +108,10 @@ static double gemm_rate(const ac_backend *be, const ac_model *m, int M)
                 if (p->ndim != 2 || p->data == m->embeddings)
                     continue;
                 int N = (int)p->shape[0], K = (int)p->shape[1];
-                ac_k_linear(&ctx, M, N, K, x, K, p->data, 0.0f, y, N);
+                if (p->dtype == AC_DTYPE_BF16)
+                    ac_k_linear_bf16(&ctx, M, N, K, 1.0f, x, K, (const uint16_t *)(const void *)p->data, 0.0f, y, N);
+                else
+                    ac_k_linear(&ctx, M, N, K, x, K, p->data, 0.0f, y, N);
                 flops += 2.0 * M * N * K;
             }
             be->sync(&ctx);
@@ -124,6 +129,7 @@ int main(int argc, char **argv)
     ac_cpu_blas_restart_if_legacy(argv);
     int P = 512, G = 32, bad = argc % 2 == 0;
     const char *device = "cuda";
+    ac_dtype weights = AC_DTYPE_F32;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--prompt"))
             P = atoi(argv[i + 1]);
@@ -131,11 +137,13 @@ int main(int argc, char **argv)
             G = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--device"))
             device = argv[i + 1];
+        else if (!strcmp(argv[i], "--weights"))
+            bad |= ac_weights_dtype_parse("--weights", argv[i + 1], &weights) != AC_OK;
         else
             bad = 1;
     }
     if (P < 1 || G < 1 || bad) {
-        fprintf(stderr, "usage: bench_cuda [--prompt P] [--gen G] [--device cuda|cpu]\n");
+        fprintf(stderr, "usage: bench_cuda [--prompt P] [--gen G] [--device cuda|cpu] [--weights f32|bf16]\n");
         return 2;
     }
     char why[256];
@@ -153,7 +161,7 @@ int main(int argc, char **argv)
         return 1;
     }
     init_weights(host);
-    ac_status st = ac_model_to_device(host, device, &m);
+    ac_status st = ac_model_to_device_as(host, device, weights, &m);
     ac_model_free(host);
     if (st == AC_OK)
         st = ac_runtime_create(m, &rt);
@@ -195,15 +203,20 @@ int main(int argc, char **argv)
         fprintf(stderr, "bench_cuda: %s\n", failure ? failure : ac_error_message());
         return 1;
     }
-    /* a decode step reads every active weight but the embedding table (one row) */
-    double step_bytes = (double)(counts.active - (int64_t)V * a.hidden) * sizeof(float);
+    /* a decode step reads every weight (all active: no MoE) but the embedding table's other rows */
+    double step_bytes = 0.0;
+    for (size_t i = 0; i < m->n_params; i++) {
+        const ac_param *p = &m->params[i];
+        size_t elem = p->dtype == AC_DTYPE_BF16 ? 2 : 4;
+        step_bytes += (double)elem * (p->data == m->embeddings ? (size_t)a.hidden : p->count);
+    }
     double step = decode / G, bound = copy_rate(be, (size_t)1 << 30, 10), gemm = gemm_rate(be, m, P);
     double prefill_flops = 2.0 * (double)counts.active * P / prefill;
-    printf("{\"params\": %lld, \"prompt\": %d, \"gen\": %d, \"decode_tok_s\": %.1f, \"decode_step_ms\": %.3f, "
+    printf("{\"weights\": \"%s\", \"params\": %lld, \"prompt\": %d, \"gen\": %d, \"decode_tok_s\": %.1f, \"decode_step_ms\": %.3f, "
            "\"decode_read_gbps\": %.1f, \"copy_gbps\": %.1f, \"decode_fraction_of_bandwidth\": %.3f, "
            "\"prefill_tok_s\": %.1f, \"prefill_tflops\": %.2f, \"gemm_tflops_same_shapes\": %.2f, "
            "\"prefill_fraction_of_gemm\": %.3f}\n",
-           (long long)counts.total, P, G, G / decode, step * 1e3, step_bytes / step / 1e9, bound / 1e9,
+           weights == AC_DTYPE_BF16 ? "bf16" : "f32", (long long)counts.total, P, G, G / decode, step * 1e3, step_bytes / step / 1e9, bound / 1e9,
            step_bytes / step / bound, P / prefill, prefill_flops / 1e12, gemm / 1e12, prefill_flops / gemm);
     free(prompt);
     free(logits);

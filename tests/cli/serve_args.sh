@@ -27,6 +27,9 @@ expect 2 "range.cfg:2: port must be in" --model "$model" --config "$tmp/range.cf
 expect 2 "unknown.cfg:2: speed is not a server setting" --model "$model" --config "$tmp/unknown.cfg"
 expect 2 "type.cfg:1: host must be a string" --model "$model" --config "$tmp/type.cfg"
 expect 2 "none.cfg" --model "$model" --config "$tmp/none.cfg"
+printf 'weights = "f16";\n' >"$tmp/weights.cfg"
+expect 2 "weights.cfg:1: weights must be" --model "$model" --config "$tmp/weights.cfg"
+expect 2 "--weights: 'f16' is neither f32 nor bf16" --model "$model" --port 0 --weights f16
 expect 1 "is not an IPv4 or IPv6 address" --model "$model" --host example.org --port 0
 expect 1 "$tmp/missing/config.json" --model "$tmp/missing" --port 0
 printf 'profile_tables = "%s/none.json";\n' "$tmp" >"$tmp/tables.cfg"

@@ -17,6 +17,7 @@
 
 #include <map>
 #include <mutex>
+#include <vector>
 
 #if defined(__SANITIZE_ADDRESS__)
 #include <sanitizer/common_interface_defs.h>
@@ -544,17 +545,19 @@ const char *cublasGetStatusString(cublasStatus_t status)
     case CUBLAS_STATUS_NOT_INITIALIZED: return "CUBLAS_STATUS_NOT_INITIALIZED";
     case CUBLAS_STATUS_INVALID_VALUE: return "CUBLAS_STATUS_INVALID_VALUE";
     case CUBLAS_STATUS_EXECUTION_FAILED: return "CUBLAS_STATUS_EXECUTION_FAILED";
+    case CUBLAS_STATUS_NOT_SUPPORTED: return "CUBLAS_STATUS_NOT_SUPPORTED";
     }
     return "unknown cuBLAS status";
 }
 
 /* A column-major rows x cols operand with leading dimension ld: inside one device
  * allocation (an empty one is not read). */
-static bool operand_ok(const char *call, const char *name, const float *p, int rows, int cols, int ld)
+static bool operand_ok(const char *call, const char *name, const void *p, int rows, int cols, int ld,
+                       size_t elem = sizeof(float))
 {
     if (rows == 0 || cols == 0)
         return true;
-    size_t bytes = ((size_t)(cols - 1) * (size_t)ld + (size_t)rows) * sizeof(float);
+    size_t bytes = ((size_t)(cols - 1) * (size_t)ld + (size_t)rows) * elem;
     if (on_device(p, bytes))
         return true;
     fprintf(stderr, "cudaemu: %s: %s (%p, %d x %d, ld %d) is not inside one device allocation\n", call, name,
@@ -598,6 +601,59 @@ cublasStatus_t cublasSgemm(cublasHandle_t handle, cublasOperation_t transa, cubl
         !operand_ok("cublasSgemm", "C", C, m, n, ldc))
         return CUBLAS_STATUS_EXECUTION_FAILED;
     cblas_sgemm(CblasColMajor, host_op(transa), host_op(transb), m, n, k, *alpha, A, lda, B, ldb, *beta, C, ldc);
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+/* A column-major bf16 operand widened to floats with the same leading dimension. */
+static std::vector<float> widened_bf16(const void *p, int rows, int cols, int ld)
+{
+    std::vector<float> out(rows && cols ? (size_t)(cols - 1) * ld + rows : 0);
+    const uint16_t *h = (const uint16_t *)p;
+    for (int c = 0; c < cols; c++)
+        for (int r = 0; r < rows; r++) {
+            uint32_t bits = (uint32_t)h[(size_t)c * ld + r] << 16;
+            memcpy(&out[(size_t)c * ld + r], &bits, sizeof bits);
+        }
+    return out;
+}
+
+/* A bf16 times bf16 product is exact in a float, so the host's sgemm on widened copies
+ * is cuBLAS's result up to the order of the sums. */
+cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb, int m, int n,
+                            int k, const void *alpha, const void *A, cudaDataType Atype, int lda, const void *B,
+                            cudaDataType Btype, int ldb, const void *beta, void *C, cudaDataType Ctype, int ldc,
+                            cublasComputeType_t computeType, cublasGemmAlgo_t algo)
+{
+    if (!handle)
+        return CUBLAS_STATUS_NOT_INITIALIZED;
+    if (Atype != CUDA_R_16BF || Btype != CUDA_R_16BF || Ctype != CUDA_R_32F || computeType != CUBLAS_COMPUTE_32F ||
+        algo != CUBLAS_GEMM_DEFAULT) {
+        fprintf(stderr, "cudaemu: cublasGemmEx: only bf16 x bf16 -> f32 with CUBLAS_COMPUTE_32F is emulated\n");
+        return CUBLAS_STATUS_NOT_SUPPORTED;
+    }
+    int a_rows = transa == CUBLAS_OP_N ? m : k, a_cols = transa == CUBLAS_OP_N ? k : m;
+    int b_rows = transb == CUBLAS_OP_N ? k : n, b_cols = transb == CUBLAS_OP_N ? n : k;
+    if (m < 0 || n < 0 || k < 0 || lda < (a_rows > 1 ? a_rows : 1) || ldb < (b_rows > 1 ? b_rows : 1) ||
+        ldc < (m > 1 ? m : 1)) {
+        fprintf(stderr, "cudaemu: cublasGemmEx: invalid sizes m %d n %d k %d lda %d ldb %d ldc %d\n", m, n, k, lda,
+                ldb, ldc);
+        return CUBLAS_STATUS_INVALID_VALUE;
+    }
+    const float *a = (const float *)alpha, *b = (const float *)beta;
+    if (!scalars_on_host("cublasGemmEx", a, b))
+        return CUBLAS_STATUS_EXECUTION_FAILED;
+    if (m == 0 || n == 0)
+        return CUBLAS_STATUS_SUCCESS;
+    if ((k > 0 && (!operand_ok("cublasGemmEx", "A", A, a_rows, a_cols, lda, sizeof(uint16_t)) ||
+                   !operand_ok("cublasGemmEx", "B", B, b_rows, b_cols, ldb, sizeof(uint16_t)))) ||
+        !operand_ok("cublasGemmEx", "C", C, m, n, ldc))
+        return CUBLAS_STATUS_EXECUTION_FAILED;
+    std::vector<float> wa = widened_bf16(k > 0 ? A : nullptr, k > 0 ? a_rows : 0, a_cols, lda);
+    std::vector<float> wb = widened_bf16(k > 0 ? B : nullptr, k > 0 ? b_rows : 0, b_cols, ldb);
+    wa.resize(wa.size() + 1); /* never empty: sgemm takes the pointers even when k is 0 */
+    wb.resize(wb.size() + 1);
+    cblas_sgemm(CblasColMajor, host_op(transa), host_op(transb), m, n, k, *a, wa.data(), lda, wb.data(), ldb, *b,
+                (float *)C, ldc);
     return CUBLAS_STATUS_SUCCESS;
 }
 

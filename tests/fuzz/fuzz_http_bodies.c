@@ -15,7 +15,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     (void)argc, (void)argv;
     srv_config_defaults(&config);
     config.context_tokens = 512;
-    if (srv_model_load(AC_SOURCE_DIR "/examples/parent/prose", NULL, "cpu", &model) != AC_OK) {
+    if (srv_model_load(AC_SOURCE_DIR "/examples/parent/prose", NULL, "cpu", AC_DTYPE_F32, &model) != AC_OK) {
         fprintf(stderr, "fuzz_http_bodies: cannot load the prose parent: %s\n", ac_error_message());
         abort(); /* a harness without its model fuzzes nothing */
     }

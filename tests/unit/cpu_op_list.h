@@ -44,6 +44,10 @@
       dy, lddy, dwidth))                                                                                          \
     X(gather_rows, (ac_kctx *ctx, int n, int D, const float *src, int ldsrc, const int32_t *rows, float *dst),    \
       (ctx, n, D, src, ldsrc, rows, dst))                                                                         \
+    X(linear_bf16, (ac_kctx *ctx, int M, int N, int K, float alpha, const float *A, int lda, const uint16_t *W,    \
+      float beta, float *C, int ldc), (ctx, M, N, K, alpha, A, lda, W, beta, C, ldc))                             \
+    X(gather_rows_bf16, (ac_kctx *ctx, int n, int D, const uint16_t *src, int ldsrc, const int32_t *rows,          \
+      float *dst), (ctx, n, D, src, ldsrc, rows, dst))                                                            \
     X(scatter_add_rows, (ac_kctx *ctx, int n, int D, const float *src, const int32_t *rows, const float *weight,  \
       float *dst, int lddst), (ctx, n, D, src, rows, weight, dst, lddst))                                         \
     X(relu2, (ac_kctx *ctx, size_t n, const float *x, float *y), (ctx, n, x, y))                                  \

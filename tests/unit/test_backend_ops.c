@@ -31,6 +31,7 @@
 #include <string.h>
 
 #include "cpu_op_list.h"
+#include "autocompress/dtype.h"
 #include "kernels/cpu/cpu_ops.h"
 #ifdef AC_TEST_CUDA_EMU
 #include "cudaemu.h"
@@ -96,6 +97,8 @@ static const ac_backend reference = {
     .moe_token = ac_cpu_moe_token,
     .moe_mask_scores = ac_cpu_moe_mask_scores,
     .gather_rows = ac_cpu_gather_rows,
+    .linear_bf16 = ac_cpu_linear_bf16,
+    .gather_rows_bf16 = ac_cpu_gather_rows_bf16,
     .scatter_add_rows = ac_cpu_scatter_add_rows,
     .relu2 = ac_cpu_relu2,
     .add = ac_cpu_add,
@@ -130,7 +133,7 @@ static const ac_backend reference = {
 
 /* ---- buffers and runs ---- */
 
-typedef enum { BUF_F32, BUF_I32, BUF_F64 } buf_type;
+typedef enum { BUF_F32, BUF_I32, BUF_F64, BUF_BF16 } buf_type; /* bf16: inputs only */
 
 typedef enum {
     BUF_IN,      /* read only: must come back unchanged */
@@ -176,7 +179,8 @@ typedef struct {
 
 static size_t type_size(buf_type t)
 {
-    return t == BUF_F32 ? sizeof(float) : t == BUF_I32 ? sizeof(int32_t) : sizeof(double);
+    return t == BUF_F32 ? sizeof(float) : t == BUF_I32 ? sizeof(int32_t) : t == BUF_BF16 ? sizeof(uint16_t)
+                                                                         : sizeof(double);
 }
 
 /* splitmix64 */
@@ -234,6 +238,19 @@ static float *f32(run *r, buf_role role, size_t count, float lo, float hi)
     for (size_t i = 0; i < count; i++)
         host[i] = uniform(&stream, lo, hi);
     float *dev = add_buffer(r, BUF_F32, role, count, host);
+    free(host);
+    return dev;
+}
+
+/* bf16 weights: uniform floats in [lo, hi) rounded to bf16. */
+static uint16_t *bf16_in(run *r, size_t count, float lo, float hi)
+{
+    uint16_t *host = malloc(count * sizeof *host);
+    assert_non_null(host);
+    uint64_t stream = buffer_stream(r);
+    for (size_t i = 0; i < count; i++)
+        host[i] = ac_float_to_bf16(uniform(&stream, lo, hi));
+    uint16_t *dev = add_buffer(r, BUF_BF16, BUF_IN, count, host);
     free(host);
     return dev;
 }
@@ -491,15 +508,22 @@ static void op_moe_mask_scores(run *r, const op_case *c)
     CALL(r, moe_mask_scores, T, E, mask, bias, logits, masked_bias);
 }
 
-/* p: D E I S k masked (masked: an expert mask with a zero, and both channel masks) */
+/* A weight matrix of `count` values in [-1, 1): floats, or bf16 values when bf16. */
+static const void *weights_in(run *r, int bf16, size_t count)
+{
+    return bf16 ? (const void *)bf16_in(r, count, -1.0f, 1.0f) : (const void *)f32(r, BUF_IN, count, -1.0f, 1.0f);
+}
+
+/* p: D E I S k masked bf16 (masked: an expert mask with a zero, and both channel masks;
+ * bf16: the matrices in bf16) */
 static void op_moe_token(run *r, const op_case *c)
 {
-    int D = c->p[0], E = c->p[1], I = c->p[2], S = c->p[3], k = c->p[4], masked = c->p[5];
-    ac_k_moe_ffn ffn = {.D = D, .E = E, .I = I, .S = S};
-    ffn.experts_up = f32(r, BUF_IN, (size_t)E * I * D, -1.0f, 1.0f);
-    ffn.experts_down = f32(r, BUF_IN, (size_t)E * D * I, -1.0f, 1.0f);
-    ffn.shared_up = S > 0 ? f32(r, BUF_IN, (size_t)S * D, -1.0f, 1.0f) : NULL;
-    ffn.shared_down = S > 0 ? f32(r, BUF_IN, (size_t)D * S, -1.0f, 1.0f) : NULL;
+    int D = c->p[0], E = c->p[1], I = c->p[2], S = c->p[3], k = c->p[4], masked = c->p[5], bf16 = c->p[6];
+    ac_k_moe_ffn ffn = {.D = D, .E = E, .I = I, .S = S, .bf16 = bf16};
+    ffn.experts_up = weights_in(r, bf16, (size_t)E * I * D);
+    ffn.experts_down = weights_in(r, bf16, (size_t)E * D * I);
+    ffn.shared_up = S > 0 ? weights_in(r, bf16, (size_t)S * D) : NULL;
+    ffn.shared_down = S > 0 ? weights_in(r, bf16, (size_t)D * S) : NULL;
     if (masked) {
         ffn.experts_mask = expert_mask(r, E, 3);
         ffn.ffn_mask = f32(r, BUF_IN, (size_t)I, 0.0f, 1.0f);
@@ -521,6 +545,26 @@ static void op_moe_mask_scores_backward(run *r, const op_case *c)
     const float *dlogits = f32(r, BUF_IN, (size_t)T * E, -1.0f, 1.0f);
     float *dmask = f32(r, BUF_OUT, (size_t)E, -1.0f, 1.0f);
     CALL(r, moe_mask_scores_backward, T, E, mask, dlogits, dmask);
+}
+
+/* p: M N K lda ldc; f: alpha beta */
+static void op_linear_bf16(run *r, const op_case *c)
+{
+    int M = c->p[0], N = c->p[1], K = c->p[2], lda = c->p[3], ldc = c->p[4];
+    const float *A = f32(r, BUF_IN, (size_t)M * lda + 1, -1.0f, 1.0f);
+    const uint16_t *W = bf16_in(r, (size_t)N * K + 1, -1.0f, 1.0f);
+    float *C = f32(r, BUF_OUT, (size_t)M * ldc, -1.0f, 1.0f);
+    CALL(r, linear_bf16, M, N, K, c->f[0], A, lda, W, c->f[1], C, ldc);
+}
+
+/* p: n D ldsrc src_rows */
+static void op_gather_rows_bf16(run *r, const op_case *c)
+{
+    int n = c->p[0], D = c->p[1], ldsrc = c->p[2];
+    const uint16_t *src = bf16_in(r, (size_t)c->p[3] * ldsrc, -2.0f, 2.0f);
+    const int32_t *rows = i32_distinct(r, BUF_IN, 1, n, c->p[3]);
+    float *dst = f32(r, BUF_OUT, (size_t)n * D, -1.0f, 1.0f);
+    CALL(r, gather_rows_bf16, n, D, src, ldsrc, rows, dst);
 }
 
 /* p: n D ldsrc src_rows */
@@ -961,6 +1005,15 @@ static const op_case cases[] = {
     {OP(moe_token), "D300 E6 I70 no shared k2 (threads)", TOL_REDUCE, {300, 6, 70, 0, 2, 0}, {0}},
     {OP(moe_token), "D33 E16 I5 S7 k6", TOL_REDUCE, {33, 16, 5, 7, 6, 0}, {0}},
     {OP(moe_token), "D50 E4 I200 S100 k2 masked (500 up rows)", TOL_REDUCE, {50, 4, 200, 100, 2, 1}, {0}},
+    {OP(moe_token), "D40 E8 I24 S16 k3 masked bf16", TOL_REDUCE, {40, 8, 24, 16, 3, 1, 1}, {0}},
+    {OP(moe_token), "D300 E6 I70 no shared k2 bf16 (threads)", TOL_REDUCE, {300, 6, 70, 0, 2, 0, 1}, {0}},
+    {OP(linear_bf16), "M5 N7 K9 lda12 ldc10 alpha1 beta0", TOL_REDUCE, {5, 7, 9, 12, 10}, {1.0f, 0.0f}},
+    {OP(linear_bf16), "M1 N300 K40 lda41 ldc301 alpha0.7 beta1 (decode, threads)", TOL_REDUCE,
+     {1, 300, 40, 41, 301}, {0.7f, 1.0f}},
+    {OP(linear_bf16), "M67 N33 K21 lda21 ldc35 alpha-1.3 beta0.5 (threads)", TOL_REDUCE, {67, 33, 21, 21, 35},
+     {-1.3f, 0.5f}},
+    {OP(linear_bf16), "M3 N4 K0 beta0.5 (C = beta C)", TOL_REDUCE, {3, 4, 0, 1, 4}, {1.0f, 0.5f}},
+    {OP(gather_rows_bf16), "n5 D7 ldsrc9 of11", 0.0, {5, 7, 9, 11}, {0}},
     {OP(gather_rows), "n5 D7 ldsrc9 of11", 0.0, {5, 7, 9, 11}, {0}},
     {OP(gather_rows), "n1 D3 ldsrc3 of2", 0.0, {1, 3, 3, 2}, {0}},
     {OP(scatter_add_rows), "n5 D6 lddst8 of9", TOL_ELEM, {5, 6, 8, 9}, {0}},
@@ -1240,6 +1293,8 @@ static const ac_backend counting = {
     .moe_token = counted_moe_token,
     .moe_mask_scores = counted_moe_mask_scores,
     .gather_rows = counted_gather_rows,
+    .linear_bf16 = counted_linear_bf16,
+    .gather_rows_bf16 = counted_gather_rows_bf16,
     .scatter_add_rows = counted_scatter_add_rows,
     .relu2 = counted_relu2,
     .add = counted_add,
@@ -1611,7 +1666,7 @@ static void test_moe_token_against_double(void **state)
         fmask[c] = 0.5f + 0.05f * (float)c;
     for (int c = 0; c < S; c++)
         smask[c] = 1.0f - 0.1f * (float)c;
-    ac_k_moe_ffn ffn = {D, E, I, S, up, down, sup, sdown, emask, fmask, smask};
+    ac_k_moe_ffn ffn = {D, E, I, S, 0, up, down, sup, sdown, emask, fmask, smask};
     ac_kctx ctx = {0};
     ac_cpu_moe_token(&ctx, &ffn, K, idx, weight, x, hidden, y);
 
@@ -1638,6 +1693,92 @@ static void test_moe_token_against_double(void **state)
             double alpha = (double)weight[j] * emask[e];
             for (int c = 0; c < I; c++) {
                 double t = alpha * down[((size_t)e * D + d) * I + c] * h[S + o * I + c];
+                want += t;
+                size += fabs(t);
+            }
+        }
+        if (fabs(y[d] - want) > 1e-6 * size + 1e-7)
+            fail_msg("y[%d]: %.9g, want %.9g", d, (double)y[d], want);
+    }
+}
+
+static double bf16_double(float x) { return (double)ac_bf16_to_float(ac_float_to_bf16(x)); }
+
+/* ac_cpu_linear_bf16 against the formula in double: A rounded to bf16, W widened, alpha
+ * and beta (a missing rounding of A is off by ~2^-9 of the sum, far past the bound). */
+static void test_linear_bf16_against_double(void **state)
+{
+    (void)state;
+    enum { M = 3, N = 70, K = 37, LDA = 40, LDC = 71 };
+    static float A[M * LDA], W[N * K], C[M * LDC], C0[M * LDC];
+    static uint16_t W16[N * K];
+    fill_uniform(A, M * LDA, 60);
+    fill_uniform(W, N * K, 61);
+    fill_uniform(C0, M * LDC, 62);
+    for (int i = 0; i < N * K; i++)
+        W16[i] = ac_float_to_bf16(W[i]);
+    memcpy(C, C0, sizeof C);
+    ac_kctx ctx = {0};
+    ac_cpu_linear_bf16(&ctx, M, N, K, -0.75f, A, LDA, W16, 0.5f, C, LDC);
+    double unrounded_off = 0.0;
+    for (int m = 0; m < M; m++)
+        for (int n = 0; n < N; n++) {
+            double dot = 0.0, size = 0.0, plain = 0.0;
+            for (int k = 0; k < K; k++) {
+                double w = ac_bf16_to_float(W16[n * K + k]), t = bf16_double(A[m * LDA + k]) * w;
+                dot += t;
+                size += fabs(t);
+                plain += (double)A[m * LDA + k] * w;
+            }
+            double want = -0.75 * dot + 0.5 * C0[m * LDC + n];
+            if (fabs(C[m * LDC + n] - want) > 1e-6 * (size + fabs(C0[m * LDC + n])) + 1e-7)
+                fail_msg("C[%d, %d]: %.9g, want %.9g", m, n, (double)C[m * LDC + n], want);
+            unrounded_off = fmax(unrounded_off, fabs(-0.75 * (plain - dot)) / (size + 1e-30));
+        }
+    /* the inputs' rounding matters at this bound, so the check above sees it */
+    assert_true(unrounded_off > 1e-4);
+}
+
+/* ac_cpu_moe_token with bf16 weights against the formula in double: x and the h rounded
+ * to bf16 where the products read them, hidden unrounded. */
+static void test_moe_token_bf16_against_double(void **state)
+{
+    (void)state;
+    enum { D = 29, E = 4, I = 7, S = 5, K = 2 };
+    static float f[E * I * D + E * D * I + S * D + D * S], x[D], hidden[S + K * I], y[D];
+    static uint16_t w[sizeof f / sizeof f[0]];
+    fill_uniform(f, sizeof f / sizeof f[0], 70);
+    fill_uniform(x, D, 71);
+    for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
+        w[i] = ac_float_to_bf16(f[i]);
+    const uint16_t *up = w, *down = up + E * I * D, *sup = down + E * D * I, *sdown = sup + S * D;
+    float weight[K] = {0.8f, 0.35f};
+    int32_t idx[K] = {3, 1};
+    ac_k_moe_ffn ffn = {.D = D, .E = E, .I = I, .S = S, .bf16 = 1,
+                        .experts_up = up, .experts_down = down, .shared_up = sup, .shared_down = sdown};
+    ac_kctx ctx = {0};
+    ac_cpu_moe_token(&ctx, &ffn, K, idx, weight, x, hidden, y);
+
+    const int order[K] = {1, 0}; /* experts 1, 3 */
+    double h[S + K * I];
+    for (int r = 0; r < S + K * I; r++) {
+        const uint16_t *row = r < S ? sup + r * D : up + ((size_t)idx[order[(r - S) / I]] * I + (r - S) % I) * D;
+        double dot = 0.0;
+        for (int i = 0; i < D; i++)
+            dot += (double)ac_bf16_to_float(row[i]) * bf16_double(x[i]);
+        h[r] = relu2_double(dot);
+        if (fabs(hidden[r] - h[r]) > 1e-5 * (fabs(h[r]) + 1e-3))
+            fail_msg("hidden[%d]: %.9g, want %.9g", r, (double)hidden[r], h[r]);
+    }
+    for (int d = 0; d < D; d++) {
+        double want = 0.0, size = 0.0;
+        for (int p = 0; p < 1 + K; p++) {
+            int n = p == 0 ? S : I;
+            const uint16_t *row = p == 0 ? sdown + d * S : down + ((size_t)idx[order[p - 1]] * D + d) * I;
+            const float *hp = hidden + (p == 0 ? 0 : S + (p - 1) * I);
+            double alpha = p == 0 ? 1.0 : weight[order[p - 1]];
+            for (int c = 0; c < n; c++) {
+                double t = alpha * ac_bf16_to_float(row[c]) * bf16_double(hp[c]);
                 want += t;
                 size += fabs(t);
             }
@@ -2141,6 +2282,8 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_harness_catches_a_wrong_op),
         cmocka_unit_test(test_gemv_against_double),
         cmocka_unit_test(test_moe_token_against_double),
+        cmocka_unit_test(test_linear_bf16_against_double),
+        cmocka_unit_test(test_moe_token_bf16_against_double),
         cmocka_unit_test(test_gemm_split_against_double),
         cmocka_unit_test(test_linear_batch_backward_against_double),
         cmocka_unit_test(test_conv1d_against_double),

@@ -4,7 +4,8 @@
  * sums differ in order only), greedy generation the same tokens, a training step's loss
  * and weight gradients within 1e-3 of their scale (the backward sums longer chains: the
  * scan's and attention's over the sequence), and the search's step (distillation under
- * soft masks on every axis) with its weight and mask gradients as closely. */
+ * soft masks on every axis) with its weight and mask gradients as closely; and a bf16
+ * serving copy's logits against the same copy on the CPU. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -48,8 +49,10 @@ static double relative(const float *a, const float *b, size_t n)
     return scale > 0.0 ? worst / scale : worst;
 }
 
-/* The prompt's logits, then GEN greedy tokens with each step's logits. */
-static void generate(const ac_model *m, float *prompt_logits, float *step_logits, int32_t *tokens)
+/* The prompt's logits, then GEN greedy tokens with each step's logits; with feed, the
+ * steps take feed's tokens instead of their own choices (still written to tokens). */
+static void generate_fed(const ac_model *m, const int32_t *feed, float *prompt_logits, float *step_logits,
+                         int32_t *tokens)
 {
     ac_runtime *rt;
     ac_cache *c;
@@ -65,7 +68,7 @@ static void generate(const ac_model *m, float *prompt_logits, float *step_logits
     int32_t next = ac_argmax(prompt_logits + (size_t)(PROMPT - 1) * V, V);
     for (int g = 0; g < GEN; g++) {
         tokens[g] = next;
-        const int32_t *one[1] = {&tokens[g]};
+        const int32_t *one[1] = {feed ? &feed[g] : &tokens[g]};
         int ones[1] = {1};
         ac_batch d = {.n_seqs = 1, .tokens = one, .n_tokens = ones, .caches = &c};
         assert_int_equal(ac_runtime_forward(rt, &d, AC_LOGITS_LAST, step_logits + (size_t)g * V), AC_OK);
@@ -73,6 +76,11 @@ static void generate(const ac_model *m, float *prompt_logits, float *step_logits
     }
     ac_cache_free(c);
     ac_runtime_free(rt);
+}
+
+static void generate(const ac_model *m, float *prompt_logits, float *step_logits, int32_t *tokens)
+{
+    generate_fed(m, NULL, prompt_logits, step_logits, tokens);
 }
 
 static void test_logits_and_generation(void **state)
@@ -98,6 +106,42 @@ static void test_logits_and_generation(void **state)
     free(sg);
     ac_model_free(dev);
     ac_model_free(host);
+}
+
+/* A bf16 serving copy on the device against the same copy on the CPU, the decode steps
+ * fed the CPU's greedy tokens: both round every product's inputs to bf16 and sum in f32,
+ * in different orders, so an intermediate on a rounding boundary may move an input by one
+ * bf16 step (2^-8 of it) on one side only, which then carries through the layers and
+ * caches; 2e-2 of the logit scale allows for a few such steps (test_runtime_bf16 says
+ * more), while weights read at the wrong place or type are off by the logit scale. */
+static void test_bf16_logits(void **state)
+{
+    (void)state;
+    ac_model *f32 = make_model(), *host, *dev;
+    assert_int_equal(ac_model_to_backend_as(f32, NULL, AC_DTYPE_BF16, &host), AC_OK);
+    assert_int_equal(ac_model_to_backend_as(f32, cuda, AC_DTYPE_BF16, &dev), AC_OK);
+    float *pw = malloc(PROMPT * V * sizeof *pw), *pg = malloc(PROMPT * V * sizeof *pg);
+    float *sw = malloc(GEN * V * sizeof *sw), *sg = malloc(GEN * V * sizeof *sg);
+    int32_t tw[GEN], tg[GEN];
+    assert_true(pw && pg && sw && sg);
+    generate(host, pw, sw, tw);
+    generate_fed(dev, tw, pg, sg, tg);
+    assert_null(cuda->take_error());
+    double prefill = relative(pw, pg, (size_t)PROMPT * V), decode = relative(sw, sg, (size_t)GEN * V);
+    int same = 0;
+    for (int g = 0; g < GEN; g++)
+        same += tw[g] == tg[g];
+    printf("  bf16 logits: prefill %.2e, decode %.2e of the logit scale; greedy tokens the same %d of %d\n",
+           prefill, decode, same, GEN);
+    assert_true(prefill < 2e-2);
+    assert_true(decode < 2e-2);
+    free(pw);
+    free(pg);
+    free(sw);
+    free(sg);
+    ac_model_free(dev);
+    ac_model_free(host);
+    ac_model_free(f32);
 }
 
 /* One cross-entropy step's loss and weight gradients. */
@@ -182,6 +226,7 @@ int main(int argc, char **argv)
     }
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_logits_and_generation),
+        cmocka_unit_test(test_bf16_logits),
         cmocka_unit_test(test_training_step),
         cmocka_unit_test(test_masked_distillation_step),
     };

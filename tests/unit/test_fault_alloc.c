@@ -142,7 +142,7 @@ static void test_request_parse(void **state)
     (void)state;
     parse_ctx p;
     srv_config_defaults(&p.config);
-    assert_int_equal(srv_model_load(PROSE, NULL, "cpu", &p.model), AC_OK);
+    assert_int_equal(srv_model_load(PROSE, NULL, "cpu", AC_DTYPE_F32, &p.model), AC_OK);
     assert_true(walk("srv_api_parse_completion", parse_request, &p) > 0);
     srv_model_free(p.model);
 }

@@ -23,7 +23,7 @@ static int setup(void **state)
 {
     (void)state;
     srv_config_defaults(&config);
-    if (srv_model_load(PROSE, NULL, "cpu", &model) != AC_OK) {
+    if (srv_model_load(PROSE, NULL, "cpu", AC_DTYPE_F32, &model) != AC_OK) {
         fprintf(stderr, "cannot load %s: %s\n", PROSE, ac_error_message());
         return -1;
     }

@@ -48,6 +48,10 @@ const char *ac_dtype_name(ac_dtype dtype);
  * AC_ERR_INVALID and the message "unknown dtype 'NAME'". */
 ac_status ac_dtype_parse(const char *name, ac_dtype *out);
 
+/* "f32" or "bf16", as options and settings spell a weights' dtype; anything else fails
+ * with AC_ERR_INVALID naming `what` (the option or setting). */
+ac_status ac_weights_dtype_parse(const char *what, const char *name, ac_dtype *out);
+
 /* True for F32, BF16, F16 and F64: the dtypes ac_convert_to_f32 accepts. */
 bool ac_dtype_is_float(ac_dtype dtype);
 

@@ -19,7 +19,8 @@ typedef struct ac_model ac_model;
  * without the "model."/"backbone." prefix (e.g. "layers.3.mixer.in_proj.weight"). */
 typedef struct {
     char name[96];
-    float *data;
+    float *data; /* floats, or bf16 values (uint16_t) where dtype says so */
+    ac_dtype dtype; /* AC_DTYPE_F32, or AC_DTYPE_BF16 for a serving copy's product weights */
     int ndim;
     int64_t shape[3];
     size_t count;
@@ -53,6 +54,19 @@ ac_status ac_model_to_device(const ac_model *model, const char *device, ac_model
 /* *model replaced by its copy on `device` (as ac_model_to_device), the original freed;
  * on failure *model is freed and NULL. NULL *model or device "cpu": nothing to do. */
 ac_status ac_model_move_to_device(ac_model **model, const char *device);
+/* ac_model_to_device with the weights stored as `weights`: AC_DTYPE_F32 is
+ * ac_model_to_device; AC_DTYPE_BF16 makes a serving copy from a host f32 model, whose
+ * product weights (the embeddings, the LM head, every projection and expert: what matrix
+ * products read) are rounded to bf16, about half the memory; the norms, convolutions,
+ * SSM parameters and the router stay f32. Its products round their inputs to bf16 and
+ * sum in f32 (kernels.h). It serves (the runtime's prefill and decode, masked or not);
+ * training, saving, slicing, pruning and copying it refuse it. */
+ac_status ac_model_to_device_as(const ac_model *model, const char *device, ac_dtype weights, ac_model **out);
+/* *model replaced by its copy (as ac_model_to_device_as), the original freed; on failure
+ * *model is freed and NULL. NULL *model: nothing to do. */
+ac_status ac_model_move_to_device_as(ac_model **model, const char *device, ac_dtype weights);
+/* AC_DTYPE_BF16 for a serving copy made by ac_model_to_device_as, else AC_DTYPE_F32. */
+ac_dtype ac_model_weights_dtype(const ac_model *model);
 /* Every weight zero, where the weights live (a gradient accumulator between steps). */
 void ac_model_zero(ac_model *model);
 /* "cpu" for a model in host memory, else its device's name. */

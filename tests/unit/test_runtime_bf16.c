@@ -1,0 +1,324 @@
+/* A bf16 serving copy (ac_model_to_device_as) on the CPU: its layout (the product weights
+ * in bf16, rounded from the f32 model, everything else f32, about half the bytes), its
+ * logits against the f32 engine computing the same rounding by other means (prefill, one
+ * sequence's decode steps, two sequences decoding together), and everything that needs
+ * f32 weights refusing it with a message that says so. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "autocompress/model.h"
+#include "autocompress/optim.h"
+#include "autocompress/runtime.h"
+#include "autocompress/sample.h"
+#include "autocompress/train.h"
+#include "kernels/cpu/cpu_ops.h"
+#include "kernels/kernels.h"
+#include "hybrid_model.h"
+#include "model/model_internal.h"
+
+enum { V = 64, D = 32, PROMPT = 21, GEN = 8 };
+
+static ac_model *make_model(void)
+{
+    ac_block_dims dims = hybrid_small_dims();
+    return hybrid_model(V, D, &dims, 11, 0.2f);
+}
+
+/* The reference: the f32 engine on the f32 model with the serving copy's bf16 weights
+ * rounded the same way, on a backend whose products round their inputs to bf16 wherever
+ * their weights are such (the router's are not): the serving copy's semantics computed by
+ * other code (OpenBLAS on rounded copies, a decode step's MoE composed here), so the two
+ * differ by the order of sums only. */
+static const ac_model *ref_model, *ref_half; /* the reference and the copy whose dtypes it follows */
+
+static int rounded_weights(const float *W)
+{
+    for (size_t i = 0; i < ac_model_param_count(ref_model); i++) {
+        const ac_param *p = ac_model_param(ref_model, i);
+        if (ac_model_param(ref_half, i)->dtype == AC_DTYPE_BF16 && W >= p->data && W < p->data + p->count)
+            return 1;
+    }
+    return 0;
+}
+
+/* rows x cols of x (row stride ld) rounded to bf16, packed; the caller frees it. */
+static float *rounded(const float *x, int rows, int cols, int ld)
+{
+    float *out = malloc(((size_t)rows * cols + 1) * sizeof *out);
+    assert_non_null(out);
+    for (int r = 0; r < rows; r++)
+        for (int c = 0; c < cols; c++)
+            out[(size_t)r * cols + c] = ac_bf16_to_float(ac_float_to_bf16(x[(size_t)r * ld + c]));
+    return out;
+}
+
+static void ref_linear(ac_kctx *ctx, int M, int N, int K, const float *A, int lda, const float *W, float beta,
+                       float *C, int ldc)
+{
+    if (!rounded_weights(W)) {
+        ac_cpu_linear(ctx, M, N, K, A, lda, W, beta, C, ldc);
+        return;
+    }
+    float *a = rounded(A, M, K, lda);
+    ac_cpu_linear(ctx, M, N, K, a, K, W, beta, C, ldc);
+    free(a);
+}
+
+static void ref_gemv_batch(ac_kctx *ctx, int n, const float *const *W, const int *rows, const int *cols,
+                           const float *const *x, float *const *y)
+{
+    for (int i = 0; i < n; i++)
+        ref_linear(ctx, 1, rows[i], cols[i], x[i], cols[i], W[i], 0.0f, y[i], rows[i]);
+}
+
+static void ref_linear_batch(ac_kctx *ctx, int n, const int *M, int N, int K, const float *const *A, int lda,
+                             const float *const *W, float *const *C, int ldc)
+{
+    for (int i = 0; i < n; i++)
+        ref_linear(ctx, M[i], N, K, A[i], lda, W[i], 0.0f, C[i], ldc);
+}
+
+/* The token's products one by one: the shared expert, then the picks by expert index. */
+static void ref_moe_token(ac_kctx *ctx, const ac_k_moe_ffn *f, int k, const int32_t *idx, const float *weight,
+                          const float *x, float *hidden, float *y)
+{
+    int D = f->D, I = f->I, order[64], n = f->S > 0;
+    assert_true(k <= 64);
+    for (int j = 0; j < k; j++) { /* insertion sort by expert */
+        int q = j;
+        for (; q > 0 && idx[order[q - 1]] > idx[j]; q--)
+            order[q] = order[q - 1];
+        order[q] = j;
+    }
+    float *part = malloc((size_t)D * sizeof *part), *h = hidden;
+    assert_non_null(part);
+    for (int d = 0; d < D; d++)
+        y[d] = 0.0f;
+    for (int p = 0; p < n + k; p++) {
+        int shared = p < n, rows = shared ? f->S : I, e = shared ? -1 : idx[order[p - n]];
+        const float *up = shared ? f->shared_up : (const float *)f->experts_up + (size_t)e * I * D;
+        const float *down = shared ? f->shared_down : (const float *)f->experts_down + (size_t)e * D * I;
+        const float *mask = shared ? f->shared_mask : f->ffn_mask;
+        float alpha = shared ? 1.0f : weight[order[p - n]] * (f->experts_mask ? f->experts_mask[e] : 1.0f);
+        ref_linear(ctx, 1, rows, D, x, D, up, 0.0f, h, rows);
+        for (int c = 0; c < rows; c++)
+            h[c] = (h[c] > 0.0f ? h[c] * h[c] : 0.0f) * (mask ? mask[c] : 1.0f);
+        ref_linear(ctx, 1, D, rows, h, rows, down, 0.0f, part, D);
+        for (int d = 0; d < D; d++)
+            y[d] += alpha * part[d];
+        h += rows;
+    }
+    free(part);
+}
+
+static ac_backend rounding_backend;
+
+/* The f32 model with the copy's bf16 weights rounded, on the rounding backend. */
+static ac_model *rounded_reference(const ac_model *host, const ac_model *half)
+{
+    rounding_backend = ac_cpu_backend;
+    rounding_backend.name = "bf16-reference";
+    rounding_backend.linear = ref_linear;
+    rounding_backend.gemv_batch = ref_gemv_batch;
+    rounding_backend.linear_batch = ref_linear_batch;
+    rounding_backend.moe_token = ref_moe_token;
+    ac_model *ref;
+    assert_int_equal(ac_model_to_backend(host, &rounding_backend, &ref), AC_OK);
+    for (size_t i = 0; i < ac_model_param_count(ref); i++) {
+        const ac_param *p = ac_model_param(ref, i);
+        if (ac_model_param(half, i)->dtype == AC_DTYPE_BF16)
+            for (size_t j = 0; j < p->count; j++)
+                p->data[j] = ac_bf16_to_float(ac_float_to_bf16(p->data[j]));
+    }
+    ref_model = ref, ref_half = half;
+    return ref;
+}
+
+/* The two sum in different orders. Where an f32 intermediate lands on the other side of
+ * a bf16 rounding boundary, the input a product reads moves by one bf16 step (2^-8 of
+ * it), and that carries on through the layers and the caches (seen here: 5.7e-3 of the
+ * logit scale, one step of the two sequences decoding together; every other step within
+ * 1.2e-7). 2e-2 allows a few such steps; a product reading bf16 weights as floats, or
+ * at an offset counted in floats, is off by the whole logit scale. (The op tests check
+ * the rounding itself against double-precision formulas.) */
+#define BF16_TOL 2e-2
+
+static double relative(const float *ref, const float *got, size_t n)
+{
+    double worst = 0.0, scale = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        worst = fmax(worst, fabs((double)ref[i] - got[i]));
+        scale = fmax(scale, fabs((double)ref[i]));
+    }
+    return worst / scale;
+}
+
+static void prompt_tokens(int32_t *t, int n, int salt)
+{
+    for (int i = 0; i < n; i++)
+        t[i] = (i * 13 + salt) % V;
+}
+
+/* Prefill logits [PROMPT, V] of one sequence, then GEN decode steps fed the tokens
+ * `feed` (the same for both models, so their steps compare), logits [GEN, V]. */
+static void run_sequence(const ac_model *m, const int32_t *feed, float *prefill, float *steps)
+{
+    ac_runtime *rt;
+    ac_cache *c;
+    assert_int_equal(ac_runtime_create(m, &rt), AC_OK);
+    assert_int_equal(ac_cache_create(m, &c), AC_OK);
+    int32_t prompt[PROMPT];
+    prompt_tokens(prompt, PROMPT, 5);
+    const int32_t *seq[1] = {prompt};
+    int n[1] = {PROMPT};
+    ac_batch b = {.n_seqs = 1, .tokens = seq, .n_tokens = n, .caches = &c};
+    assert_int_equal(ac_runtime_forward(rt, &b, AC_LOGITS_ALL, prefill), AC_OK);
+    for (int g = 0; g < GEN; g++) {
+        const int32_t *one[1] = {&feed[g]};
+        int ones[1] = {1};
+        ac_batch d = {.n_seqs = 1, .tokens = one, .n_tokens = ones, .caches = &c};
+        assert_int_equal(ac_runtime_forward(rt, &d, AC_LOGITS_LAST, steps + (size_t)g * V), AC_OK);
+    }
+    ac_cache_free(c);
+    ac_runtime_free(rt);
+}
+
+/* Two sequences of different lengths prefilled together, then GEN steps decoding both
+ * at once (the batched decode path): the last logits of each call, [1 + GEN, 2, V]. */
+static void run_pair(const ac_model *m, float *out)
+{
+    ac_runtime *rt;
+    ac_cache *c[2];
+    assert_int_equal(ac_runtime_create(m, &rt), AC_OK);
+    int32_t a[PROMPT], b[PROMPT - 6];
+    prompt_tokens(a, PROMPT, 1);
+    prompt_tokens(b, PROMPT - 6, 2);
+    for (int s = 0; s < 2; s++)
+        assert_int_equal(ac_cache_create(m, &c[s]), AC_OK);
+    const int32_t *seqs[2] = {a, b};
+    int n[2] = {PROMPT, PROMPT - 6};
+    ac_batch first = {.n_seqs = 2, .tokens = seqs, .n_tokens = n, .caches = c};
+    assert_int_equal(ac_runtime_forward(rt, &first, AC_LOGITS_LAST, out), AC_OK);
+    for (int g = 0; g < GEN; g++) {
+        int32_t next[2] = {(g * 7 + 3) % V, (g * 5 + 1) % V};
+        const int32_t *one[2] = {&next[0], &next[1]};
+        int ones[2] = {1, 1};
+        ac_batch d = {.n_seqs = 2, .tokens = one, .n_tokens = ones, .caches = c};
+        assert_int_equal(ac_runtime_forward(rt, &d, AC_LOGITS_LAST, out + (size_t)(g + 1) * 2 * V), AC_OK);
+    }
+    for (int s = 0; s < 2; s++)
+        ac_cache_free(c[s]);
+    ac_runtime_free(rt);
+}
+
+static void test_layout(void **state)
+{
+    (void)state;
+    ac_model *host = make_model(), *half;
+    assert_int_equal(ac_model_to_device_as(host, "cpu", AC_DTYPE_BF16, &half), AC_OK);
+    assert_int_equal(ac_model_weights_dtype(half), AC_DTYPE_BF16);
+    assert_int_equal(ac_model_weights_dtype(host), AC_DTYPE_F32);
+    size_t f32_bytes = 0, bf16_bytes = 0, narrow = 0;
+    assert_int_equal(ac_model_param_count(half), ac_model_param_count(host));
+    for (size_t i = 0; i < ac_model_param_count(half); i++) {
+        const ac_param *p = ac_model_param(half, i), *f = ac_model_param(host, i);
+        assert_string_equal(p->name, f->name);
+        int product = strstr(p->name, "proj.weight") || strstr(p->name, "experts.") ||
+                      !strcmp(p->name, "embeddings.weight") || !strcmp(p->name, "lm_head.weight");
+        assert_int_equal(p->dtype, product ? AC_DTYPE_BF16 : AC_DTYPE_F32);
+        f32_bytes += f->count * sizeof(float);
+        bf16_bytes += p->count * (product ? sizeof(uint16_t) : sizeof(float));
+        narrow += product;
+        for (size_t j = 0; j < p->count; j++) {
+            float want = product ? ac_bf16_to_float(ac_float_to_bf16(f->data[j])) : f->data[j];
+            float got = product ? ac_bf16_to_float(((const uint16_t *)(const void *)p->data)[j]) : p->data[j];
+            if (got != want)
+                fail_msg("%s[%zu]: %.9g, want %.9g", p->name, j, (double)got, (double)want);
+        }
+    }
+    assert_true(narrow > 10);
+    printf("  weights: %zu bytes in f32, %zu with the products in bf16\n", f32_bytes, bf16_bytes);
+    assert_true(bf16_bytes < 0.6 * f32_bytes);
+    ac_model_free(half);
+    ac_model_free(host);
+}
+
+static void test_logits_against_rounded_reference(void **state)
+{
+    (void)state;
+    ac_model *host = make_model(), *half;
+    assert_int_equal(ac_model_to_device_as(host, "cpu", AC_DTYPE_BF16, &half), AC_OK);
+    ac_model *ref = rounded_reference(host, half);
+    float *pr = malloc(PROMPT * V * sizeof *pr), *ph = malloc(PROMPT * V * sizeof *ph);
+    float *sr = malloc(GEN * V * sizeof *sr), *sh = malloc(GEN * V * sizeof *sh);
+    float *pair_r = malloc((1 + GEN) * 2 * V * sizeof *pair_r), *pair_h = malloc((1 + GEN) * 2 * V * sizeof *pair_h);
+    float *full = malloc(PROMPT * V * sizeof *full), *ignore = malloc(GEN * V * sizeof *ignore);
+    assert_true(pr && ph && sr && sh && pair_r && pair_h && full && ignore);
+    int32_t feed[GEN];
+    prompt_tokens(feed, GEN, 9);
+
+    run_sequence(ref, feed, pr, sr);
+    run_sequence(half, feed, ph, sh);
+    run_pair(ref, pair_r);
+    run_pair(half, pair_h);
+    run_sequence(host, feed, full, ignore);
+    double prefill = relative(pr, ph, (size_t)PROMPT * V), decode = relative(sr, sh, (size_t)GEN * V);
+    double pair = relative(pair_r, pair_h, (size_t)(1 + GEN) * 2 * V);
+    printf("  against the rounded f32 model: prefill %.2e, decode %.2e, two sequences %.2e of the logit scale;"
+           " against the f32 model %.2e\n", prefill, decode, pair, relative(full, ph, (size_t)PROMPT * V));
+    assert_true(prefill < BF16_TOL);
+    assert_true(decode < BF16_TOL);
+    assert_true(pair < BF16_TOL);
+
+    free(pr), free(ph), free(sr), free(sh), free(pair_r), free(pair_h), free(full), free(ignore);
+    ac_model_free(ref);
+    ac_model_free(half);
+    ac_model_free(host);
+}
+
+static void assert_refused(ac_status st, const char *words)
+{
+    assert_int_not_equal(st, AC_OK);
+    const char *msg = ac_error_message();
+    if (!strstr(msg, words))
+        fail_msg("message \"%s\" does not say \"%s\"", msg, words);
+}
+
+static void test_refusals(void **state)
+{
+    (void)state;
+    ac_model *host = make_model(), *half, *copy = NULL;
+    assert_int_equal(ac_model_to_device_as(host, "cpu", AC_DTYPE_BF16, &half), AC_OK);
+    assert_refused(ac_model_save(half, "/nonexistent/bf16", AC_DTYPE_F32), "bf16 serving copy");
+    assert_refused(ac_model_to_device(half, "cpu", &copy), "bf16 serving copy");
+    assert_refused(ac_model_to_device_as(half, "cpu", AC_DTYPE_BF16, &copy), "f32 weights in host memory");
+    assert_refused(ac_model_to_device_as(host, "cpu", AC_DTYPE_F16, &copy), "f32 or bf16");
+    assert_null(copy);
+    ac_adamw *opt = NULL;
+    ac_adamw_params p = {.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.99f, .eps = 1e-8f, .total_steps = 1};
+    assert_refused(ac_adamw_create(half, &p, &opt), "bf16 serving copy");
+    ac_train_step *s = NULL;
+    assert_refused(ac_train_step_create(half, 1, 8, &s), "bf16 serving copy");
+    const int parents[HYBRID_LAYERS] = {0, 1, 2, 3, 4, 5};
+    assert_refused(ac_model_slice(half, &host->arch, parents, 1, &copy), "bf16 serving copy");
+    ac_model_free(half);
+    ac_model_free(host);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_layout),
+        cmocka_unit_test(test_logits_against_rounded_reference),
+        cmocka_unit_test(test_refusals),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
