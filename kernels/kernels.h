@@ -76,6 +76,11 @@ struct ac_backend {
     /* ssd_scan_save keeps the state every this many steps (the CPU 32, its backward's
      * chunk; CUDA 1): see ac_k_ssd_states_floats. */
     int ssd_state_interval;
+    /* The most tokens of one forward whose MoE layers take ac_k_moe_token rather than
+     * grouping the tokens by expert on the host, which reads the routing back: the CPU 1
+     * (grouping there runs one GEMM per expert), CUDA 16 (a server's batched decode step
+     * never waits for the host). */
+    int moe_token_batch;
 
     /* ---- memory: device memory on an accelerator, host memory on the CPU ---- */
 
@@ -164,15 +169,16 @@ struct ac_backend {
     void (*moe_route)(ac_kctx *ctx, int T, int E, const float *logits, const float *bias, int n_group,
                       int topk_group, int top_k, int norm, float scale, int32_t *idx, float *weight);
 
-    /* One token's MoE feed-forward with its k experts as ac_k_moe_route left them in
-     * backend memory (idx, weight [k], distinct experts), so that a device never reads
-     * them back: h = relu2(up x) times the channel mask, for the shared expert then the
-     * picked experts in increasing index; y [D] = down_s h_s + sum of weight_j (times
-     * experts_mask[idx_j]) down_j h_j, in that order (y overwritten). hidden [S + k I]
-     * gets the h, in that order. k <= AC_K_MAX_MOE_PICKS. With bf16 weights (ffn->bf16)
-     * the products read x and h rounded to bf16, as ac_k_linear_bf16 (hidden keeps the h
-     * unrounded). */
-    void (*moe_token)(ac_kctx *ctx, const ac_k_moe_ffn *ffn, int k, const int32_t *idx, const float *weight,
+    /* The MoE feed-forward of T tokens, each with its k experts as ac_k_moe_route left
+     * them in backend memory (idx, weight [T, k], distinct experts per token), so that a
+     * device never reads them back. Per token, x and y rows of [T, D]: h = relu2(up x)
+     * times the channel mask, for the shared expert then the picked experts in
+     * increasing index; y = down_s h_s + sum of weight_j (times experts_mask[idx_j])
+     * down_j h_j, in that order (y overwritten); hidden [T, S + k I] gets the h, in that
+     * order. A token's results do not depend on the others'. k <= AC_K_MAX_MOE_PICKS.
+     * With bf16 weights (ffn->bf16) the products read x and h rounded to bf16, as
+     * ac_k_linear_bf16 (hidden keeps the h unrounded). */
+    void (*moe_token)(ac_kctx *ctx, const ac_k_moe_ffn *ffn, int T, int k, const int32_t *idx, const float *weight,
                       const float *x, float *hidden, float *y);
 
     /* Top-k score masking, before ac_k_moe_route: logits[t, e] += log(mask[e]) (so the
@@ -451,10 +457,10 @@ static inline void ac_k_moe_route(ac_kctx *ctx, int T, int E, const float *logit
     ac_backend_of(ctx)->moe_route(ctx, T, E, logits, bias, n_group, topk_group, top_k, norm, scale, idx, weight);
 }
 
-static inline void ac_k_moe_token(ac_kctx *ctx, const ac_k_moe_ffn *ffn, int k, const int32_t *idx,
+static inline void ac_k_moe_token(ac_kctx *ctx, const ac_k_moe_ffn *ffn, int T, int k, const int32_t *idx,
                                   const float *weight, const float *x, float *hidden, float *y)
 {
-    ac_backend_of(ctx)->moe_token(ctx, ffn, k, idx, weight, x, hidden, y);
+    ac_backend_of(ctx)->moe_token(ctx, ffn, T, k, idx, weight, x, hidden, y);
 }
 
 static inline void ac_k_moe_mask_scores(ac_kctx *ctx, int T, int E, const float *mask, const float *bias,

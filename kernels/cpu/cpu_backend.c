@@ -77,6 +77,7 @@ _Static_assert(AC_CPU_SSD_STATE_INTERVAL <= AC_SSD_MAX_STATE_INTERVAL,
 const ac_backend ac_cpu_backend = {
     .name = "cpu",
     .ssd_state_interval = AC_CPU_SSD_STATE_INTERVAL,
+    .moe_token_batch = 1,
     .alloc = cpu_alloc,
     .alloc_dense = cpu_alloc_dense,
     .free = cpu_free,

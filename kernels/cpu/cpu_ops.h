@@ -41,7 +41,7 @@ void ac_cpu_attention(ac_kctx *ctx, int n_new, int past, int n_heads, int n_kv, 
                       float *lse, int ldlse);
 void ac_cpu_moe_route(ac_kctx *ctx, int T, int E, const float *logits, const float *bias, int n_group,
                       int topk_group, int top_k, int norm, float scale, int32_t *idx, float *weight);
-void ac_cpu_moe_token(ac_kctx *ctx, const ac_k_moe_ffn *ffn, int k, const int32_t *idx, const float *weight,
+void ac_cpu_moe_token(ac_kctx *ctx, const ac_k_moe_ffn *ffn, int T, int k, const int32_t *idx, const float *weight,
                       const float *x, float *hidden, float *y);
 void ac_cpu_moe_mask_scores(ac_kctx *ctx, int T, int E, const float *mask, const float *bias, float *logits,
                             float *masked_bias);

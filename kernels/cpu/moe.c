@@ -266,11 +266,12 @@ static void moe_token_bf16(ac_kctx *ctx, const ac_k_moe_ffn *f, const token_prod
                            i == 0 ? 0.0f : 1.0f, y, f->D);
 }
 
-/* The shared expert and the picked ones as one batch of matrix-vector products, relu2 and
- * the channel masks, then one weighted sum of the down projections: two passes over the
- * weights a token reads, as the grouped path orders them (shared, then by expert). */
-void ac_cpu_moe_token(ac_kctx *ctx, const ac_k_moe_ffn *f, int k, const int32_t *idx, const float *weight,
-                      const float *x, float *hidden, float *y)
+/* One token: the shared expert and the picked ones as one batch of matrix-vector
+ * products, relu2 and the channel masks, then one weighted sum of the down projections:
+ * two passes over the weights a token reads, as the grouped path orders them (shared,
+ * then by expert). */
+static void moe_one_token(ac_kctx *ctx, const ac_k_moe_ffn *f, int k, const int32_t *idx, const float *weight,
+                          const float *x, float *hidden, float *y)
 {
     token_products p;
     list_token_products(f, k, idx, weight, hidden, &p);
@@ -290,4 +291,13 @@ void ac_cpu_moe_token(ac_kctx *ctx, const ac_k_moe_ffn *f, int k, const int32_t 
     for (int i = 0; i < p.n; i++)
         xs[i] = p.h[i];
     ac_cpu_gemv_sum(ctx, p.n, down, f->D, p.rows, xs, p.alpha, y);
+}
+
+void ac_cpu_moe_token(ac_kctx *ctx, const ac_k_moe_ffn *f, int T, int k, const int32_t *idx, const float *weight,
+                      const float *x, float *hidden, float *y)
+{
+    size_t per_token = (size_t)f->S + (size_t)k * f->I;
+    for (int t = 0; t < T; t++)
+        moe_one_token(ctx, f, k, idx + (size_t)t * k, weight + (size_t)t * k, x + (size_t)t * f->D,
+                      hidden + (size_t)t * per_token, y + (size_t)t * f->D);
 }

@@ -134,6 +134,7 @@ static void cuda_sync(ac_kctx *ctx)
 const ac_backend ac_cuda_backend = {
     .name = "cuda",
     .ssd_state_interval = 1,
+    .moe_token_batch = 16,
     .alloc = cuda_alloc,
     .alloc_dense = cuda_alloc,
     .free = cuda_free,

@@ -476,45 +476,60 @@ static __device__ void moe_token_down(const ac_k_moe_ffn &f, int k, const int *i
 }
 
 /* The kernels hold the shared memory (one set, whichever weight type the ffn has) and
- * pick the product's reading. */
-static __global__ void moe_token_up_kernel(ac_k_moe_ffn f, int k, const int32_t *idx, const float *weight,
+ * pick the product's reading. Tokens go along the grid's y, in turn when there are more
+ * than its rows: every thread of a block takes the same token, so the barriers in
+ * sort_picks hold. */
+static __global__ void moe_token_up_kernel(ac_k_moe_ffn f, int T, int k, const int32_t *idx, const float *weight,
                                            const float *x, float *hidden)
 {
     extern __shared__ int ids[];
     __shared__ float tile[TOKEN_WARPS][TOKEN_ROWS][TOKEN_COLS + 1], part[TOKEN_WARPS][TOKEN_ROWS];
-    sort_picks(k, idx, weight, f.experts_mask, ids, (float *)(ids + k));
-    if (f.bf16)
-        moe_token_up<uint16_t>(f, k, ids, x, hidden, tile, part);
-    else
-        moe_token_up<float>(f, k, ids, x, hidden, tile, part);
+    size_t per_token = (size_t)f.S + (size_t)k * f.I;
+    for (int t = blockIdx.y; t < T; t += gridDim.y) {
+        const float *xt = x + (size_t)t * f.D;
+        float *ht = hidden + (size_t)t * per_token;
+        sort_picks(k, idx + (size_t)t * k, weight + (size_t)t * k, f.experts_mask, ids, (float *)(ids + k));
+        if (f.bf16)
+            moe_token_up<uint16_t>(f, k, ids, xt, ht, tile, part);
+        else
+            moe_token_up<float>(f, k, ids, xt, ht, tile, part);
+        __syncthreads(); /* thread 0 sorts the next token's picks over these */
+    }
 }
 
-static __global__ void moe_token_down_kernel(ac_k_moe_ffn f, int k, const int32_t *idx, const float *weight,
+static __global__ void moe_token_down_kernel(ac_k_moe_ffn f, int T, int k, const int32_t *idx, const float *weight,
                                              const float *hidden, float *y)
 {
     extern __shared__ int ids[];
     __shared__ float tile[TOKEN_WARPS][TOKEN_ROWS][TOKEN_COLS + 1], part[TOKEN_WARPS][TOKEN_ROWS];
     float *weights = (float *)(ids + k);
-    sort_picks(k, idx, weight, f.experts_mask, ids, weights);
-    if (f.bf16)
-        moe_token_down<uint16_t>(f, k, ids, weights, hidden, y, tile, part);
-    else
-        moe_token_down<float>(f, k, ids, weights, hidden, y, tile, part);
+    size_t per_token = (size_t)f.S + (size_t)k * f.I;
+    for (int t = blockIdx.y; t < T; t += gridDim.y) {
+        const float *ht = hidden + (size_t)t * per_token;
+        float *yt = y + (size_t)t * f.D;
+        sort_picks(k, idx + (size_t)t * k, weight + (size_t)t * k, f.experts_mask, ids, weights);
+        if (f.bf16)
+            moe_token_down<uint16_t>(f, k, ids, weights, ht, yt, tile, part);
+        else
+            moe_token_down<float>(f, k, ids, weights, ht, yt, tile, part);
+        __syncthreads();
+    }
 }
 
-void ac_cuda_moe_token(ac_kctx *ctx, const ac_k_moe_ffn *ffn, int k, const int32_t *idx, const float *weight,
+void ac_cuda_moe_token(ac_kctx *ctx, const ac_k_moe_ffn *ffn, int T, int k, const int32_t *idx, const float *weight,
                        const float *x, float *hidden, float *y)
 {
-    if (ffn->D <= 0)
+    if (ffn->D <= 0 || T <= 0)
         return;
     cudaStream_t stream = ac_cuda_stream(ctx);
     size_t rows = (size_t)ffn->S + (size_t)k * ffn->I;
     size_t picks = (size_t)k * (sizeof(int) + sizeof(float)); /* sort_picks's ids and weights */
+    unsigned tokens = T < (int)AC_CUDA_GRID_CAP ? (unsigned)T : (unsigned)AC_CUDA_GRID_CAP;
     if (rows > 0)
-        moe_token_up_kernel<<<ac_cuda_blocks(rows, TOKEN_ROWS, AC_CUDA_GRID_CAP), TOKEN_THREADS, picks, stream>>>(
-            *ffn, k, idx, weight, x, hidden);
-    moe_token_down_kernel<<<ac_cuda_blocks((size_t)ffn->D, TOKEN_ROWS, AC_CUDA_GRID_CAP), TOKEN_THREADS, picks,
-                            stream>>>(*ffn, k, idx, weight, hidden, y);
+        moe_token_up_kernel<<<dim3(ac_cuda_blocks(rows, TOKEN_ROWS, AC_CUDA_GRID_CAP), tokens), TOKEN_THREADS, picks,
+                              stream>>>(*ffn, T, k, idx, weight, x, hidden);
+    moe_token_down_kernel<<<dim3(ac_cuda_blocks((size_t)ffn->D, TOKEN_ROWS, AC_CUDA_GRID_CAP), tokens), TOKEN_THREADS,
+                            picks, stream>>>(*ffn, T, k, idx, weight, hidden, y);
     ac_cuda_check("moe_token");
 }
 

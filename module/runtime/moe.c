@@ -137,17 +137,17 @@ static void route(ac_runtime *rt, int layer, int T, const float *xn, const float
                    b->routed_scaling, idx, weight);
 }
 
-/* One token (a decode step) takes ac_k_moe_token, which reads the routing where
- * ac_k_moe_route left it (a device's step never waits to read it back), when its hidden
- * [S + k I] fits the scratch the block's plan holds for one token, (k - 1) I <= E + 2 D,
- * and k <= AC_K_MAX_MOE_PICKS. */
+/* A decode step's few tokens (up to the backend's moe_token_batch) take ac_k_moe_token,
+ * which reads the routing where ac_k_moe_route left it (a device's step never waits to
+ * read it back), when a token's hidden [S + k I] fits the scratch the block's plan holds
+ * for one token, (k - 1) I <= E + 2 D, and k <= AC_K_MAX_MOE_PICKS. */
 static int token_path_fits(const ac_arch *a, const ac_block_dims *b)
 {
     return b->top_k <= AC_K_MAX_MOE_PICKS &&
            (int64_t)(b->top_k - 1) * b->expert_ffn <= (int64_t)b->n_experts + 2 * (int64_t)a->hidden;
 }
 
-static void moe_token(ac_runtime *rt, const ac_layer_weights *w, const ac_block_dims *b, const float *xn,
+static void moe_token(ac_runtime *rt, const ac_layer_weights *w, const ac_block_dims *b, int T, const float *xn,
                       const ac_block_masks *masks, const moe_kept *kept, float *out)
 {
     int I = b->expert_ffn, S = b->shared_ffn, k = b->top_k;
@@ -159,8 +159,8 @@ static void moe_token(ac_runtime *rt, const ac_layer_weights *w, const ac_block_
         .ffn_mask = masks ? masks->ffn : NULL,
         .shared_mask = masks ? masks->shared_ffn : NULL,
     };
-    float *hidden = ac_scratch(rt, (size_t)S + (size_t)k * I);
-    ac_k_moe_token(&rt->kctx, &ffn, k, kept->idx, kept->weight, xn, hidden, out);
+    float *hidden = ac_scratch(rt, (size_t)T * ((size_t)S + (size_t)k * I));
+    ac_k_moe_token(&rt->kctx, &ffn, T, k, kept->idx, kept->weight, xn, hidden, out);
 }
 
 /* The end of the round of consecutive experts from e0 whose rows (grouped by expert)
@@ -223,8 +223,8 @@ static void moe_forward(ac_runtime *rt, int layer, const ac_seqs *seqs, const fl
     int start[AC_MAX_EXPERTS + 1];
 
     route(rt, layer, T, xn, masks ? masks->expert_scores : NULL, kept.logits, kept.idx, kept.weight);
-    if (T == 1 && !keep && token_path_fits(a, b)) {
-        moe_token(rt, w, b, xn, masks, &kept, out);
+    if (T <= ac_backend_of(&rt->kctx)->moe_token_batch && !keep && token_path_fits(a, b)) {
+        moe_token(rt, w, b, T, xn, masks, &kept, out);
         return;
     }
     const float *host_experts = masks ? ac_block_mask_host(masks->host_experts, m_experts) : NULL;

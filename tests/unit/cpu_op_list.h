@@ -33,8 +33,8 @@
     X(moe_route, (ac_kctx *ctx, int T, int E, const float *logits, const float *bias, int n_group,                \
       int topk_group, int top_k, int norm, float scale, int32_t *idx, float *weight), (ctx, T, E, logits, bias,   \
       n_group, topk_group, top_k, norm, scale, idx, weight))                                                      \
-    X(moe_token, (ac_kctx *ctx, const ac_k_moe_ffn *ffn, int k, const int32_t *idx, const float *weight,          \
-      const float *x, float *hidden, float *y), (ctx, ffn, k, idx, weight, x, hidden, y))                         \
+    X(moe_token, (ac_kctx *ctx, const ac_k_moe_ffn *ffn, int T, int k, const int32_t *idx, const float *weight,   \
+      const float *x, float *hidden, float *y), (ctx, ffn, T, k, idx, weight, x, hidden, y))                      \
     X(moe_mask_scores, (ac_kctx *ctx, int T, int E, const float *mask, const float *bias, float *logits,          \
       float *masked_bias), (ctx, T, E, mask, bias, logits, masked_bias))                                          \
     X(moe_mask_scores_backward, (ac_kctx *ctx, int T, int E, const float *mask, const float *dlogits,             \

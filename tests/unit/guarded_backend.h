@@ -174,6 +174,7 @@ static double guarded_sum_squares(ac_kctx *ctx, size_t n, const float *x)
 static const ac_backend guarded_backend = {
     .name = "guarded",
     .ssd_state_interval = AC_CPU_SSD_STATE_INTERVAL,
+    .moe_token_batch = 1,
     .alloc = guarded_alloc,
     .alloc_dense = guarded_alloc,
     .free = guarded_free,

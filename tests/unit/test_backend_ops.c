@@ -77,6 +77,7 @@ static void host_sync(ac_kctx *ctx)
 static const ac_backend reference = {
     .name = "reference",
     .ssd_state_interval = AC_CPU_SSD_STATE_INTERVAL,
+    .moe_token_batch = 1,
     .alloc = host_alloc,
     .alloc_dense = host_alloc,
     .free = host_free,
@@ -514,11 +515,12 @@ static const void *weights_in(run *r, int bf16, size_t count)
     return bf16 ? (const void *)bf16_in(r, count, -1.0f, 1.0f) : (const void *)f32(r, BUF_IN, count, -1.0f, 1.0f);
 }
 
-/* p: D E I S k masked bf16 (masked: an expert mask with a zero, and both channel masks;
- * bf16: the matrices in bf16) */
+/* p: D E I S k masked bf16 T (masked: an expert mask with a zero, and both channel masks;
+ * bf16: the matrices in bf16; T tokens, 0: 1) */
 static void op_moe_token(run *r, const op_case *c)
 {
     int D = c->p[0], E = c->p[1], I = c->p[2], S = c->p[3], k = c->p[4], masked = c->p[5], bf16 = c->p[6];
+    int T = c->p[7] > 0 ? c->p[7] : 1;
     ac_k_moe_ffn ffn = {.D = D, .E = E, .I = I, .S = S, .bf16 = bf16};
     ffn.experts_up = weights_in(r, bf16, (size_t)E * I * D);
     ffn.experts_down = weights_in(r, bf16, (size_t)E * D * I);
@@ -529,12 +531,12 @@ static void op_moe_token(run *r, const op_case *c)
         ffn.ffn_mask = f32(r, BUF_IN, (size_t)I, 0.0f, 1.0f);
         ffn.shared_mask = S > 0 ? f32(r, BUF_IN, (size_t)S, 0.0f, 1.0f) : NULL;
     }
-    const int32_t *idx = i32_distinct(r, BUF_IN, 1, k, E);
-    const float *weight = f32(r, BUF_IN, (size_t)k, 0.1f, 1.0f);
-    const float *x = f32(r, BUF_IN, (size_t)D, -1.0f, 1.0f);
-    float *hidden = f32(r, BUF_OUT, (size_t)S + (size_t)k * I, -1.0f, 1.0f);
-    float *y = f32(r, BUF_OUT, (size_t)D, -1.0f, 1.0f);
-    CALL(r, moe_token, &ffn, k, idx, weight, x, hidden, y);
+    const int32_t *idx = i32_distinct(r, BUF_IN, T, k, E);
+    const float *weight = f32(r, BUF_IN, (size_t)T * k, 0.1f, 1.0f);
+    const float *x = f32(r, BUF_IN, (size_t)T * D, -1.0f, 1.0f);
+    float *hidden = f32(r, BUF_OUT, (size_t)T * ((size_t)S + (size_t)k * I), -1.0f, 1.0f);
+    float *y = f32(r, BUF_OUT, (size_t)T * D, -1.0f, 1.0f);
+    CALL(r, moe_token, &ffn, T, k, idx, weight, x, hidden, y);
 }
 
 /* p: T E zero_every */
@@ -1007,6 +1009,8 @@ static const op_case cases[] = {
     {OP(moe_token), "D50 E4 I200 S100 k2 masked (500 up rows)", TOL_REDUCE, {50, 4, 200, 100, 2, 1}, {0}},
     {OP(moe_token), "D40 E8 I24 S16 k3 masked bf16", TOL_REDUCE, {40, 8, 24, 16, 3, 1, 1}, {0}},
     {OP(moe_token), "D300 E6 I70 no shared k2 bf16 (threads)", TOL_REDUCE, {300, 6, 70, 0, 2, 0, 1}, {0}},
+    {OP(moe_token), "T5 D36 E8 I20 S12 k3 masked (a batch)", TOL_REDUCE, {36, 8, 20, 12, 3, 1, 0, 5}, {0}},
+    {OP(moe_token), "T3 D40 E6 I24 S0 k2 bf16 (a batch)", TOL_REDUCE, {40, 6, 24, 0, 2, 0, 1, 3}, {0}},
     {OP(linear_bf16), "M5 N7 K9 lda12 ldc10 alpha1 beta0", TOL_REDUCE, {5, 7, 9, 12, 10}, {1.0f, 0.0f}},
     {OP(linear_bf16), "M1 N300 K40 lda41 ldc301 alpha0.7 beta1 (decode, threads)", TOL_REDUCE,
      {1, 300, 40, 41, 301}, {0.7f, 1.0f}},
@@ -1273,6 +1277,7 @@ static double counted_sum_squares(ac_kctx *ctx, size_t n, const float *x)
 static const ac_backend counting = {
     .name = "counting",
     .ssd_state_interval = AC_CPU_SSD_STATE_INTERVAL,
+    .moe_token_batch = 1,
     .alloc = host_alloc,
     .alloc_dense = host_alloc,
     .free = host_free,
@@ -1668,7 +1673,7 @@ static void test_moe_token_against_double(void **state)
         smask[c] = 1.0f - 0.1f * (float)c;
     ac_k_moe_ffn ffn = {D, E, I, S, 0, up, down, sup, sdown, emask, fmask, smask};
     ac_kctx ctx = {0};
-    ac_cpu_moe_token(&ctx, &ffn, K, idx, weight, x, hidden, y);
+    ac_cpu_moe_token(&ctx, &ffn, 1, K, idx, weight, x, hidden, y);
 
     const int order[K] = {1, 2, 0}; /* the picks by expert index: 0, 2, 4 */
     double h[S + K * I];
@@ -1757,7 +1762,7 @@ static void test_moe_token_bf16_against_double(void **state)
     ac_k_moe_ffn ffn = {.D = D, .E = E, .I = I, .S = S, .bf16 = 1,
                         .experts_up = up, .experts_down = down, .shared_up = sup, .shared_down = sdown};
     ac_kctx ctx = {0};
-    ac_cpu_moe_token(&ctx, &ffn, K, idx, weight, x, hidden, y);
+    ac_cpu_moe_token(&ctx, &ffn, 1, K, idx, weight, x, hidden, y);
 
     const int order[K] = {1, 0}; /* experts 1, 3 */
     double h[S + K * I];

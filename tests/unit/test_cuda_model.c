@@ -4,8 +4,8 @@
  * sums differ in order only), greedy generation the same tokens, a training step's loss
  * and weight gradients within 1e-3 of their scale (the backward sums longer chains: the
  * scan's and attention's over the sequence), and the search's step (distillation under
- * soft masks on every axis) with its weight and mask gradients as closely; and a bf16
- * serving copy's logits against the same copy on the CPU. */
+ * soft masks on every axis) with its weight and mask gradients as closely; two sequences
+ * decoding together; and a bf16 serving copy's logits against the same copy on the CPU. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -104,6 +104,57 @@ static void test_logits_and_generation(void **state)
     free(pg);
     free(sw);
     free(sg);
+    ac_model_free(dev);
+    ac_model_free(host);
+}
+
+/* Two sequences of different lengths prefilled together, then steps decoding both at
+ * once: the last logits of each call, [1 + GEN, 2, V]. On the device a step's two tokens
+ * take moe_token (the backend's moe_token_batch), on the CPU the grouped path. */
+static void decode_pair(const ac_model *m, float *out)
+{
+    ac_runtime *rt;
+    ac_cache *c[2];
+    assert_int_equal(ac_runtime_create(m, &rt), AC_OK);
+    int32_t a[PROMPT], b[PROMPT / 2];
+    for (int t = 0; t < PROMPT; t++)
+        a[t] = (t * 13 + 1) % V;
+    for (int t = 0; t < PROMPT / 2; t++)
+        b[t] = (t * 29 + 7) % V;
+    for (int s = 0; s < 2; s++)
+        assert_int_equal(ac_cache_create(m, &c[s]), AC_OK);
+    const int32_t *seqs[2] = {a, b};
+    int n[2] = {PROMPT, PROMPT / 2};
+    ac_batch first = {.n_seqs = 2, .tokens = seqs, .n_tokens = n, .caches = c};
+    assert_int_equal(ac_runtime_forward(rt, &first, AC_LOGITS_LAST, out), AC_OK);
+    for (int g = 0; g < GEN; g++) {
+        int32_t next[2] = {(g * 7 + 3) % V, (g * 5 + 1) % V};
+        const int32_t *one[2] = {&next[0], &next[1]};
+        int ones[2] = {1, 1};
+        ac_batch d = {.n_seqs = 2, .tokens = one, .n_tokens = ones, .caches = c};
+        assert_int_equal(ac_runtime_forward(rt, &d, AC_LOGITS_LAST, out + (size_t)(g + 1) * 2 * V), AC_OK);
+    }
+    for (int s = 0; s < 2; s++)
+        ac_cache_free(c[s]);
+    ac_runtime_free(rt);
+}
+
+static void test_batched_decode(void **state)
+{
+    (void)state;
+    ac_model *host = make_model(), *dev;
+    assert_int_equal(ac_model_to_backend(host, cuda, &dev), AC_OK);
+    size_t n = (size_t)(1 + GEN) * 2 * V;
+    float *want = malloc(n * sizeof *want), *got = malloc(n * sizeof *got);
+    assert_true(want && got);
+    decode_pair(host, want);
+    decode_pair(dev, got);
+    assert_null(cuda->take_error());
+    double err = relative(want, got, n);
+    printf("  two sequences decoding together: %.2e of the logit scale\n", err);
+    assert_true(err < 1e-4);
+    free(want);
+    free(got);
     ac_model_free(dev);
     ac_model_free(host);
 }
@@ -227,6 +278,7 @@ int main(int argc, char **argv)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_logits_and_generation),
         cmocka_unit_test(test_bf16_logits),
+        cmocka_unit_test(test_batched_decode),
         cmocka_unit_test(test_training_step),
         cmocka_unit_test(test_masked_distillation_step),
     };

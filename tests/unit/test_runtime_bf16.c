@@ -86,8 +86,8 @@ static void ref_linear_batch(ac_kctx *ctx, int n, const int *M, int N, int K, co
         ref_linear(ctx, M[i], N, K, A[i], lda, W[i], 0.0f, C[i], ldc);
 }
 
-/* The token's products one by one: the shared expert, then the picks by expert index. */
-static void ref_moe_token(ac_kctx *ctx, const ac_k_moe_ffn *f, int k, const int32_t *idx, const float *weight,
+/* A token's products one by one: the shared expert, then the picks by expert index. */
+static void ref_one_token(ac_kctx *ctx, const ac_k_moe_ffn *f, int k, const int32_t *idx, const float *weight,
                           const float *x, float *hidden, float *y)
 {
     int D = f->D, I = f->I, order[64], n = f->S > 0;
@@ -117,6 +117,14 @@ static void ref_moe_token(ac_kctx *ctx, const ac_k_moe_ffn *f, int k, const int3
         h += rows;
     }
     free(part);
+}
+
+static void ref_moe_token(ac_kctx *ctx, const ac_k_moe_ffn *f, int T, int k, const int32_t *idx,
+                          const float *weight, const float *x, float *hidden, float *y)
+{
+    for (int t = 0; t < T; t++)
+        ref_one_token(ctx, f, k, idx + (size_t)t * k, weight + (size_t)t * k, x + (size_t)t * f->D,
+                      hidden + (size_t)t * (f->S + (size_t)k * f->I), y + (size_t)t * f->D);
 }
 
 static ac_backend rounding_backend;
