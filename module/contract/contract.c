@@ -317,7 +317,7 @@ static ac_status parse_device(const reader *r, const config_setting_t *s, ac_con
 static ac_status read_hardware(const reader *r, const config_setting_t *root, ac_contract *c)
 {
     static const char *const keys[] = {"device", "name", "threads", "memory_gib", "count",
-                                       "tensor_parallel", "data_parallel", NULL};
+                                       "tensor_parallel", "data_parallel", "weights", NULL};
     const char *path = "hardware";
     ac_contract_hardware *hw = &c->hardware;
     config_setting_t *g;
@@ -337,6 +337,13 @@ static ac_status read_hardware(const reader *r, const config_setting_t *root, ac
     st = read_string(r, g, path, "name", &present, hw->name, sizeof hw->name, NULL);
     if (st != AC_OK)
         return st;
+    char weights[8] = "f32";
+    const config_setting_t *where;
+    st = read_string(r, g, path, "weights", &present, weights, sizeof weights, &where);
+    if (st != AC_OK)
+        return st;
+    if (ac_weights_dtype_parse("hardware.weights", weights, &hw->weights) != AC_OK)
+        return fail_at(r, where, "hardware.weights: '%s' is neither \"f32\" nor \"bf16\"", weights);
     hw->threads = 0;
     hw->count = hw->tensor_parallel = hw->data_parallel = 1;
     if ((st = read_int(r, g, path, "threads", &present, 0, &hw->threads)) != AC_OK)

@@ -118,6 +118,7 @@ typedef struct {
     const char *device;      /* where the model runs: NULL (the CPU) or "cuda" (device time
                                 per layer from the CUPTI probe, memory from the device's
                                 own accounting) */
+    ac_dtype weights;        /* the model served as (the contract's hardware.weights) */
 } ac_measure_job;
 
 typedef struct {

@@ -29,6 +29,7 @@ struct ac_cost_model {
     const ac_cost_tables *tables;
     ac_arch parent;
     ac_contract_workload w;
+    ac_dtype weights; /* the served weights (the contract's) */
     int threads;
     double eps;
     int n_axes, n_probs;
@@ -202,8 +203,9 @@ static ac_status fill_costs(ac_cost_model *m)
     const ac_cost_axis *hx = &m->axes[m->hidden_axis];
     for (int h = 0; h < m->n_hidden; h++) {
         ah.hidden = hx->values[h];
-        double V = ah.vocab, D = ah.hidden;
-        m->fixed_w[h] = (V * D + D + (ah.tie_embeddings ? 0 : V * D)) * sizeof(float);
+        ac_arch outer = ah; /* the embeddings, final norm and LM head */
+        outer.n_layers = 0;
+        m->fixed_w[h] = (double)ac_arch_weight_bytes(&outer, m->weights);
         m->fixed_r[h] = ac_fixed_activation_bytes(&ah, &m->w, m->threads, 0.0);
         m->fixed_lat[h] = m->fixed_pre[h] = m->fixed_dec[h] = 0;
         for (int k = AC_ROW_EMBEDDING; k <= AC_ROW_OTHER; k++) {
@@ -236,7 +238,7 @@ static ac_status fill_costs(ac_cost_model *m)
                     ac_status st = row_cost(m, &key, &cc->lat, &cc->pre, &cc->dec);
                     if (st != AC_OK)
                         return st;
-                    cc->w = (double)ac_block_param_count(&ah, &b) * sizeof(float);
+                    cc->w = (double)ac_block_weight_bytes(&ah, &b, m->weights);
                     cc->c = ac_block_kv_bytes(&b, &m->w);
                     cc->p = ac_block_state_bytes(&b, &m->w);
                     cc->spt = ac_block_scratch_floats(&ah, &b);
@@ -357,11 +359,17 @@ ac_status ac_cost_model_create(const ac_cost_tables *tables, const ac_arch *pare
                        tw->batch, (long long)tw->cached_tokens, (long long)tw->input_tokens, (long long)tw->output_tokens,
                        contract->name, cw->batch, (long long)cw->cached_tokens, (long long)cw->input_tokens,
                        (long long)cw->output_tokens);
+    if (in->weights != contract->hardware.weights)
+        return ac_fail(AC_ERR_INVALID, "cost model: the tables were measured with %s weights; contract %s serves %s "
+                                       "(profile again with its hardware.weights)",
+                       in->weights == AC_DTYPE_BF16 ? "bf16" : "f32", contract->name,
+                       contract->hardware.weights == AC_DTYPE_BF16 ? "bf16" : "f32");
     ac_cost_model *m = calloc(1, sizeof *m);
     if (!m)
         return ac_fail(AC_ERR_NOMEM, "cost model: out of memory");
     m->tables = tables;
     m->w = *cw;
+    m->weights = contract->hardware.weights;
     m->threads = in->threads > 0 ? in->threads : 1;
     m->eps = in->eps_bytes;
     m->scratch_bytes_per_float = (double)cw->batch * (double)cw->input_tokens * sizeof(float);

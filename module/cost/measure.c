@@ -221,8 +221,14 @@ static ac_status measure_child(void *arg, int fd)
         else
             base = ac_cpu_peak_resident_bytes(); /* no reset: the peak so far is the floor */
         st = ac_model_slice(parent, job->arch, job->parent_layer, job->seed + 1, &model);
-        if (st == AC_OK && be)
-            st = ac_model_move_to_device(&model, be->name);
+        if (st == AC_OK && (be || job->weights != AC_DTYPE_F32))
+            st = ac_model_move_to_device_as(&model, be ? be->name : "cpu", job->weights);
+        /* on the host the f32 slice and its bf16 copy were both resident for a moment:
+         * the serving peak counts from the copy alone (where the peak can be reset) */
+        if (st == AC_OK && !be && job->weights != AC_DTYPE_F32) {
+            malloc_trim(0);
+            (void)ac_cpu_reset_peak_resident();
+        }
     }
     if (st == AC_OK)
         st = ac_server_create(model, &job->workload, job->seed, snapshot, &server);

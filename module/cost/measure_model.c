@@ -133,6 +133,7 @@ static ac_status run_sweeps(const char *model_dir, const ac_contract *c, const a
             .reference = r->normalised,
             .reference_dir = p->parent_dir,
             .device = device,
+            .weights = c->hardware.weights,
         };
         ac_measure_result res;
         st = ac_measure(&job, &res, NULL);
@@ -175,7 +176,7 @@ ac_status ac_measure_checkpoint(const char *model_dir, const ac_contract *c, con
     snprintf(r->contract, sizeof r->contract, "%s", c->name);
     r->workload = c->workload;
     r->parameters = (double)ac_arch_param_counts(&arch).total;
-    r->weights_bytes = ac_memory_formula(&arch, &c->workload, c->hardware.threads).weights;
+    r->weights_bytes = ac_memory_formula(&arch, c->hardware.weights, &c->workload, c->hardware.threads).weights;
     ac_cost_prediction parent_cost, model_cost;
     memset(&model_cost, 0, sizeof model_cost);
     if (p->tables)

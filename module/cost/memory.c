@@ -39,10 +39,10 @@ double ac_fixed_activation_bytes(const ac_arch *arch, const ac_contract_workload
            (double)w->batch * arch->vocab * sizeof(float);
 }
 
-ac_memory_terms ac_memory_formula(const ac_arch *arch, const ac_contract_workload *w, int threads)
+ac_memory_terms ac_memory_formula(const ac_arch *arch, ac_dtype weights, const ac_contract_workload *w, int threads)
 {
     ac_memory_terms m = {0, 0, 0, 0};
-    m.weights = (double)ac_arch_param_counts(arch).total * sizeof(float);
+    m.weights = (double)ac_arch_weight_bytes(arch, weights);
     for (int i = 0; i < arch->n_layers; i++) {
         m.kv += ac_block_kv_bytes(&arch->layers[i], w);
         m.state += ac_block_state_bytes(&arch->layers[i], w);

@@ -587,6 +587,7 @@ ac_status ac_profile_run(const char *model_dir, const ac_contract *contract, con
     snprintf(info.device, sizeof info.device, "%s", contract->hardware.name[0] ? contract->hardware.name
                                                                                : contract->hardware.device);
     info.workload = *w;
+    info.weights = contract->hardware.weights;
     info.threads = threads;
     info.repeats = R;
     info.runs = n_runs;
@@ -658,6 +659,7 @@ ac_status ac_profile_run(const char *model_dir, const ac_contract *contract, con
                 .probe_capacity = per_request + 16,
                 .reference = !params->no_reference,
                 .device = device,
+                .weights = contract->hardware.weights,
             };
             ac_measure_result res;
             ac_span *spans = NULL;
@@ -734,7 +736,7 @@ ac_status ac_profile_run(const char *model_dir, const ac_contract *contract, con
             st = add_occurrence(&occ, &key, n, gather_pre, gather_dec);
         }
         if (st == AC_OK) {
-            ac_memory_terms f = ac_memory_formula(&plan->arch, w, run_threads[i]);
+            ac_memory_terms f = ac_memory_formula(&plan->arch, contract->hardware.weights, w, run_threads[i]);
             double measured = ac_stat_median(mem_all + (size_t)i * R, (size_t)R);
             ac_memory_point p = {plan->arch.hidden, measured, f.weights, f.kv, f.state, f.activations};
             resid[i] = p.measured - (p.weights + p.kv + p.state + p.activations);

@@ -227,7 +227,7 @@ ac_memory_sample ac_server_memory(const ac_server *s)
     memset(&m, 0, sizeof m);
     const ac_model *model = s->model;
     const ac_arch *a = ac_model_arch(model);
-    m.weights = (size_t)ac_arch_param_counts(a).total * sizeof(float);
+    m.weights = ac_arch_weight_bytes(a, ac_model_weights_dtype(model));
     for (int q = 0; q < s->batch; q++) {
         size_t state = ac_cache_state_bytes(s->caches[q]);
         m.kv_cache += ac_cache_bytes(s->caches[q]) - state;

@@ -188,7 +188,8 @@ static cJSON *tables_json(const ac_cost_tables *t)
     const ac_cost_tables_info *in = &t->info;
     cJSON *o = cJSON_CreateObject();
     int ok = o && cJSON_AddStringToObject(o, "format", TABLES_FORMAT) && add_number(o, "version", TABLES_VERSION) &&
-             cJSON_AddStringToObject(o, "contract", in->contract) && cJSON_AddStringToObject(o, "device", in->device);
+             cJSON_AddStringToObject(o, "contract", in->contract) && cJSON_AddStringToObject(o, "device", in->device) &&
+             cJSON_AddStringToObject(o, "weights", in->weights == AC_DTYPE_BF16 ? "bf16" : "f32");
     cJSON *w = ok ? cJSON_AddObjectToObject(o, "workload") : NULL;
     ok = w && add_number(w, "batch", in->workload.batch) && add_number(w, "cached_tokens", (double)in->workload.cached_tokens) &&
          add_number(w, "input_tokens", (double)in->workload.input_tokens) &&
@@ -374,6 +375,13 @@ static void read_tables(reader *r, const cJSON *o, ac_cost_tables *t)
     ac_cost_tables_info *in = &t->info;
     copy_string(r, o, "contract", in->contract, sizeof in->contract);
     copy_string(r, o, "device", in->device, sizeof in->device);
+    in->weights = AC_DTYPE_F32; /* tables written before bf16 serving */
+    if (cJSON_GetObjectItemCaseSensitive(o, "weights")) {
+        char weights[8];
+        copy_string(r, o, "weights", weights, sizeof weights);
+        if (r->st == AC_OK && ac_weights_dtype_parse("weights", weights, &in->weights) != AC_OK)
+            r->st = ac_fail(AC_ERR_INVALID, "%s: weights must be \"f32\" or \"bf16\", got \"%s\"", r->path, weights);
+    }
     const cJSON *w = get_object(r, o, "workload", "");
     in->workload.batch = get_int(r, w, "batch", "workload", 1);
     in->workload.cached_tokens = get_int(r, w, "cached_tokens", "workload", 0);

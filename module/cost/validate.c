@@ -208,6 +208,7 @@ ac_status ac_cost_validate(const char *model_dir, const ac_contract *contract, c
                 .probe_capacity = 0,
                 .reference = normalise,
                 .device = device,
+                .weights = contract->hardware.weights,
             };
             ac_measure_result res;
             st = ac_measure(&job, &res, NULL);

@@ -13,30 +13,7 @@ struct ac_layout {
     size_t offset;   /* floats */
     size_t offset16; /* a bf16 model's bf16 values, after the floats */
     size_t n_params;
-    int narrow;      /* the last parameter went to the bf16 values */
 };
-
-/* The weights that matrix products read: bf16 in a serving copy. */
-static int is_product_weight(const ac_model *m, float *const *slot)
-{
-    if (slot == &m->embeddings || slot == &m->lm_head)
-        return 1;
-    uintptr_t at = (uintptr_t)slot, base = (uintptr_t)m->layers;
-    if (at < base || at >= base + (uintptr_t)m->arch.n_layers * sizeof *m->layers)
-        return 0;
-    static const size_t products[] = {
-        offsetof(ac_layer_weights, in_proj),   offsetof(ac_layer_weights, out_proj),
-        offsetof(ac_layer_weights, q_proj),    offsetof(ac_layer_weights, k_proj),
-        offsetof(ac_layer_weights, v_proj),    offsetof(ac_layer_weights, o_proj),
-        offsetof(ac_layer_weights, up_proj),   offsetof(ac_layer_weights, down_proj),
-        offsetof(ac_layer_weights, experts_up), offsetof(ac_layer_weights, experts_down),
-    };
-    size_t field = (at - base) % sizeof *m->layers;
-    for (size_t i = 0; i < sizeof products / sizeof products[0]; i++)
-        if (field == products[i])
-            return 1;
-    return 0;
-}
 
 /* Where a bf16 model's bf16 values start: past the floats, at a 16-byte boundary. */
 static uint16_t *bf16_base(const ac_model *m)
@@ -44,25 +21,20 @@ static uint16_t *bf16_base(const ac_model *m)
     return (uint16_t *)(void *)(m->arena + ((m->arena_count + 3) & ~(size_t)3));
 }
 
-void ac_layout_param(ac_layout *l, float **slot, int ndim, const int64_t *shape, const char *fmt, ...)
+/* One parameter: counted, and (when the arena exists) named and placed; narrow: its
+ * values are bf16. */
+static void layout_one(ac_layout *l, float **slot, int narrow, int ndim, const int64_t *shape, const char *fmt,
+                       va_list args)
 {
     size_t count = 1;
     for (int i = 0; i < ndim; i++)
         count *= (size_t)shape[i];
     ac_model *m = l->model;
-    /* a parameter without a slot continues the block of the one before (the experts
-     * after the first, contiguous with it); a block starts at a 16-byte boundary, as
-     * cuBLAS's fastest paths want */
-    int narrow = slot ? m->bf16 && is_product_weight(m, slot) : l->narrow;
     if (narrow && slot)
         l->offset16 = (l->offset16 + 7) & ~(size_t)7;
-    l->narrow = narrow;
     if (m->arena) {
         ac_param *p = &m->params[l->n_params];
-        va_list args;
-        va_start(args, fmt);
         vsnprintf(p->name, sizeof p->name, fmt, args);
-        va_end(args);
         p->data = narrow ? (float *)(void *)(bf16_base(m) + l->offset16) : m->arena + l->offset;
         p->dtype = narrow ? AC_DTYPE_BF16 : AC_DTYPE_F32;
         p->ndim = ndim;
@@ -78,22 +50,81 @@ void ac_layout_param(ac_layout *l, float **slot, int ndim, const int64_t *shape,
     l->n_params++;
 }
 
-static void layout_model(ac_layout *l)
+void ac_layout_param(ac_layout *l, float **slot, int ndim, const int64_t *shape, const char *fmt, ...)
+{
+    va_list args;
+    va_start(args, fmt);
+    layout_one(l, slot, 0, ndim, shape, fmt, args);
+    va_end(args);
+}
+
+void ac_layout_product(ac_layout *l, float **slot, int ndim, const int64_t *shape, const char *fmt, ...)
+{
+    va_list args;
+    va_start(args, fmt);
+    layout_one(l, slot, l->model->bf16, ndim, shape, fmt, args);
+    va_end(args);
+}
+
+/* Layer i: its norm, then its block of dims b. */
+static void layout_block(ac_layout *l, int i, const ac_block_dims *b, ac_layer_weights *w)
+{
+    const ac_arch *a = &l->model->arch;
+    ac_layout_param(l, &w->norm, 1, AC_SHAPE(a->hidden), "layers.%d.norm.weight", i);
+    ac_block(b)->layout(l, i, a, b, w);
+}
+
+/* Every parameter in checkpoint order; layer i's slots in layers[i], or all in layers[0]
+ * when only counting (one_struct). */
+static void layout_model(ac_layout *l, ac_layer_weights *layers, int one_struct)
 {
     ac_model *m = l->model;
     const ac_arch *a = &m->arch;
     int D = a->hidden, V = a->vocab;
-    ac_layout_param(l, &m->embeddings, 2, AC_SHAPE(V, D), "embeddings.weight");
-    for (int i = 0; i < a->n_layers; i++) {
-        ac_layer_weights *w = &m->layers[i];
-        ac_layout_param(l, &w->norm, 1, AC_SHAPE(D), "layers.%d.norm.weight", i);
-        ac_block(&a->layers[i])->layout(l, i, a, &a->layers[i], w);
-    }
+    ac_layout_product(l, &m->embeddings, 2, AC_SHAPE(V, D), "embeddings.weight");
+    for (int i = 0; i < a->n_layers; i++)
+        layout_block(l, i, &a->layers[i], &layers[one_struct ? 0 : i]);
     ac_layout_param(l, &m->norm_f, 1, AC_SHAPE(D), "norm_f.weight");
     if (a->tie_embeddings)
         m->lm_head = m->embeddings;
     else
-        ac_layout_param(l, &m->lm_head, 2, AC_SHAPE(V, D), "lm_head.weight");
+        ac_layout_product(l, &m->lm_head, 2, AC_SHAPE(V, D), "lm_head.weight");
+}
+
+/* The bytes a layout counted, a serving copy's floats padded to 16 bytes. */
+static size_t layout_bytes(const ac_layout *l)
+{
+    if (!l->model->bf16)
+        return l->offset * sizeof(float);
+    return ((l->offset + 3) & ~(size_t)3) * sizeof(float) + l->offset16 * sizeof(uint16_t);
+}
+
+/* A model shell on the stack that only counts (no arena, no tables). */
+static ac_model counting_model(const ac_arch *arch, ac_dtype weights)
+{
+    ac_model m;
+    memset(&m, 0, sizeof m);
+    m.arch = *arch; /* shallow: not freed */
+    m.bf16 = weights == AC_DTYPE_BF16;
+    return m;
+}
+
+size_t ac_arch_weight_bytes(const ac_arch *arch, ac_dtype weights)
+{
+    ac_model m = counting_model(arch, weights);
+    ac_layer_weights scratch;
+    ac_layout l = {.model = &m};
+    layout_model(&l, &scratch, 1);
+    return layout_bytes(&l);
+}
+
+size_t ac_block_weight_bytes(const ac_arch *arch, const ac_block_dims *b, ac_dtype weights)
+{
+    ac_model m = counting_model(arch, weights);
+    ac_layer_weights scratch;
+    ac_layout l = {.model = &m};
+    layout_block(&l, 0, b, &scratch);
+    return l.offset * sizeof(float) + l.offset16 * sizeof(uint16_t);
 }
 
 ac_status ac_model_create(const ac_arch *arch, ac_model **model)
@@ -133,7 +164,7 @@ static ac_status model_shell(const ac_arch *arch, int bf16, ac_model **model, ac
     m->layers = calloc((size_t)arch->n_layers, sizeof *m->layers);
     *sizes = (ac_layout){.model = m};
     if (m->layers)
-        layout_model(sizes);
+        layout_model(sizes, m->layers, 0);
     m->params = m->layers ? calloc(sizes->n_params ? sizes->n_params : 1, sizeof *m->params) : NULL;
     if (!m->params) {
         ac_model_free(m);
@@ -149,16 +180,9 @@ static void place_weights(ac_model *m, const ac_layout *sizes)
     m->arena_count = sizes->offset;
     m->n_params = sizes->n_params;
     ac_layout l = {.model = m};
-    layout_model(&l);
+    layout_model(&l, m->layers, 0);
 }
 
-/* The bytes of the arena a layout counted. */
-static size_t arena_bytes(const ac_model *m, const ac_layout *sizes)
-{
-    if (!m->bf16)
-        return sizes->offset * sizeof(float);
-    return ((sizes->offset + 3) & ~(size_t)3) * sizeof(float) + sizes->offset16 * sizeof(uint16_t);
-}
 
 /* Which way a copy from a model's memory (src, NULL: the host's) into be's (NULL: the
  * host's) goes; the backend that makes it is the device's. */
@@ -235,10 +259,11 @@ ac_status ac_model_create_on(const ac_arch *arch, const ac_backend *be, ac_model
 }
 
 /* The serving copy's arena built on the host: every float parameter as it is, every
- * product weight rounded to bf16; then one copy to be's memory. */
+ * product weight rounded to bf16; then, for a device, one copy to its memory (on the
+ * host the arena is the image, so the f32 model and its copy are all it holds). */
 static ac_status fill_bf16_copy(ac_model *m, const ac_model *model, const ac_backend *mem, size_t bytes)
 {
-    char *image = malloc(bytes);
+    char *image = m->backend ? malloc(bytes) : (char *)m->arena;
     if (!image)
         return ac_fail(AC_ERR_NOMEM, "model: cannot stage %.1f MiB of bf16 weights", (double)bytes / (1 << 20));
     memset(image, 0, bytes); /* the padding too */
@@ -250,6 +275,8 @@ static ac_status fill_bf16_copy(ac_model *m, const ac_model *model, const ac_bac
         else
             memcpy(at, from->data, from->count * sizeof(float));
     }
+    if (!m->backend)
+        return AC_OK;
     mem->copy(m->arena, image, bytes, AC_COPY_HOST_TO_DEVICE);
     free(image);
     const char *why = mem->take_error();
@@ -270,7 +297,7 @@ ac_status ac_model_to_backend_as(const ac_model *model, const ac_backend *be, ac
     ac_status st = model_shell(&model->arch, 1, &m, &sizes);
     if (st != AC_OK)
         return st;
-    size_t bytes = arena_bytes(m, &sizes);
+    size_t bytes = layout_bytes(&sizes);
     m->arena = mem->alloc_dense(bytes);
     m->backend = be;
     if (!m->arena) {

@@ -34,8 +34,8 @@ typedef struct {
 struct ac_model {
     ac_arch arch;
     const struct ac_backend *backend; /* whose memory holds the arena; NULL: the host's */
-    /* A serving copy (ac_model_to_device_as with bf16): the product weights (embeddings,
-     * LM head, projections, experts) hold bf16 values although their pointers are typed
+    /* A serving copy (ac_model_to_device_as with bf16): the product weights (those laid
+     * out by ac_layout_product) hold bf16 values although their pointers are typed
      * float; the runtime reads them through ac_rt_linear and its kin, and nothing trains,
      * saves or slices such a model. Its arena holds the arena_count floats, then the bf16
      * values. */
@@ -80,6 +80,11 @@ ac_status ac_model_check_host(const ac_model *model, const char *what);
 
 typedef struct ac_layout ac_layout;
 void ac_layout_param(ac_layout *l, float **slot, int ndim, const int64_t *shape, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+/* The same for a weight that matrix products read (a projection, an expert, the
+ * embeddings, the LM head): bf16 in a serving copy, from a 16-byte boundary. A NULL slot
+ * continues the block the parameter before began (the experts after the first). */
+void ac_layout_product(ac_layout *l, float **slot, int ndim, const int64_t *shape, const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));
 #define AC_SHAPE(...) ((const int64_t[]){__VA_ARGS__})
 

@@ -231,10 +231,10 @@ static void attention_tag(const ac_block_dims *b, char *buf, size_t size)
 static void attention_layout(ac_layout *l, int i, const ac_arch *arch, const ac_block_dims *b, ac_layer_weights *w)
 {
     int D = arch->hidden, q = b->attn_heads * b->attn_head_dim, kv = b->attn_kv_heads * b->attn_head_dim;
-    ac_layout_param(l, &w->q_proj, 2, AC_SHAPE(q, D), "layers.%d.mixer.q_proj.weight", i);
-    ac_layout_param(l, &w->k_proj, 2, AC_SHAPE(kv, D), "layers.%d.mixer.k_proj.weight", i);
-    ac_layout_param(l, &w->v_proj, 2, AC_SHAPE(kv, D), "layers.%d.mixer.v_proj.weight", i);
-    ac_layout_param(l, &w->o_proj, 2, AC_SHAPE(D, q), "layers.%d.mixer.o_proj.weight", i);
+    ac_layout_product(l, &w->q_proj, 2, AC_SHAPE(q, D), "layers.%d.mixer.q_proj.weight", i);
+    ac_layout_product(l, &w->k_proj, 2, AC_SHAPE(kv, D), "layers.%d.mixer.k_proj.weight", i);
+    ac_layout_product(l, &w->v_proj, 2, AC_SHAPE(kv, D), "layers.%d.mixer.v_proj.weight", i);
+    ac_layout_product(l, &w->o_proj, 2, AC_SHAPE(D, q), "layers.%d.mixer.o_proj.weight", i);
 }
 
 /* Leading query and KV heads of the same head size. */

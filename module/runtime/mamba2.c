@@ -406,7 +406,7 @@ static void mamba2_tag(const ac_block_dims *b, char *buf, size_t size) { snprint
 static void mamba2_layout(ac_layout *l, int i, const ac_arch *arch, const ac_block_dims *b, ac_layer_weights *w)
 {
     int D = arch->hidden, dI = ac_mamba_d_inner(b), conv = ac_mamba_conv_dim(b), H = b->mamba_heads;
-    ac_layout_param(l, &w->in_proj, 2, AC_SHAPE(ac_mamba_in_proj_dim(b), D), "layers.%d.mixer.in_proj.weight", i);
+    ac_layout_product(l, &w->in_proj, 2, AC_SHAPE(ac_mamba_in_proj_dim(b), D), "layers.%d.mixer.in_proj.weight", i);
     ac_layout_param(l, &w->conv_w, 3, AC_SHAPE(conv, 1, b->conv_kernel), "layers.%d.mixer.conv1d.weight", i);
     if (arch->use_conv_bias)
         ac_layout_param(l, &w->conv_b, 1, AC_SHAPE(conv), "layers.%d.mixer.conv1d.bias", i);
@@ -414,7 +414,7 @@ static void mamba2_layout(ac_layout *l, int i, const ac_arch *arch, const ac_blo
     ac_layout_param(l, &w->A_log, 1, AC_SHAPE(H), "layers.%d.mixer.A_log", i);
     ac_layout_param(l, &w->D, 1, AC_SHAPE(H), "layers.%d.mixer.D", i);
     ac_layout_param(l, &w->gate_norm, 1, AC_SHAPE(dI), "layers.%d.mixer.norm.weight", i);
-    ac_layout_param(l, &w->out_proj, 2, AC_SHAPE(D, dI), "layers.%d.mixer.out_proj.weight", i);
+    ac_layout_product(l, &w->out_proj, 2, AC_SHAPE(D, dI), "layers.%d.mixer.out_proj.weight", i);
 }
 
 /* Leading heads and groups; other head shapes line up with nothing and are left alone. */

@@ -85,8 +85,8 @@ static void mlp_tag(const ac_block_dims *b, char *buf, size_t size) { snprintf(b
 static void mlp_layout(ac_layout *l, int i, const ac_arch *arch, const ac_block_dims *b, ac_layer_weights *w)
 {
     int D = arch->hidden;
-    ac_layout_param(l, &w->up_proj, 2, AC_SHAPE(b->ffn, D), "layers.%d.mixer.up_proj.weight", i);
-    ac_layout_param(l, &w->down_proj, 2, AC_SHAPE(D, b->ffn), "layers.%d.mixer.down_proj.weight", i);
+    ac_layout_product(l, &w->up_proj, 2, AC_SHAPE(b->ffn, D), "layers.%d.mixer.up_proj.weight", i);
+    ac_layout_product(l, &w->down_proj, 2, AC_SHAPE(D, b->ffn), "layers.%d.mixer.down_proj.weight", i);
 }
 
 /* Leading channels of a dense MLP, or of a MoE layer's shared expert (the layer with its

@@ -492,15 +492,15 @@ static void moe_layout(ac_layout *l, int i, const ac_arch *arch, const ac_block_
     ac_layout_param(l, &w->router, 2, AC_SHAPE(E, D), "layers.%d.mixer.gate.weight", i);
     ac_layout_param(l, &w->router_bias, 1, AC_SHAPE(E), "layers.%d.mixer.gate.e_score_correction_bias", i);
     for (int e = 0; e < E; e++)
-        ac_layout_param(l, e == 0 ? &w->experts_up : NULL, 2, AC_SHAPE(I, D), "layers.%d.mixer.experts.%d.up_proj.weight",
+        ac_layout_product(l, e == 0 ? &w->experts_up : NULL, 2, AC_SHAPE(I, D), "layers.%d.mixer.experts.%d.up_proj.weight",
                         i, e);
     for (int e = 0; e < E; e++)
-        ac_layout_param(l, e == 0 ? &w->experts_down : NULL, 2, AC_SHAPE(D, I),
+        ac_layout_product(l, e == 0 ? &w->experts_down : NULL, 2, AC_SHAPE(D, I),
                         "layers.%d.mixer.experts.%d.down_proj.weight", i, e);
     if (b->shared_ffn > 0) {
-        ac_layout_param(l, &w->up_proj, 2, AC_SHAPE(b->shared_ffn, D), "layers.%d.mixer.shared_experts.up_proj.weight",
+        ac_layout_product(l, &w->up_proj, 2, AC_SHAPE(b->shared_ffn, D), "layers.%d.mixer.shared_experts.up_proj.weight",
                         i);
-        ac_layout_param(l, &w->down_proj, 2, AC_SHAPE(D, b->shared_ffn),
+        ac_layout_product(l, &w->down_proj, 2, AC_SHAPE(D, b->shared_ffn),
                         "layers.%d.mixer.shared_experts.down_proj.weight", i);
     }
 }

@@ -341,6 +341,7 @@ static void test_bad_contracts(void **state)
         {"duplicate-values.cfg", 18, "routed_experts[2] = 8: duplicate"},
         {"no-target.cfg", 12, "no target"},
         {"bad-device.cfg", 4, "gpu0"},
+        {"bad-weights.cfg", 5, "hardware.weights: 'f16' is neither"},
         {"tp-dp-mismatch.cfg", 3, "does not equal count (8)"},
         {"missing-workload.cfg", 1, "workload"},
         {"missing-field.cfg", 7, "input_tokens"},

@@ -200,7 +200,7 @@ static void check_sum_of_rows(int global_heads)
         assert_float_equal(p.prefill_ms, pre / 1000.0, 1e-9 * us);
         double produced = 3.0 * 4.0;
         assert_float_equal(p.throughput_tok_s, produced / (us * 1e-6), 1e-6 * p.throughput_tok_s);
-        ac_memory_terms mt = ac_memory_formula(&arch, &f.contract.workload, 2);
+        ac_memory_terms mt = ac_memory_formula(&arch, f.contract.hardware.weights, &f.contract.workload, 2);
         assert_float_equal(p.weights_bytes, mt.weights, 1e-6);
         assert_float_equal(p.kv_bytes, mt.kv, 1e-6);
         assert_float_equal(p.state_bytes, mt.state, 1e-6);
@@ -395,6 +395,52 @@ static void test_missing_rows_and_other_workloads_are_refused(void **state)
     teardown(&f);
 }
 
+/* A contract serving bf16 weights: the tables must say so (f32 ones are refused); the
+ * predicted W is the bf16 serving copy's bytes (ac_arch_weight_bytes, up to the padding
+ * that copy puts before each block of bf16 values), well under the f32 W; the contract
+ * parses the setting. */
+static void test_bf16_weights(void **state)
+{
+    (void)state;
+    fixture f;
+    setup(&f, 0);
+    const char *text = "name = \"b\"; hardware = { device = \"cpu\"; threads = 2; weights = \"bf16\"; };\n"
+                       "workload = { batch = 3; cached_tokens = 5; input_tokens = 7; output_tokens = 4; };\n"
+                       "targets = { latency_ms = 1.0; };\n"
+                       "search_space = { hidden_sizes = [16, 12]; mamba_heads = { values = [4, 2]; scope = \"per_layer\";\n"
+                       "  remove = true; }; routed_experts = [4, 2]; routed_ffn = [8, 4, 0]; shared_ffn = [8, 0];\n"
+                       "  removable = [\"mamba\", \"moe\"]; };\n";
+    ac_contract bf16;
+    assert_int_equal(ac_contract_parse_string(text, "bf16", &bf16), AC_OK);
+    assert_int_equal(bf16.hardware.weights, AC_DTYPE_BF16);
+    assert_int_equal(f.contract.hardware.weights, AC_DTYPE_F32);
+    ac_cost_model *m = NULL;
+    assert_int_equal(ac_cost_model_create(f.tables, &f.parent, &bf16, &m), AC_ERR_INVALID);
+    assert_non_null(strstr(ac_error_message(), "measured with f32 weights"));
+    ac_cost_tables_info info = *ac_cost_tables_get_info(f.tables);
+    info.weights = AC_DTYPE_BF16;
+    ac_cost_tables_set_info(f.tables, &info);
+    assert_int_equal(ac_cost_model_create(f.tables, &f.parent, &bf16, &m), AC_OK);
+    int choice[64], parent_layer[16];
+    uint64_t seed = 3;
+    for (int trial = 0; trial < 50; trial++) {
+        random_choice(m, &seed, choice);
+        ac_arch arch;
+        if (ac_cost_choice_arch(m, choice, &arch, parent_layer) != AC_OK)
+            continue;
+        ac_cost_prediction p;
+        assert_int_equal(ac_cost_predict(m, choice, &p), AC_OK);
+        double want = ac_memory_formula(&arch, AC_DTYPE_BF16, &bf16.workload, 2).weights;
+        double f32 = ac_memory_formula(&arch, AC_DTYPE_F32, &bf16.workload, 2).weights;
+        if (fabs(p.weights_bytes - want) > 16.0 * (arch.n_layers + 2))
+            fail_msg("predicted W %.0f, the bf16 copy's %.0f", p.weights_bytes, want);
+        assert_true(want < 0.6 * f32);
+        ac_arch_free(&arch);
+    }
+    ac_cost_model_free(m);
+    teardown(&f);
+}
+
 static void test_tables_round_trip_through_json(void **state)
 {
     (void)state;
@@ -432,6 +478,7 @@ static void test_tables_round_trip_through_json(void **state)
     assert_float_equal(ac_cost_tables_get_info(back)->eps_bytes, 12345.0, 1e-9);
     assert_float_equal(ac_cost_tables_get_info(back)->reference_slope, 0.625, 1e-12);
     assert_int_equal(ac_cost_tables_get_info(back)->workload.cached_tokens, 5);
+    assert_int_equal(ac_cost_tables_get_info(back)->weights, AC_DTYPE_F32);
     ac_cost_tables_free(back);
     /* a broken field is named */
     FILE *fp = fopen(path, "r");
@@ -462,6 +509,7 @@ int main(void)
         cmocka_unit_test(test_axes_follow_the_contract),
         cmocka_unit_test(test_missing_rows_and_other_workloads_are_refused),
         cmocka_unit_test(test_tables_round_trip_through_json),
+        cmocka_unit_test(test_bf16_weights),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

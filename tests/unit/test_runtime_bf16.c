@@ -255,6 +255,18 @@ static void test_layout(void **state)
     assert_true(narrow > 10);
     printf("  weights: %zu bytes in f32, %zu with the products in bf16\n", f32_bytes, bf16_bytes);
     assert_true(bf16_bytes < 0.6 * f32_bytes);
+    /* what the memory formula counts: the same bytes, the copy's padding before each
+     * block of bf16 values (16 bytes at most) aside */
+    const ac_arch *a = ac_model_arch(host);
+    assert_int_equal(ac_arch_weight_bytes(a, AC_DTYPE_F32), f32_bytes);
+    size_t counted = ac_arch_weight_bytes(a, AC_DTYPE_BF16);
+    assert_true(counted >= bf16_bytes && counted <= bf16_bytes + 16 * (narrow + 1));
+    ac_arch outer = *a; /* the embeddings, the final norm, the LM head */
+    outer.n_layers = 0;
+    size_t blocks = ac_arch_weight_bytes(&outer, AC_DTYPE_F32);
+    for (int l = 0; l < a->n_layers; l++)
+        blocks += ac_block_weight_bytes(a, &a->layers[l], AC_DTYPE_F32);
+    assert_int_equal(blocks, f32_bytes);
     ac_model_free(half);
     ac_model_free(host);
 }

@@ -78,7 +78,7 @@ static void check_pattern(const char *pattern)
     w.batch = BATCH;
     w.input_tokens = INPUT;
     w.output_tokens = OUTPUT;
-    ac_memory_terms f = ac_memory_formula(a, &w, omp_get_max_threads());
+    ac_memory_terms f = ac_memory_formula(a, AC_DTYPE_F32, &w, omp_get_max_threads());
 
     /* R: the runtime's buffers plus the caller's logits of the batch */
     double held = (double)ac_runtime_bytes(rt) + (double)BATCH * V * sizeof(float);

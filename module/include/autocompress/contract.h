@@ -7,6 +7,10 @@
  *   hardware = {                                required
  *     device = "cuda:0";                        required: "cpu", "cuda" or "cuda:N" (first device)
  *     name = "RTX 5070";                        optional label
+ *     weights = "bf16";                         optional: "f32" (default) or "bf16", the
+ *                                                 product weights' dtype when serving
+ *                                                 (ac_model_to_device_as): measured and
+ *                                                 profiled so, and the memory formula's W
  *     threads = 0;                              optional, >= 0, 0 = all cores (default 0)
  *     memory_gib = 12.0;                        optional, > 0: memory of one device
  *     count = 1;                                optional, >= 1 (default 1)
@@ -67,6 +71,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "autocompress/dtype.h"
 #include "autocompress/status.h"
 
 #ifdef __cplusplus
@@ -100,6 +105,7 @@ typedef struct {
     ac_device_kind kind;
     int index;                       /* N of "cuda:N", the first of `count` devices; 0 for cpu */
     char name[AC_CONTRACT_NAME_MAX]; /* label such as "RTX 5070"; "" when not given */
+    ac_dtype weights;                /* the served product weights: AC_DTYPE_F32 or AC_DTYPE_BF16 */
     int threads;                     /* host threads, 0 = all cores */
     bool has_memory;
     double memory_gib;               /* memory of one device, when has_memory */

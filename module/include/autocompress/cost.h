@@ -104,6 +104,7 @@ typedef struct ac_cost_tables ac_cost_tables;
 typedef struct {
     char contract[AC_CONTRACT_NAME_MAX];
     char device[AC_CONTRACT_NAME_MAX];
+    ac_dtype weights;     /* the served weights the runs measured (the contract's) */
     ac_contract_workload workload;
     int threads;          /* threads the runs used */
     int repeats;          /* timed requests per run */
@@ -148,8 +149,9 @@ typedef struct {
     double weights, kv, state, activations; /* W, C, P, R in bytes */
 } ac_memory_terms;
 
-/* W, C, P and R of `arch` serving workload `w` with `threads` host threads. */
-ac_memory_terms ac_memory_formula(const ac_arch *arch, const ac_contract_workload *w, int threads);
+/* W, C, P and R of `arch` serving workload `w` with `threads` host threads, its weights
+ * stored as `weights` (f32, or a bf16 serving copy's). */
+ac_memory_terms ac_memory_formula(const ac_arch *arch, ac_dtype weights, const ac_contract_workload *w, int threads);
 
 /* ---- the cost model ---- */
 

@@ -65,6 +65,11 @@ ac_status ac_model_to_device_as(const ac_model *model, const char *device, ac_dt
 /* *model replaced by its copy (as ac_model_to_device_as), the original freed; on failure
  * *model is freed and NULL. NULL *model: nothing to do. */
 ac_status ac_model_move_to_device_as(ac_model **model, const char *device, ac_dtype weights);
+/* The bytes of arch's weights stored as `weights` (AC_DTYPE_F32: 4 a weight;
+ * AC_DTYPE_BF16: a serving copy's, ac_model_to_device_as), and of one layer of dims b
+ * (its norm and block) alone: what the memory formula's W counts. */
+size_t ac_arch_weight_bytes(const ac_arch *arch, ac_dtype weights);
+size_t ac_block_weight_bytes(const ac_arch *arch, const ac_block_dims *b, ac_dtype weights);
 /* AC_DTYPE_BF16 for a serving copy made by ac_model_to_device_as, else AC_DTYPE_F32. */
 ac_dtype ac_model_weights_dtype(const ac_model *model);
 /* Every weight zero, where the weights live (a gradient accumulator between steps). */
