@@ -578,20 +578,34 @@ static CBLAS_TRANSPOSE host_op(cublasOperation_t op)
     return op == CUBLAS_OP_N ? CblasNoTrans : CblasTrans;
 }
 
+/* A GEMM's operands as column-major rows x cols (op(A) m x k, op(B) k x n), and whether
+ * the sizes and leading dimensions pass cuBLAS's checks (else a message naming call). */
+struct gemm_shape {
+    int a_rows, a_cols, b_rows, b_cols;
+};
+
+static bool gemm_sizes_ok(const char *call, cublasOperation_t transa, cublasOperation_t transb, int m, int n, int k,
+                          int lda, int ldb, int ldc, gemm_shape *s)
+{
+    s->a_rows = transa == CUBLAS_OP_N ? m : k, s->a_cols = transa == CUBLAS_OP_N ? k : m;
+    s->b_rows = transb == CUBLAS_OP_N ? k : n, s->b_cols = transb == CUBLAS_OP_N ? n : k;
+    if (m >= 0 && n >= 0 && k >= 0 && lda >= (s->a_rows > 1 ? s->a_rows : 1) &&
+        ldb >= (s->b_rows > 1 ? s->b_rows : 1) && ldc >= (m > 1 ? m : 1))
+        return true;
+    fprintf(stderr, "cudaemu: %s: invalid sizes m %d n %d k %d lda %d ldb %d ldc %d\n", call, m, n, k, lda, ldb, ldc);
+    return false;
+}
+
 cublasStatus_t cublasSgemm(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb, int m, int n,
                            int k, const float *alpha, const float *A, int lda, const float *B, int ldb,
                            const float *beta, float *C, int ldc)
 {
     if (!handle)
         return CUBLAS_STATUS_NOT_INITIALIZED;
-    int a_rows = transa == CUBLAS_OP_N ? m : k, a_cols = transa == CUBLAS_OP_N ? k : m;
-    int b_rows = transb == CUBLAS_OP_N ? k : n, b_cols = transb == CUBLAS_OP_N ? n : k;
-    if (m < 0 || n < 0 || k < 0 || lda < (a_rows > 1 ? a_rows : 1) || ldb < (b_rows > 1 ? b_rows : 1) ||
-        ldc < (m > 1 ? m : 1)) {
-        fprintf(stderr, "cudaemu: cublasSgemm: invalid sizes m %d n %d k %d lda %d ldb %d ldc %d\n", m, n, k, lda,
-                ldb, ldc);
+    gemm_shape s;
+    if (!gemm_sizes_ok("cublasSgemm", transa, transb, m, n, k, lda, ldb, ldc, &s))
         return CUBLAS_STATUS_INVALID_VALUE;
-    }
+    int a_rows = s.a_rows, a_cols = s.a_cols, b_rows = s.b_rows, b_cols = s.b_cols;
     if (!scalars_on_host("cublasSgemm", alpha, beta))
         return CUBLAS_STATUS_EXECUTION_FAILED;
     if (m == 0 || n == 0)
@@ -631,14 +645,10 @@ cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOperation_t transa, cub
         fprintf(stderr, "cudaemu: cublasGemmEx: only bf16 x bf16 -> f32 with CUBLAS_COMPUTE_32F is emulated\n");
         return CUBLAS_STATUS_NOT_SUPPORTED;
     }
-    int a_rows = transa == CUBLAS_OP_N ? m : k, a_cols = transa == CUBLAS_OP_N ? k : m;
-    int b_rows = transb == CUBLAS_OP_N ? k : n, b_cols = transb == CUBLAS_OP_N ? n : k;
-    if (m < 0 || n < 0 || k < 0 || lda < (a_rows > 1 ? a_rows : 1) || ldb < (b_rows > 1 ? b_rows : 1) ||
-        ldc < (m > 1 ? m : 1)) {
-        fprintf(stderr, "cudaemu: cublasGemmEx: invalid sizes m %d n %d k %d lda %d ldb %d ldc %d\n", m, n, k, lda,
-                ldb, ldc);
+    gemm_shape s;
+    if (!gemm_sizes_ok("cublasGemmEx", transa, transb, m, n, k, lda, ldb, ldc, &s))
         return CUBLAS_STATUS_INVALID_VALUE;
-    }
+    int a_rows = s.a_rows, a_cols = s.a_cols, b_rows = s.b_rows, b_cols = s.b_cols;
     const float *a = (const float *)alpha, *b = (const float *)beta;
     if (!scalars_on_host("cublasGemmEx", a, b))
         return CUBLAS_STATUS_EXECUTION_FAILED;

@@ -2,7 +2,8 @@
  * MoE), every layer with the same block dims (each kind reads its own fields), random
  * weights; the two sets of dims the device tests use; a device model's arena read back;
  * soft masks on every axis, and the search's steps (masked distillation) on a model,
- * wherever it lives. */
+ * wherever it lives; a prompt and its decode steps, and two sequences decoding together,
+ * for comparing two models. */
 #ifndef AC_TESTS_HYBRID_MODEL_H
 #define AC_TESTS_HYBRID_MODEL_H
 
@@ -12,6 +13,8 @@
 
 #include "autocompress/masks.h"
 #include "autocompress/model.h"
+#include "autocompress/runtime.h"
+#include "autocompress/sample.h"
 #include "autocompress/train.h"
 #include "model/model_internal.h"
 
@@ -198,6 +201,85 @@ static inline void hybrid_masked_run_free(hybrid_masked_run *r)
 {
     free(r->host_grads);
     free(r->dev_grads);
+}
+
+/* ---- runs of a model's forward for comparing two models ---- */
+
+/* A prompt of `prompt` tokens (vocab V), its logits [prompt, V], then `gen` decode steps
+ * with their logits [gen, V]: each step takes the greedy token of the step before
+ * (written to tokens [gen]), or feed's token when feed is given, so that two models'
+ * steps read the same inputs. */
+static inline void hybrid_generate(const ac_model *m, int V, int prompt, int gen, const int32_t *feed,
+                                   float *prompt_logits, float *step_logits, int32_t *tokens)
+{
+    ac_runtime *rt;
+    ac_cache *c;
+    assert_int_equal(ac_runtime_create(m, &rt), AC_OK);
+    assert_int_equal(ac_cache_create(m, &c), AC_OK);
+    int32_t *ids = malloc((size_t)prompt * sizeof *ids);
+    assert_non_null(ids);
+    for (int t = 0; t < prompt; t++)
+        ids[t] = (t * 17 + 5) % V;
+    const int32_t *seq[1] = {ids};
+    int n[1] = {prompt};
+    ac_batch b = {.n_seqs = 1, .tokens = seq, .n_tokens = n, .caches = &c};
+    assert_int_equal(ac_runtime_forward(rt, &b, AC_LOGITS_ALL, prompt_logits), AC_OK);
+    int32_t next = ac_argmax(prompt_logits + (size_t)(prompt - 1) * V, V);
+    for (int g = 0; g < gen; g++) {
+        tokens[g] = next;
+        const int32_t *one[1] = {feed ? &feed[g] : &tokens[g]};
+        int ones[1] = {1};
+        ac_batch d = {.n_seqs = 1, .tokens = one, .n_tokens = ones, .caches = &c};
+        assert_int_equal(ac_runtime_forward(rt, &d, AC_LOGITS_LAST, step_logits + (size_t)g * V), AC_OK);
+        next = ac_argmax(step_logits + (size_t)g * V, V);
+    }
+    free(ids);
+    ac_cache_free(c);
+    ac_runtime_free(rt);
+}
+
+/* Two sequences (prompt and prompt / 2 tokens) prefilled together, then `gen` steps
+ * decoding both at once: the last logits of each call, [1 + gen, 2, V]. */
+static inline void hybrid_decode_pair(const ac_model *m, int V, int prompt, int gen, float *out)
+{
+    ac_runtime *rt;
+    ac_cache *c[2];
+    assert_int_equal(ac_runtime_create(m, &rt), AC_OK);
+    int32_t *a = malloc((size_t)prompt * sizeof *a), *b = malloc((size_t)prompt * sizeof *b);
+    assert_true(a && b);
+    for (int t = 0; t < prompt; t++) {
+        a[t] = (t * 13 + 1) % V;
+        b[t] = (t * 29 + 7) % V;
+    }
+    for (int s = 0; s < 2; s++)
+        assert_int_equal(ac_cache_create(m, &c[s]), AC_OK);
+    const int32_t *seqs[2] = {a, b};
+    int n[2] = {prompt, prompt / 2};
+    ac_batch first = {.n_seqs = 2, .tokens = seqs, .n_tokens = n, .caches = c};
+    assert_int_equal(ac_runtime_forward(rt, &first, AC_LOGITS_LAST, out), AC_OK);
+    for (int g = 0; g < gen; g++) {
+        int32_t next[2] = {(g * 7 + 3) % V, (g * 5 + 1) % V};
+        const int32_t *one[2] = {&next[0], &next[1]};
+        int ones[2] = {1, 1};
+        ac_batch d = {.n_seqs = 2, .tokens = one, .n_tokens = ones, .caches = c};
+        assert_int_equal(ac_runtime_forward(rt, &d, AC_LOGITS_LAST, out + (size_t)(g + 1) * 2 * V), AC_OK);
+    }
+    for (int s = 0; s < 2; s++)
+        ac_cache_free(c[s]);
+    free(a);
+    free(b);
+    ac_runtime_free(rt);
+}
+
+/* max |a - b| / max |a| over n values */
+static inline double hybrid_relative(const float *a, const float *b, size_t n)
+{
+    double worst = 0.0, scale = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        worst = fmax(worst, fabs((double)a[i] - b[i]));
+        scale = fmax(scale, fabs((double)a[i]));
+    }
+    return scale > 0.0 ? worst / scale : worst;
 }
 
 #endif

@@ -38,49 +38,9 @@ static ac_model *make_model(void)
     return hybrid_model(V, D, &dims, 3, 0.2f);
 }
 
-/* max |a - b| / max |a| */
-static double relative(const float *a, const float *b, size_t n)
-{
-    double worst = 0.0, scale = 0.0;
-    for (size_t i = 0; i < n; i++) {
-        worst = fmax(worst, fabs((double)a[i] - b[i]));
-        scale = fmax(scale, fabs((double)a[i]));
-    }
-    return scale > 0.0 ? worst / scale : worst;
-}
-
-/* The prompt's logits, then GEN greedy tokens with each step's logits; with feed, the
- * steps take feed's tokens instead of their own choices (still written to tokens). */
-static void generate_fed(const ac_model *m, const int32_t *feed, float *prompt_logits, float *step_logits,
-                         int32_t *tokens)
-{
-    ac_runtime *rt;
-    ac_cache *c;
-    assert_int_equal(ac_runtime_create(m, &rt), AC_OK);
-    assert_int_equal(ac_cache_create(m, &c), AC_OK);
-    int32_t prompt[PROMPT];
-    for (int t = 0; t < PROMPT; t++)
-        prompt[t] = (t * 17 + 5) % V;
-    const int32_t *seq[1] = {prompt};
-    int n[1] = {PROMPT};
-    ac_batch b = {.n_seqs = 1, .tokens = seq, .n_tokens = n, .caches = &c};
-    assert_int_equal(ac_runtime_forward(rt, &b, AC_LOGITS_ALL, prompt_logits), AC_OK);
-    int32_t next = ac_argmax(prompt_logits + (size_t)(PROMPT - 1) * V, V);
-    for (int g = 0; g < GEN; g++) {
-        tokens[g] = next;
-        const int32_t *one[1] = {feed ? &feed[g] : &tokens[g]};
-        int ones[1] = {1};
-        ac_batch d = {.n_seqs = 1, .tokens = one, .n_tokens = ones, .caches = &c};
-        assert_int_equal(ac_runtime_forward(rt, &d, AC_LOGITS_LAST, step_logits + (size_t)g * V), AC_OK);
-        next = ac_argmax(step_logits + (size_t)g * V, V);
-    }
-    ac_cache_free(c);
-    ac_runtime_free(rt);
-}
-
 static void generate(const ac_model *m, float *prompt_logits, float *step_logits, int32_t *tokens)
 {
-    generate_fed(m, NULL, prompt_logits, step_logits, tokens);
+    hybrid_generate(m, V, PROMPT, GEN, NULL, prompt_logits, step_logits, tokens);
 }
 
 static void test_logits_and_generation(void **state)
@@ -95,7 +55,7 @@ static void test_logits_and_generation(void **state)
     generate(host, pw, sw, tw);
     generate(dev, pg, sg, tg);
     assert_null(cuda->take_error());
-    double prefill = relative(pw, pg, (size_t)PROMPT * V), decode = relative(sw, sg, (size_t)GEN * V);
+    double prefill = hybrid_relative(pw, pg, (size_t)PROMPT * V), decode = hybrid_relative(sw, sg, (size_t)GEN * V);
     printf("  logits: prefill %.2e, decode %.2e of the logit scale\n", prefill, decode);
     assert_true(prefill < 1e-4);
     assert_true(decode < 1e-4);
@@ -108,37 +68,8 @@ static void test_logits_and_generation(void **state)
     ac_model_free(host);
 }
 
-/* Two sequences of different lengths prefilled together, then steps decoding both at
- * once: the last logits of each call, [1 + GEN, 2, V]. On the device a step's two tokens
- * take moe_token (the backend's moe_token_batch), on the CPU the grouped path. */
-static void decode_pair(const ac_model *m, float *out)
-{
-    ac_runtime *rt;
-    ac_cache *c[2];
-    assert_int_equal(ac_runtime_create(m, &rt), AC_OK);
-    int32_t a[PROMPT], b[PROMPT / 2];
-    for (int t = 0; t < PROMPT; t++)
-        a[t] = (t * 13 + 1) % V;
-    for (int t = 0; t < PROMPT / 2; t++)
-        b[t] = (t * 29 + 7) % V;
-    for (int s = 0; s < 2; s++)
-        assert_int_equal(ac_cache_create(m, &c[s]), AC_OK);
-    const int32_t *seqs[2] = {a, b};
-    int n[2] = {PROMPT, PROMPT / 2};
-    ac_batch first = {.n_seqs = 2, .tokens = seqs, .n_tokens = n, .caches = c};
-    assert_int_equal(ac_runtime_forward(rt, &first, AC_LOGITS_LAST, out), AC_OK);
-    for (int g = 0; g < GEN; g++) {
-        int32_t next[2] = {(g * 7 + 3) % V, (g * 5 + 1) % V};
-        const int32_t *one[2] = {&next[0], &next[1]};
-        int ones[2] = {1, 1};
-        ac_batch d = {.n_seqs = 2, .tokens = one, .n_tokens = ones, .caches = c};
-        assert_int_equal(ac_runtime_forward(rt, &d, AC_LOGITS_LAST, out + (size_t)(g + 1) * 2 * V), AC_OK);
-    }
-    for (int s = 0; s < 2; s++)
-        ac_cache_free(c[s]);
-    ac_runtime_free(rt);
-}
-
+/* Two sequences decoding together: on the device a step's two tokens take moe_token (the
+ * backend's moe_token_batch), on the CPU the grouped path. */
 static void test_batched_decode(void **state)
 {
     (void)state;
@@ -147,10 +78,10 @@ static void test_batched_decode(void **state)
     size_t n = (size_t)(1 + GEN) * 2 * V;
     float *want = malloc(n * sizeof *want), *got = malloc(n * sizeof *got);
     assert_true(want && got);
-    decode_pair(host, want);
-    decode_pair(dev, got);
+    hybrid_decode_pair(host, V, PROMPT, GEN, want);
+    hybrid_decode_pair(dev, V, PROMPT, GEN, got);
     assert_null(cuda->take_error());
-    double err = relative(want, got, n);
+    double err = hybrid_relative(want, got, n);
     printf("  two sequences decoding together: %.2e of the logit scale\n", err);
     assert_true(err < 1e-4);
     free(want);
@@ -176,9 +107,9 @@ static void test_bf16_logits(void **state)
     int32_t tw[GEN], tg[GEN];
     assert_true(pw && pg && sw && sg);
     generate(host, pw, sw, tw);
-    generate_fed(dev, tw, pg, sg, tg);
+    hybrid_generate(dev, V, PROMPT, GEN, tw, pg, sg, tg);
     assert_null(cuda->take_error());
-    double prefill = relative(pw, pg, (size_t)PROMPT * V), decode = relative(sw, sg, (size_t)GEN * V);
+    double prefill = hybrid_relative(pw, pg, (size_t)PROMPT * V), decode = hybrid_relative(sw, sg, (size_t)GEN * V);
     int same = 0;
     for (int g = 0; g < GEN; g++)
         same += tw[g] == tg[g];
@@ -227,7 +158,7 @@ static void test_training_step(void **state)
     assert_true(gw && gg);
     double want = step_grads(host, gw), got = step_grads(dev, gg);
     assert_null(cuda->take_error());
-    double grads = relative(gw, gg, n);
+    double grads = hybrid_relative(gw, gg, n);
     printf("  training step: loss %.6f vs %.6f, gradients %.2e of their scale\n", want, got, grads);
     assert_true(fabs(want - got) < 1e-4 * want);
     assert_true(grads < 1e-3);
@@ -247,10 +178,10 @@ static void test_masked_distillation_step(void **state)
     assert_null(cuda->take_error());
     /* the mask gradients: every per-layer axis, hidden and gate, one array each way */
     size_t per_axes = sizeof r.host.axes[1] / sizeof(float);
-    double masks = fmax(relative(r.host.axes[1][0][0], r.dev.axes[1][0][0], per_axes),
-                        fmax(relative(r.host.hidden[1], r.dev.hidden[1], D),
-                             relative(r.host.gate[1], r.dev.gate[1], L)));
-    double weights = relative(r.host_grads, r.dev_grads, r.n);
+    double masks = fmax(hybrid_relative(r.host.axes[1][0][0], r.dev.axes[1][0][0], per_axes),
+                        fmax(hybrid_relative(r.host.hidden[1], r.dev.hidden[1], D),
+                             hybrid_relative(r.host.gate[1], r.dev.gate[1], L)));
+    double weights = hybrid_relative(r.host_grads, r.dev_grads, r.n);
     printf("  masked distillation: losses %.6f %.6f vs %.6f %.6f, weight gradients %.2e, mask gradients %.2e\n",
            r.host_loss[0], r.host_loss[1], r.dev_loss[0], r.dev_loss[1], weights, masks);
     for (int s = 0; s < 2; s++)
