@@ -129,6 +129,7 @@ int srv_control_policy(srv_control *c, char **json)
 }
 
 const srv_control_config *srv_control_settings(const srv_control *c) { return &c->cfg; }
+ac_dtype srv_control_served_weights(const srv_control *c) { return srv_server_config(c->server)->weights; }
 srv_metrics *srv_control_metrics(srv_control *c) { return c->metrics; }
 
 /* ---- the SLA policy's thread ---- */

@@ -33,6 +33,8 @@ int srv_control_submit(srv_control *c, const ac_job_spec *spec, const char *cont
  * starts it. */
 int srv_control_recompress_live(srv_control *c, const char *reason, char **json);
 const srv_control_config *srv_control_settings(const srv_control *c);
+/* The dtype the server serves its models' product weights in (its `weights` setting). */
+ac_dtype srv_control_served_weights(const srv_control *c);
 srv_metrics *srv_control_metrics(srv_control *c);
 int srv_control_error(int status, const char *code, const char *message, char **json);
 

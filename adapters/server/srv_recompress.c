@@ -245,9 +245,17 @@ static char *contract_for(srv_control *c, recompress_body *b, int *status, char 
         st = ac_contract_rewrite(text, name, &w, b->targets, b->n_targets, &live);
         free(text);
         text = live;
-    } else if (st == AC_OK) {
-        st = ac_contract_parse_string(text, name, &check);
     }
+    if (st == AC_OK)
+        st = ac_contract_parse_string(text, name, &check);
+    /* the job measures the model as the contract serves it, the swap loads it as the
+     * server does: they must agree */
+    ac_dtype served = srv_control_served_weights(c);
+    if (st == AC_OK && check.hardware.weights != served)
+        st = ac_fail(AC_ERR_INVALID, "%s: hardware.weights is %s, but this server serves %s weights (its weights "
+                                     "setting): a swapped-in model would not be served as it was measured",
+                     name, check.hardware.weights == AC_DTYPE_BF16 ? "bf16" : "f32",
+                     served == AC_DTYPE_BF16 ? "bf16" : "f32");
     if (st != AC_OK) {
         free(text);
         *status = srv_control_error(400, "invalid_contract", ac_error_message(), json);

@@ -2,8 +2,8 @@
 # A contract serving bf16 weights (hardware.weights = "bf16") end to end on a tiny model:
 # profile records it in the tables; the cost model refuses tables of the other dtype and
 # predicts a W of about half the f32 one; measure serves the bf16 copy, whose resident
-# memory is below the f32 model's; a dtype other than f32 or bf16 is refused where the
-# contract is read.
+# memory is below the f32 model's (but under AddressSanitizer); a dtype other than f32 or
+# bf16 is refused where the contract is read.
 set -euo pipefail
 ac=$1
 src=$2
@@ -42,7 +42,11 @@ measured() { # measured DTYPE: the measured memory in bytes
     python3 -c 'import json, sys; print(json.load(sys.stdin)["memory_bytes"]["measured"])'
 }
 m32=$(measured f32) m16=$(measured bf16)
-awk "BEGIN { exit !($m16 < $m32) }" || fail "measured memory: bf16 $m16 bytes, f32 $m32"
+# under AddressSanitizer freed memory stays in its quarantine, so the f32 slice the copy
+# is made from still counts: only the measurement's running is checked there
+if ! grep -qa __asan_init "$ac"; then
+  awk "BEGIN { exit !($m16 < $m32) }" || fail "measured memory: bf16 $m16 bytes, f32 $m32"
+fi
 
 sed 's/weights = "bf16"/weights = "f16"/' "$tmp/bf16.cfg" >"$tmp/f16.cfg"
 rc=0

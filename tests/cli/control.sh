@@ -105,6 +105,10 @@ bad_body '{"targets": {"latency_ratio": 0.7}}' from_live
 bad_body '{"from_live": true, "targets": {"latency_ratio": "fast"}}' latency_ratio
 bad_body '{"data": "/nonexistent"}' data
 bad_body "{\"contract_path\": \"$tmp/none.cfg\"}" contract_path
+# a contract serving bf16 weights on a server that serves f32
+sed 's/^hardware = {/hardware = { weights = "bf16";/' "$tmp/mem.cfg" >"$tmp/bf16.cfg"
+grep -q 'weights = "bf16"' "$tmp/bf16.cfg" || fail "no bf16 contract made"
+bad_body "{\"contract_path\": \"$tmp/bf16.cfg\"}" "this server serves f32 weights"
 [ "$(api POST /admin/recompress '{"from_live": true}')" = 409 ] && grep -q "no requests" "$tmp/resp" ||
   fail "from_live before any request: $(cat "$tmp/resp")"
 [ "$(api GET /admin/jobs/job-9999)" = 404 ] || fail "an unknown job: $(cat "$tmp/resp")"
