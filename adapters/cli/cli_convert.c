@@ -7,11 +7,6 @@
 
 #include "autocompress/model.h"
 
-static ac_status parse_dtype(const char *value, void *dst)
-{
-    return ac_weights_dtype_parse("--dtype", value, dst);
-}
-
 int cli_convert(int argc, char **argv)
 {
     const char *model_dir = NULL, *out = NULL;
@@ -19,7 +14,7 @@ int cli_convert(int argc, char **argv)
     const cli_opt opts[] = {
         CLI_REQUIRED("model", &model_dir, "DIR", "the checkpoint to read"),
         CLI_REQUIRED("out", &out, "DIR", "where the rewritten checkpoint goes"),
-        CLI_CUSTOM("dtype", &dtype, "bf16|f32", "dtype of the written weights (default: bf16)", parse_dtype),
+        CLI_CUSTOM("dtype", &dtype, "bf16|f32", "dtype of the written weights (default: bf16)", cli_parse_dtype),
     };
     const cli_spec spec = {"convert", NULL,
                            "Loads the checkpoint in DIR and writes it to OUT (config.json, model.safetensors)\n"

@@ -11,6 +11,7 @@ typedef struct {
     ac_eval_params p;
     const char *model_dir, *teacher_dir, *json_path;
     const char *device; /* "cpu" (default) or "cuda" */
+    ac_dtype weights;   /* the student's product weights where it runs */
 } eval_args;
 
 static int parse_args(int argc, char **argv, eval_args *a)
@@ -33,6 +34,9 @@ static int parse_args(int argc, char **argv, eval_args *a)
                  "MODEL/tokenizer.json)"),
         CLI_TEXT("json", &a->json_path, "FILE", "also write the report as JSON"),
         CLI_TEXT("device", &a->device, "cpu|cuda", "where both models run (default: cpu)"),
+        CLI_CUSTOM("weights", &a->weights, "f32|bf16",
+                   "the student's product weights there: bf16 scores it as a bf16 serving copy (default: f32)",
+                   cli_parse_weights),
         CLI_CUSTOM("progress", &a->p.progress, "auto|bar|json|off", "progress on stderr (default: auto)",
                    cli_parse_progress),
     };
@@ -72,7 +76,7 @@ int cli_eval(int argc, char **argv)
     if (st == AC_OK)
         st = ac_model_load(a.teacher_dir, &teacher);
     if (st == AC_OK)
-        st = ac_model_move_to_device(&student, a.device);
+        st = ac_model_move_to_device_as(&student, a.device, a.weights);
     if (st == AC_OK)
         st = ac_model_move_to_device(&teacher, a.device);
     if (st == AC_OK)

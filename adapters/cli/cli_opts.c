@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "autocompress/comm.h"
+#include "autocompress/dtype.h"
 #include "autocompress/progress.h"
 
 enum { HELP_CODE = 'h', FIRST_CODE = 256 };
@@ -182,3 +183,5 @@ ac_status cli_parse_progress(const char *value, void *dst)
 }
 
 ac_status cli_parse_comm(const char *value, void *dst) { return ac_comm_kind_parse(value, (ac_comm_kind *)dst); }
+ac_status cli_parse_weights(const char *value, void *dst) { return ac_weights_dtype_parse("--weights", value, dst); }
+ac_status cli_parse_dtype(const char *value, void *dst) { return ac_weights_dtype_parse("--dtype", value, dst); }

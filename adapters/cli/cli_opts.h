@@ -53,6 +53,8 @@ int cli_usage_error(const cli_spec *spec, const char *message);
 /* Common CLI_CALL parsers. */
 ac_status cli_parse_progress(const char *value, void *dst); /* ac_progress_mode */
 ac_status cli_parse_comm(const char *value, void *dst);     /* ac_comm_kind */
+ac_status cli_parse_weights(const char *value, void *dst);  /* ac_dtype: f32 or bf16 (--weights) */
+ac_status cli_parse_dtype(const char *value, void *dst);    /* ac_dtype: f32 or bf16 (--dtype) */
 
 /* Table rows (designated, so every field not named is zero). */
 #define CLI_REQUIRED(name_, dst_, meta_, help_) \

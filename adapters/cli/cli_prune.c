@@ -19,11 +19,6 @@ typedef struct {
     ac_dtype dtype;
 } prune_args;
 
-static ac_status parse_dtype(const char *value, void *dst)
-{
-    return ac_weights_dtype_parse("--dtype", value, dst);
-}
-
 static int parse_args(int argc, char **argv, prune_args *a)
 {
     const cli_opt opts[] = {
@@ -33,7 +28,7 @@ static int parse_args(int argc, char **argv, prune_args *a)
         CLI_TEXT("importance", &a->importance_path, "FILE", "importance scores (default: importance.safetensors beside --arch)"),
         CLI_TEXT("search", &a->search_path, "FILE", "search.json naming the kept layers (default: the one beside --arch)"),
         CLI_SWITCH("ordered", &a->ordered, 1, "the model is already in importance order (search --train-weights)"),
-        CLI_CUSTOM("dtype", &a->dtype, "f32|bf16", "weights' dtype in the checkpoint (default: f32)", parse_dtype),
+        CLI_CUSTOM("dtype", &a->dtype, "f32|bf16", "weights' dtype in the checkpoint (default: f32)", cli_parse_dtype),
     };
     const cli_spec spec = {"prune", NULL,
                            "Reorders the parent by importance (channels, heads and experts in descending score),\n"

@@ -33,11 +33,6 @@ static int report(const char *command, ac_status st)
     return st == AC_ERR_INVALID ? 2 : 1;
 }
 
-static ac_status parse_weights(const char *value, void *dst)
-{
-    return ac_weights_dtype_parse("--weights", value, dst);
-}
-
 /* The rows logits and generate share: the checkpoint and its input. */
 #define RUN_INPUT_OPTS(a)                                                                      \
     CLI_REQUIRED("model", &(a)->model_dir, "DIR", "the checkpoint"),                           \
@@ -46,7 +41,7 @@ static ac_status parse_weights(const char *value, void *dst)
     CLI_TEXT("tokenizer", &(a)->tokenizer_path, "FILE", "tokenizer.json for --prompt (default: DIR/tokenizer.json)"), \
     CLI_TEXT("device", &(a)->device, "cpu|cuda", "where the model runs (default: cpu)"),         \
     CLI_CUSTOM("weights", &(a)->weights, "f32|bf16",                                           \
-               "the product weights' dtype where the model runs (default: f32)", parse_weights)
+               "the product weights' dtype where the model runs (default: f32)", cli_parse_weights)
 
 /* Parses and checks that exactly one input was given. */
 static int parse_input(const cli_spec *spec, int argc, char **argv, const run_args *a)

@@ -232,6 +232,9 @@ static ac_status stage_eval(ac_compress_ctx *c)
     ac_compress_path(c, "eval.json", path, sizeof path);
     ac_model *student = NULL, *teacher = NULL;
     ac_status st = ac_model_load(model, &student);
+    /* scored as the contract serves it (a bf16 copy when hardware.weights says so) */
+    if (st == AC_OK && c->contract.hardware.weights != AC_DTYPE_F32)
+        st = ac_model_move_to_device_as(&student, "cpu", c->contract.hardware.weights);
     if (st == AC_OK)
         st = ac_model_load(p->model_dir, &teacher);
     ac_eval_params ep = ac_eval_default_params();

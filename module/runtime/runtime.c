@@ -55,8 +55,6 @@ static ac_status reserve_workspace(ac_runtime *rt, size_t forward_bytes, int bac
 
 ac_status ac_runtime_reserve_training(ac_runtime *rt, int total_tokens, int n_seqs)
 {
-    if (rt->model->bf16)
-        return ac_fail(AC_ERR_UNSUPPORTED, "runtime: training needs f32 weights; this model is a bf16 serving copy");
     size_t need = ac_plan_backward_scratch_per_token(&rt->model->arch);
     if (need > rt->scratch_per_token || !rt->dense) { /* regrow every buffer: dense, at the per-token size */
         if (need > rt->scratch_per_token)

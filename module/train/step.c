@@ -296,6 +296,9 @@ ac_status ac_train_step_loss(ac_train_step *s, const ac_step_inputs *in, double 
 
 ac_status ac_train_step_run(ac_train_step *s, const ac_step_inputs *in, double *loss)
 {
+    if (ac_model_weights_dtype(s->model) != AC_DTYPE_F32)
+        return ac_fail(AC_ERR_UNSUPPORTED, "train: a training step needs f32 weights; this model is a bf16 serving "
+                                           "copy, which computes losses only (ac_train_step_loss)");
     ac_status st = check_inputs(s, in);
     if (st != AC_OK)
         return st;

@@ -2,8 +2,8 @@
 # A contract serving bf16 weights (hardware.weights = "bf16") end to end on a tiny model:
 # profile records it in the tables; the cost model refuses tables of the other dtype and
 # predicts a W of about half the f32 one; measure serves the bf16 copy, whose resident
-# memory is below the f32 model's (but under AddressSanitizer); a dtype other than f32 or
-# bf16 is refused where the contract is read.
+# memory is below the f32 model's (but under AddressSanitizer); compress runs under it to
+# its end; a dtype other than f32 or bf16 is refused where the contract is read.
 set -euo pipefail
 ac=$1
 src=$2
@@ -12,8 +12,11 @@ trap 'rm -rf "$tmp"' EXIT
 export OMP_NUM_THREADS=2
 fail() { echo "FAIL: $*"; exit 1; }
 
-mkdir "$tmp/parent" # a checkpoint without weights: random ones, the same in every run
-cp "$src/tests/cli/data/tiny_hybrid.json" "$tmp/parent/config.json"
+"$ac" tokenize --tokenizer "$src/examples/data/tokenizer.json" --out "$tmp/data" --format lines --val-percent 10 \
+  --progress off "$src/tests/fixtures/tokenizer/lines.txt" >/dev/null
+"$ac" train --config "$src/tests/cli/data/tiny_hybrid.json" --data "$tmp/data" --steps 2 --batch 2 --seq-len 16 \
+  --progress off --out "$tmp/parent" >/dev/null 2>&1 || fail "train exited $?"
+cp "$src/examples/data/tokenizer.json" "$tmp/parent/"
 sed 's/^targets = .*/targets = { latency_ms = 10000.0; memory_gib = 1.0; };/' "$src/tests/cli/data/tiny_search.cfg" \
   >"$tmp/f32.cfg"
 sed 's/^hardware = { device = "cpu";/hardware = { device = "cpu"; weights = "bf16";/' "$tmp/f32.cfg" >"$tmp/bf16.cfg"
@@ -47,6 +50,12 @@ m32=$(measured f32) m16=$(measured bf16)
 if ! grep -qa __asan_init "$ac"; then
   awk "BEGIN { exit !($m16 < $m32) }" || fail "measured memory: bf16 $m16 bytes, f32 $m32"
 fi
+
+# compress under it: its measure and eval stages take the bf16 copy
+"$ac" compress --model "$tmp/parent" --contract "$tmp/bf16.cfg" --tables "$tmp/bf16.json" --data "$tmp/data" \
+  --batch 2 --seq-len 16 --search-tokens 2048 --kd-tokens 512 --measure-sweeps 1 --eval-batches 1 --progress off \
+  --out "$tmp/c" >"$tmp/c.log" 2>&1 || fail "compress under the bf16 contract exited $?: $(tail -3 "$tmp/c.log")"
+[ -s "$tmp/c/eval.json" ] || fail "compress wrote no eval.json"
 
 sed 's/weights = "bf16"/weights = "f16"/' "$tmp/bf16.cfg" >"$tmp/f16.cfg"
 rc=0

@@ -38,6 +38,12 @@ awk -v c="$(field ce)" -v p="$(field ppl)" -v m="$(field line_exact_match)" \
   'BEGIN { exit !(c > 1 && c < 9 && (exp(c) - p)^2 < 1e-12 * p * p && m >= 0 && m <= 1) }' \
   || fail "ce $(field ce), ppl $(field ppl), line match $(field line_exact_match)"
 
+# the parent served as a bf16 copy against itself in f32: a small KD loss, not zero
+"$ac" eval --model "$parent" --teacher "$parent" --data "$tmp/data" --batches 2 --batch 2 --seq-len 32 --lines 2 \
+  --line-context 32 --weights bf16 --json "$tmp/eval.json" --progress off > "$tmp/out" || fail "eval --weights bf16"
+awk -v k="$(field kd_loss)" -v a="$(field top1_agreement)" 'BEGIN { exit !(k > 0 && k < 0.01 && a > 0.9) }' \
+  || fail "bf16 against f32: kd_loss $(field kd_loss), top-1 agreement $(field top1_agreement)"
+
 rc=0
 "$ac" eval --model "$parent" --data "$tmp/data" 2> "$tmp/err" || rc=$?
 [ "$rc" -eq 2 ] || fail "a missing --teacher exits $rc, want 2"

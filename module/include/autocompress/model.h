@@ -59,8 +59,9 @@ ac_status ac_model_move_to_device(ac_model **model, const char *device);
  * product weights (the embeddings, the LM head, every projection and expert: what matrix
  * products read) are rounded to bf16, about half the memory; the norms, convolutions,
  * SSM parameters and the router stay f32. Its products round their inputs to bf16 and
- * sum in f32 (kernels.h). It serves (the runtime's prefill and decode, masked or not);
- * training, saving, slicing, pruning and copying it refuse it. */
+ * sum in f32 (kernels.h). It serves (the runtime's prefill and decode, masked or not) and
+ * has losses (ac_train_step_loss, so eval); training, saving, slicing, pruning and
+ * copying it refuse it. */
 ac_status ac_model_to_device_as(const ac_model *model, const char *device, ac_dtype weights, ac_model **out);
 /* *model replaced by its copy (as ac_model_to_device_as), the original freed; on failure
  * *model is freed and NULL. NULL *model: nothing to do. */

@@ -37,9 +37,11 @@ typedef struct {
 
 /* Forward and backward; *loss is the mean over counted positions (cross-entropy) or over
  * all positions (tau^2 KL for distillation), or the sum over this step's positions
- * divided by loss_positions when that is set. Gradients are those of that loss. */
+ * divided by loss_positions when that is set. Gradients are those of that loss. A bf16
+ * serving copy (ac_model_to_device_as) is refused: it has losses, not gradients. */
 ac_status ac_train_step_run(ac_train_step *step, const ac_step_inputs *in, double *loss);
-/* Forward and loss only (evaluation); the logits of the last call stay readable. */
+/* Forward and loss only (evaluation, of a bf16 serving copy too); the logits of the last
+ * call stay readable. */
 ac_status ac_train_step_loss(ac_train_step *step, const ac_step_inputs *in, double *loss);
 /* [batch * seq_len, vocab] logits of the last forward. */
 const float *ac_train_step_logits(const ac_train_step *step);
