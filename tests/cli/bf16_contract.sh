@@ -12,11 +12,8 @@ trap 'rm -rf "$tmp"' EXIT
 export OMP_NUM_THREADS=2
 fail() { echo "FAIL: $*"; exit 1; }
 
-"$ac" tokenize --tokenizer "$src/examples/data/tokenizer.json" --out "$tmp/data" --format lines --val-percent 10 \
-  --progress off "$src/tests/fixtures/tokenizer/lines.txt" >/dev/null
-"$ac" train --config "$src/tests/cli/data/tiny_hybrid.json" --data "$tmp/data" --steps 2 --batch 2 --seq-len 16 \
-  --progress off --out "$tmp/parent" >/dev/null 2>&1 || fail "train exited $?"
-cp "$src/examples/data/tokenizer.json" "$tmp/parent/"
+source "$src/tests/cli/data/tiny_parent.sh"
+tiny_parent "$ac" "$src" "$tmp"
 sed 's/^targets = .*/targets = { latency_ms = 10000.0; memory_gib = 1.0; };/' "$src/tests/cli/data/tiny_search.cfg" \
   >"$tmp/f32.cfg"
 sed 's/^hardware = { device = "cpu";/hardware = { device = "cpu"; weights = "bf16";/' "$tmp/f32.cfg" >"$tmp/bf16.cfg"

@@ -11,11 +11,8 @@ trap 'rm -rf "$tmp"' EXIT
 export OMP_NUM_THREADS=2
 fail() { echo "FAIL: $*"; exit 1; }
 
-"$ac" tokenize --tokenizer "$src/examples/data/tokenizer.json" --out "$tmp/data" --format lines --val-percent 10 \
-  --progress off "$src/tests/fixtures/tokenizer/lines.txt" >/dev/null
-cp "$src/tests/cli/data/tiny_hybrid.json" "$tmp/config.json" # M*-EME, hidden 32
-"$ac" train --config "$tmp/config.json" --data "$tmp/data" --steps 20 --batch 4 --seq-len 32 --lr 3e-3 --warmup 2 \
-  --seed 5 --progress off --out "$tmp/parent" >/dev/null 2>&1
+source "$src/tests/cli/data/tiny_parent.sh"
+tiny_parent "$ac" "$src" "$tmp"
 cp "$src/tests/cli/data/tiny_search.cfg" "$tmp/tiny.cfg" # latency_ratio 0.7 over a small space
 "$ac" profile --model "$tmp/parent" --contract "$tmp/tiny.cfg" --out "$tmp/tables.json" --repeats 1 \
   --no-reference --progress off >/dev/null || fail "profile exited $?"
