@@ -36,6 +36,6 @@ int cli_convert(int argc, char **argv)
         fprintf(stderr, "autocompress convert: %s\n", ac_error_message());
         return 1;
     }
-    printf("%s -> %s (%s)\n", model_dir, out, dtype == AC_DTYPE_BF16 ? "bf16" : "f32");
+    printf("%s -> %s (%s)\n", model_dir, out, ac_weights_dtype_name(dtype));
     return 0;
 }

@@ -254,8 +254,7 @@ static char *contract_for(srv_control *c, recompress_body *b, int *status, char 
     if (st == AC_OK && check.hardware.weights != served)
         st = ac_fail(AC_ERR_INVALID, "%s: hardware.weights is %s, but this server serves %s weights (its weights "
                                      "setting): a swapped-in model would not be served as it was measured",
-                     name, check.hardware.weights == AC_DTYPE_BF16 ? "bf16" : "f32",
-                     served == AC_DTYPE_BF16 ? "bf16" : "f32");
+                     name, ac_weights_dtype_name(check.hardware.weights), ac_weights_dtype_name(served));
     if (st != AC_OK) {
         free(text);
         *status = srv_control_error(400, "invalid_contract", ac_error_message(), json);

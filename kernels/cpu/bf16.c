@@ -11,8 +11,6 @@
 /* Below this many multiply-adds a product runs on the calling thread. */
 enum { BF16_PARALLEL_MIN = 16384 };
 
-static inline float round_to_bf16(float x) { return ac_bf16_to_float(ac_float_to_bf16(x)); }
-
 /* C[m, n] for m in [m0, m1) and every n: row m of A rounded into a (K floats), then one
  * dot product per weight row. */
 static void linear_bf16_rows(int m0, int m1, int N, int K, float alpha, const float *A, int lda, const uint16_t *W,
@@ -21,7 +19,7 @@ static void linear_bf16_rows(int m0, int m1, int N, int K, float alpha, const fl
     for (int m = m0; m < m1; m++) {
         const float *row = A + (size_t)m * lda;
         for (int k = 0; k < K; k++)
-            a[k] = round_to_bf16(row[k]);
+            a[k] = ac_bf16_round(row[k]);
         float *c = C + (size_t)m * ldc;
         for (int n = 0; n < N; n++) {
             const uint16_t *w = W + (size_t)n * K;
@@ -35,8 +33,8 @@ static void linear_bf16_rows(int m0, int m1, int N, int K, float alpha, const fl
 }
 
 /* The threads split the rows of C when there are several, else the columns of the one
- * row (a decode step's product). Each thread rounds its rows of A into a buffer of K
- * floats on its own stack, K at a time. */
+ * row (a decode step's product). Each thread rounds a row of A at a time into a buffer of
+ * K floats on its own stack. */
 void ac_cpu_linear_bf16(ac_kctx *ctx, int M, int N, int K, float alpha, const float *A, int lda, const uint16_t *W,
                         float beta, float *C, int ldc)
 {

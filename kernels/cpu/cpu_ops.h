@@ -48,9 +48,9 @@ void ac_cpu_moe_mask_scores(ac_kctx *ctx, int T, int E, const float *mask, const
 void ac_cpu_gather_rows(ac_kctx *ctx, int n, int D, const float *src, int ldsrc, const int32_t *rows,
                         float *dst);
 void ac_cpu_linear_bf16(ac_kctx *ctx, int M, int N, int K, float alpha, const float *A, int lda,
-                   const uint16_t *W, float beta, float *C, int ldc);
+                        const uint16_t *W, float beta, float *C, int ldc);
 void ac_cpu_gather_rows_bf16(ac_kctx *ctx, int n, int D, const uint16_t *src, int ldsrc, const int32_t *rows,
-                        float *dst);
+                             float *dst);
 void ac_cpu_scatter_add_rows(ac_kctx *ctx, int n, int D, const float *src, const int32_t *rows,
                              const float *weight, float *dst, int lddst);
 void ac_cpu_relu2(ac_kctx *ctx, size_t n, const float *x, float *y);

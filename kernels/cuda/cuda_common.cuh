@@ -40,7 +40,10 @@ static __device__ inline uint16_t ac_cuda_float_to_bf16(float f)
     return (uint16_t)(u >> 16);
 }
 
-static __device__ inline float ac_cuda_round_to_bf16(float f) { return ac_cuda_bf16_to_float(ac_cuda_float_to_bf16(f)); }
+static __device__ inline float ac_cuda_round_to_bf16(float f)
+{
+    return ac_cuda_bf16_to_float(ac_cuda_float_to_bf16(f));
+}
 
 /* Called by every op after its launches (and cuBLAS calls, passing their status): keeps
  * the first error, naming the op, for ac_cuda_backend's take_error. A launch error means

@@ -2,8 +2,8 @@
  * struct ac_backend, with the same signature and meaning (documented there). Every
  * pointer to tensor data is device memory; the small host-side lists some ops take (the
  * pointer, size and alpha arrays of gemv_batch, gemv_sum and linear_batch, moe_token's
- * ac_k_moe_ffn) are host memory, as the runtime builds them per call. Every op is queued on ctx's stream
- * (cudaStream_t, NULL: the default stream) and returns without waiting, except
+ * ac_k_moe_ffn) are host memory, as the runtime builds them per call. Every op is queued
+ * on ctx's stream (cudaStream_t, NULL: the default stream) and returns without waiting, except
  * sum_squares, which returns its value. Only kernels/cuda and the backend tests include
  * this header; everything else calls the ac_k_* dispatchers. */
 #ifndef AC_KERNELS_CUDA_OPS_H
@@ -54,9 +54,9 @@ void ac_cuda_moe_mask_scores(ac_kctx *ctx, int T, int E, const float *mask, cons
 void ac_cuda_gather_rows(ac_kctx *ctx, int n, int D, const float *src, int ldsrc, const int32_t *rows,
                          float *dst);
 void ac_cuda_linear_bf16(ac_kctx *ctx, int M, int N, int K, float alpha, const float *A, int lda,
-                    const uint16_t *W, float beta, float *C, int ldc);
+                         const uint16_t *W, float beta, float *C, int ldc);
 void ac_cuda_gather_rows_bf16(ac_kctx *ctx, int n, int D, const uint16_t *src, int ldsrc, const int32_t *rows,
-                         float *dst);
+                              float *dst);
 void ac_cuda_scatter_add_rows(ac_kctx *ctx, int n, int D, const float *src, const int32_t *rows,
                               const float *weight, float *dst, int lddst);
 void ac_cuda_relu2(ac_kctx *ctx, size_t n, const float *x, float *y);

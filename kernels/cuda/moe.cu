@@ -1,6 +1,6 @@
-/* MoE ops on the device: routing and its score masking, one token's experts, the row
- * gather and scatter of the dispatch, and their backwards. kernels/cpu/moe.c and kernels/cpu/elementwise.c are
- * the reference.
+/* MoE ops on the device: routing and its score masking, a decode step's experts, the row
+ * gather and scatter of the dispatch, and their backwards. kernels/cpu/moe.c and
+ * kernels/cpu/elementwise.c are the reference.
  *
  * Routing must choose the very experts the CPU chooses, so it repeats the CPU's float
  * operations one for one: the sigmoid through the CPU's own exp (kernels/cpu/cpu_math.h)

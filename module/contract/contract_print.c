@@ -101,7 +101,7 @@ void ac_contract_print(const ac_contract *c, FILE *out)
     fprintf(out, "    %-17s%s (%s, index %d)\n", "device", hw->device,
             ac_device_kind_name(hw->kind), hw->index);
     fprintf(out, "    %-17s%s\n", "name", hw->name[0] ? hw->name : "-");
-    fprintf(out, "    %-17s%s\n", "weights", hw->weights == AC_DTYPE_BF16 ? "bf16" : "f32");
+    fprintf(out, "    %-17s%s\n", "weights", ac_weights_dtype_name(hw->weights));
     if (hw->threads)
         fprintf(out, "    %-17s%d\n", "threads", hw->threads);
     else

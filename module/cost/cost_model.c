@@ -362,8 +362,8 @@ ac_status ac_cost_model_create(const ac_cost_tables *tables, const ac_arch *pare
     if (in->weights != contract->hardware.weights)
         return ac_fail(AC_ERR_INVALID, "cost model: the tables were measured with %s weights; contract %s serves %s "
                                        "(profile again with its hardware.weights)",
-                       in->weights == AC_DTYPE_BF16 ? "bf16" : "f32", contract->name,
-                       contract->hardware.weights == AC_DTYPE_BF16 ? "bf16" : "f32");
+                       ac_weights_dtype_name(in->weights), contract->name,
+                       ac_weights_dtype_name(contract->hardware.weights));
     ac_cost_model *m = calloc(1, sizeof *m);
     if (!m)
         return ac_fail(AC_ERR_NOMEM, "cost model: out of memory");

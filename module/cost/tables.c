@@ -189,7 +189,7 @@ static cJSON *tables_json(const ac_cost_tables *t)
     cJSON *o = cJSON_CreateObject();
     int ok = o && cJSON_AddStringToObject(o, "format", TABLES_FORMAT) && add_number(o, "version", TABLES_VERSION) &&
              cJSON_AddStringToObject(o, "contract", in->contract) && cJSON_AddStringToObject(o, "device", in->device) &&
-             cJSON_AddStringToObject(o, "weights", in->weights == AC_DTYPE_BF16 ? "bf16" : "f32");
+             cJSON_AddStringToObject(o, "weights", ac_weights_dtype_name(in->weights));
     cJSON *w = ok ? cJSON_AddObjectToObject(o, "workload") : NULL;
     ok = w && add_number(w, "batch", in->workload.batch) && add_number(w, "cached_tokens", (double)in->workload.cached_tokens) &&
          add_number(w, "input_tokens", (double)in->workload.input_tokens) &&

@@ -49,6 +49,8 @@ ac_status ac_weights_dtype_parse(const char *what, const char *name, ac_dtype *o
     return ac_fail(AC_ERR_INVALID, "%s: '%s' is neither f32 nor bf16", what, name);
 }
 
+const char *ac_weights_dtype_name(ac_dtype dtype) { return dtype == AC_DTYPE_BF16 ? "bf16" : "f32"; }
+
 bool ac_dtype_is_float(ac_dtype dtype)
 {
     return dtype == AC_DTYPE_F32 || dtype == AC_DTYPE_BF16 || dtype == AC_DTYPE_F16 ||

@@ -183,7 +183,6 @@ static void place_weights(ac_model *m, const ac_layout *sizes)
     layout_model(&l, m->layers, 0);
 }
 
-
 /* Which way a copy from a model's memory (src, NULL: the host's) into be's (NULL: the
  * host's) goes; the backend that makes it is the device's. */
 static ac_copy_kind copy_kind_between(const ac_backend *src, const ac_backend *be)
@@ -326,14 +325,15 @@ ac_status ac_model_to_device_as(const ac_model *model, const char *device, ac_dt
     return ac_model_to_backend_as(model, be == &ac_cpu_backend ? NULL : be, weights, out);
 }
 
+/* An f32 model on the host stays as it is; anything else is a copy. */
 ac_status ac_model_move_to_device_as(ac_model **model, const char *device, ac_dtype weights)
 {
-    if (weights == AC_DTYPE_F32)
-        return ac_model_move_to_device(model, device);
-    if (!*model)
+    if (!device)
+        device = "cpu";
+    if (!*model || (!strcmp(device, "cpu") && weights == AC_DTYPE_F32))
         return AC_OK;
     ac_model *from = *model;
-    ac_status st = ac_model_to_device_as(from, device ? device : "cpu", weights, model);
+    ac_status st = ac_model_to_device_as(from, device, weights, model);
     if (st != AC_OK)
         *model = NULL;
     ac_model_free(from);
@@ -344,23 +344,12 @@ ac_dtype ac_model_weights_dtype(const ac_model *model) { return model->bf16 ? AC
 
 ac_status ac_model_to_device(const ac_model *model, const char *device, ac_model **out)
 {
-    char why[256];
-    const ac_backend *be = ac_backend_select(device, why, sizeof why);
-    if (!be)
-        return ac_fail(AC_ERR_UNSUPPORTED, "model: %s", why);
-    return ac_model_to_backend(model, be == &ac_cpu_backend ? NULL : be, out);
+    return ac_model_to_device_as(model, device, AC_DTYPE_F32, out);
 }
 
 ac_status ac_model_move_to_device(ac_model **model, const char *device)
 {
-    if (!*model || !device || !strcmp(device, "cpu"))
-        return AC_OK;
-    ac_model *from = *model;
-    ac_status st = ac_model_to_device(from, device, model);
-    if (st != AC_OK)
-        *model = NULL;
-    ac_model_free(from);
-    return st;
+    return ac_model_move_to_device_as(model, device, AC_DTYPE_F32);
 }
 
 void ac_model_zero(ac_model *model)

@@ -216,7 +216,7 @@ int main(int argc, char **argv)
            "\"decode_read_gbps\": %.1f, \"copy_gbps\": %.1f, \"decode_fraction_of_bandwidth\": %.3f, "
            "\"prefill_tok_s\": %.1f, \"prefill_tflops\": %.2f, \"gemm_tflops_same_shapes\": %.2f, "
            "\"prefill_fraction_of_gemm\": %.3f}\n",
-           weights == AC_DTYPE_BF16 ? "bf16" : "f32", (long long)counts.total, P, G, G / decode, step * 1e3, step_bytes / step / 1e9, bound / 1e9,
+           ac_weights_dtype_name(weights), (long long)counts.total, P, G, G / decode, step * 1e3, step_bytes / step / 1e9, bound / 1e9,
            step_bytes / step / bound, P / prefill, prefill_flops / 1e12, gemm / 1e12, prefill_flops / gemm);
     free(prompt);
     free(logits);

@@ -1707,8 +1707,6 @@ static void test_moe_token_against_double(void **state)
     }
 }
 
-static double bf16_double(float x) { return (double)ac_bf16_to_float(ac_float_to_bf16(x)); }
-
 /* ac_cpu_linear_bf16 against the formula in double: A rounded to bf16, W widened, alpha
  * and beta (a missing rounding of A is off by ~2^-9 of the sum, far past the bound). */
 static void test_linear_bf16_against_double(void **state)
@@ -1730,7 +1728,7 @@ static void test_linear_bf16_against_double(void **state)
         for (int n = 0; n < N; n++) {
             double dot = 0.0, size = 0.0, plain = 0.0;
             for (int k = 0; k < K; k++) {
-                double w = ac_bf16_to_float(W16[n * K + k]), t = bf16_double(A[m * LDA + k]) * w;
+                double w = ac_bf16_to_float(W16[n * K + k]), t = (double)ac_bf16_round(A[m * LDA + k]) * w;
                 dot += t;
                 size += fabs(t);
                 plain += (double)A[m * LDA + k] * w;
@@ -1770,7 +1768,7 @@ static void test_moe_token_bf16_against_double(void **state)
         const uint16_t *row = r < S ? sup + r * D : up + ((size_t)idx[order[(r - S) / I]] * I + (r - S) % I) * D;
         double dot = 0.0;
         for (int i = 0; i < D; i++)
-            dot += (double)ac_bf16_to_float(row[i]) * bf16_double(x[i]);
+            dot += (double)ac_bf16_to_float(row[i]) * (double)ac_bf16_round(x[i]);
         h[r] = relu2_double(dot);
         if (fabs(hidden[r] - h[r]) > 1e-5 * (fabs(h[r]) + 1e-3))
             fail_msg("hidden[%d]: %.9g, want %.9g", r, (double)hidden[r], h[r]);
@@ -1783,7 +1781,7 @@ static void test_moe_token_bf16_against_double(void **state)
             const float *hp = hidden + (p == 0 ? 0 : S + (p - 1) * I);
             double alpha = p == 0 ? 1.0 : weight[order[p - 1]];
             for (int c = 0; c < n; c++) {
-                double t = alpha * ac_bf16_to_float(row[c]) * bf16_double(hp[c]);
+                double t = alpha * ac_bf16_to_float(row[c]) * (double)ac_bf16_round(hp[c]);
                 want += t;
                 size += fabs(t);
             }

@@ -56,7 +56,7 @@ static float *rounded(const float *x, int rows, int cols, int ld)
     assert_non_null(out);
     for (int r = 0; r < rows; r++)
         for (int c = 0; c < cols; c++)
-            out[(size_t)r * cols + c] = ac_bf16_to_float(ac_float_to_bf16(x[(size_t)r * ld + c]));
+            out[(size_t)r * cols + c] = ac_bf16_round(x[(size_t)r * ld + c]);
     return out;
 }
 
@@ -144,7 +144,7 @@ static ac_model *rounded_reference(const ac_model *host, const ac_model *half)
         const ac_param *p = ac_model_param(ref, i);
         if (ac_model_param(half, i)->dtype == AC_DTYPE_BF16)
             for (size_t j = 0; j < p->count; j++)
-                p->data[j] = ac_bf16_to_float(ac_float_to_bf16(p->data[j]));
+                p->data[j] = ac_bf16_round(p->data[j]);
     }
     ref_model = ref, ref_half = half;
     return ref;
@@ -185,7 +185,7 @@ static void test_layout(void **state)
         bf16_bytes += p->count * (product ? sizeof(uint16_t) : sizeof(float));
         narrow += product;
         for (size_t j = 0; j < p->count; j++) {
-            float want = product ? ac_bf16_to_float(ac_float_to_bf16(f->data[j])) : f->data[j];
+            float want = product ? ac_bf16_round(f->data[j]) : f->data[j];
             float got = product ? ac_bf16_to_float(((const uint16_t *)(const void *)p->data)[j]) : p->data[j];
             if (got != want)
                 fail_msg("%s[%zu]: %.9g, want %.9g", p->name, j, (double)got, (double)want);

@@ -49,8 +49,10 @@ const char *ac_dtype_name(ac_dtype dtype);
 ac_status ac_dtype_parse(const char *name, ac_dtype *out);
 
 /* "f32" or "bf16", as options and settings spell a weights' dtype; anything else fails
- * with AC_ERR_INVALID naming `what` (the option or setting). */
+ * with AC_ERR_INVALID naming `what` (the option or setting). ac_weights_dtype_name spells
+ * AC_DTYPE_BF16 "bf16" and anything else "f32". */
 ac_status ac_weights_dtype_parse(const char *what, const char *name, ac_dtype *out);
+const char *ac_weights_dtype_name(ac_dtype dtype);
 
 /* True for F32, BF16, F16 and F64: the dtypes ac_convert_to_f32 accepts. */
 bool ac_dtype_is_float(ac_dtype dtype);
@@ -83,6 +85,9 @@ static inline uint16_t ac_float_to_bf16(float f)
     u += 0x7fffu + ((u >> 16) & 1u);
     return (uint16_t)(u >> 16);
 }
+
+/* f as a bf16 product reads it: rounded to bf16 (as above), widened back. */
+static inline float ac_bf16_round(float f) { return ac_bf16_to_float(ac_float_to_bf16(f)); }
 
 static inline float ac_f16_to_float(uint16_t h)
 {
