@@ -494,6 +494,16 @@ static void test_tables_round_trip_through_json(void **state)
     assert_int_equal(ac_cost_tables_read(path, &back), AC_ERR_INVALID);
     assert_non_null(strstr(ac_error_message(), "rows[0].prefill.median_us"));
     assert_non_null(strstr(ac_error_message(), path));
+    /* and served weights of a dtype the engine does not serve (the row mended) */
+    memcpy(at, "\"median_us\":", 12);
+    at = strstr(text, "\"weights\":\t\"f32\"");
+    assert_non_null(at);
+    memcpy(at + strlen("\"weights\":\t\""), "f16", 3);
+    fp = fopen(path, "w");
+    fwrite(text, 1, len, fp);
+    fclose(fp);
+    assert_int_equal(ac_cost_tables_read(path, &back), AC_ERR_INVALID);
+    assert_non_null(strstr(ac_error_message(), "weights must be \"f32\" or \"bf16\", got \"f16\""));
     remove(path);
     assert_int_equal(ac_cost_tables_read(path, &back), AC_ERR_IO);
     free(text);
