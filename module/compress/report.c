@@ -9,7 +9,7 @@
 #include "autocompress/prune.h"
 #include "autocompress/train.h"
 #include "io/json_util.h"
-#include "runtime/block.h"
+#include "blocks/block.h"
 
 #include <cjson/cJSON.h>
 #include <stdio.h>

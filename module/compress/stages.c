@@ -8,6 +8,7 @@
 #include "autocompress/model.h"
 #include "autocompress/profile.h"
 #include "autocompress/prune.h"
+#include "autocompress/minitron.h"
 #include "autocompress/search.h"
 #include "autocompress/train.h"
 #include "io/json_util.h"

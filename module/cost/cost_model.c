@@ -3,7 +3,7 @@
  * probabilities as sums over layers, conditioned on the global choice (autocompress/
  * cost.h has the factorisation). A concrete candidate is the one-hot case. */
 #include "cost/cost_internal.h"
-#include "runtime/block.h"
+#include "blocks/block.h"
 
 #include <math.h>
 #include <stdio.h>

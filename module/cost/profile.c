@@ -5,7 +5,7 @@
 #include "autocompress/profile.h"
 #include "autocompress/trace.h"
 #include "cost/cost_internal.h"
-#include "runtime/block.h"
+#include "blocks/block.h"
 
 #include <math.h>
 #include <stdio.h>

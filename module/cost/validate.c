@@ -2,7 +2,7 @@
  * sampled from the search space, and the predicted-vs-measured plot. */
 #include "autocompress/profile.h"
 #include "cost/cost_internal.h"
-#include "runtime/block.h"
+#include "blocks/block.h"
 #include "io/json_util.h"
 
 #include <errno.h>

@@ -1,102 +1,25 @@
 /* The weight arena: one allocation, laid out parameter by parameter in checkpoint order. */
 #include "model/model_internal.h"
 #include "kernels/kernels.h"
-#include "runtime/block.h"
 
-#include <stdarg.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
-struct ac_layout {
-    ac_model *model;
-    size_t offset;   /* floats */
-    size_t offset16; /* a bf16 model's bf16 values, after the floats */
-    size_t n_params;
-};
-
-/* Where a bf16 model's bf16 values start: past the floats, at a 16-byte boundary. */
-static uint16_t *bf16_base(const ac_model *m)
-{
-    return (uint16_t *)(void *)(m->arena + ((m->arena_count + 3) & ~(size_t)3));
-}
-
-/* One parameter: counted, and (when the arena exists) named and placed; narrow: its
- * values are bf16. */
-static void layout_one(ac_layout *l, float **slot, int narrow, int ndim, const int64_t *shape, const char *fmt,
-                       va_list args)
-{
-    size_t count = 1;
-    for (int i = 0; i < ndim; i++)
-        count *= (size_t)shape[i];
-    ac_model *m = l->model;
-    if (narrow && slot)
-        l->offset16 = (l->offset16 + 7) & ~(size_t)7;
-    if (m->arena) {
-        ac_param *p = &m->params[l->n_params];
-        vsnprintf(p->name, sizeof p->name, fmt, args);
-        p->data = narrow ? (float *)(void *)(bf16_base(m) + l->offset16) : m->arena + l->offset;
-        p->dtype = narrow ? AC_DTYPE_BF16 : AC_DTYPE_F32;
-        p->ndim = ndim;
-        memcpy(p->shape, shape, (size_t)ndim * sizeof *shape);
-        p->count = count;
-        if (slot)
-            *slot = p->data;
-    }
-    if (narrow)
-        l->offset16 += count;
-    else
-        l->offset += count;
-    l->n_params++;
-}
-
-void ac_layout_param(ac_layout *l, float **slot, int ndim, const int64_t *shape, const char *fmt, ...)
-{
-    va_list args;
-    va_start(args, fmt);
-    layout_one(l, slot, 0, ndim, shape, fmt, args);
-    va_end(args);
-}
-
-void ac_layout_product(ac_layout *l, float **slot, int ndim, const int64_t *shape, const char *fmt, ...)
-{
-    va_list args;
-    va_start(args, fmt);
-    layout_one(l, slot, l->model->bf16, ndim, shape, fmt, args);
-    va_end(args);
-}
-
-/* Layer i: its norm, then its block of dims b. */
-static void layout_block(ac_layout *l, int i, const ac_block_dims *b, ac_layer_weights *w)
-{
-    const ac_arch *a = &l->model->arch;
-    ac_layout_param(l, &w->norm, 1, AC_SHAPE(a->hidden), "layers.%d.norm.weight", i);
-    ac_block(b)->layout(l, i, a, b, w);
-}
-
 /* Every parameter in checkpoint order; layer i's slots in layers[i], or all in layers[0]
  * when only counting (one_struct). */
-static void layout_model(ac_layout *l, ac_layer_weights *layers, int one_struct)
+static void layout_model(ac_layout *l, ac_model *m, ac_layer_weights *layers, int one_struct)
 {
-    ac_model *m = l->model;
     const ac_arch *a = &m->arch;
     int D = a->hidden, V = a->vocab;
     ac_layout_product(l, &m->embeddings, 2, AC_SHAPE(V, D), "embeddings.weight");
     for (int i = 0; i < a->n_layers; i++)
-        layout_block(l, i, &a->layers[i], &layers[one_struct ? 0 : i]);
+        ac_layout_block(l, i, a, &a->layers[i], &layers[one_struct ? 0 : i]);
     ac_layout_param(l, &m->norm_f, 1, AC_SHAPE(D), "norm_f.weight");
     if (a->tie_embeddings)
         m->lm_head = m->embeddings;
     else
         ac_layout_product(l, &m->lm_head, 2, AC_SHAPE(V, D), "lm_head.weight");
-}
-
-/* The bytes a layout counted, a serving copy's floats padded to 16 bytes. */
-static size_t layout_bytes(const ac_layout *l)
-{
-    if (!l->model->bf16)
-        return l->offset * sizeof(float);
-    return ((l->offset + 3) & ~(size_t)3) * sizeof(float) + l->offset16 * sizeof(uint16_t);
 }
 
 /* A model shell on the stack that only counts (no arena, no tables). */
@@ -113,18 +36,9 @@ size_t ac_arch_weight_bytes(const ac_arch *arch, ac_dtype weights)
 {
     ac_model m = counting_model(arch, weights);
     ac_layer_weights scratch;
-    ac_layout l = {.model = &m};
-    layout_model(&l, &scratch, 1);
-    return layout_bytes(&l);
-}
-
-size_t ac_block_weight_bytes(const ac_arch *arch, const ac_block_dims *b, ac_dtype weights)
-{
-    ac_model m = counting_model(arch, weights);
-    ac_layer_weights scratch;
-    ac_layout l = {.model = &m};
-    layout_block(&l, 0, b, &scratch);
-    return l.offset * sizeof(float) + l.offset16 * sizeof(uint16_t);
+    ac_layout l = {.bf16 = m.bf16};
+    layout_model(&l, &m, &scratch, 1);
+    return ac_layout_bytes(&l);
 }
 
 ac_status ac_model_create(const ac_arch *arch, ac_model **model)
@@ -162,9 +76,9 @@ static ac_status model_shell(const ac_arch *arch, int bf16, ac_model **model, ac
         return st;
     }
     m->layers = calloc((size_t)arch->n_layers, sizeof *m->layers);
-    *sizes = (ac_layout){.model = m};
+    *sizes = (ac_layout){.bf16 = bf16};
     if (m->layers)
-        layout_model(sizes, m->layers, 0);
+        layout_model(sizes, m, m->layers, 0);
     m->params = m->layers ? calloc(sizes->n_params ? sizes->n_params : 1, sizeof *m->params) : NULL;
     if (!m->params) {
         ac_model_free(m);
@@ -179,8 +93,8 @@ static void place_weights(ac_model *m, const ac_layout *sizes)
 {
     m->arena_count = sizes->offset;
     m->n_params = sizes->n_params;
-    ac_layout l = {.model = m};
-    layout_model(&l, m->layers, 0);
+    ac_layout l = {.bf16 = m->bf16, .arena = m->arena, .arena_count = m->arena_count, .params = m->params};
+    layout_model(&l, m, m->layers, 0);
 }
 
 /* Which way a copy from a model's memory (src, NULL: the host's) into be's (NULL: the
@@ -296,7 +210,7 @@ ac_status ac_model_to_backend_as(const ac_model *model, const ac_backend *be, ac
     ac_status st = model_shell(&model->arch, 1, &m, &sizes);
     if (st != AC_OK)
         return st;
-    size_t bytes = layout_bytes(&sizes);
+    size_t bytes = ac_layout_bytes(&sizes);
     m->arena = mem->alloc_dense(bytes);
     m->backend = be;
     if (!m->arena) {

@@ -3,7 +3,7 @@
  * channels are sorted), through each kind's slice in the block table; what the parent
  * lacks stays random. */
 #include "model/model_internal.h"
-#include "runtime/block.h"
+#include "blocks/block.h"
 
 ac_status ac_model_slice(const ac_model *parent, const ac_arch *arch, const int *parent_layer, uint64_t seed,
                          ac_model **out)

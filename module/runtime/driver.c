@@ -78,10 +78,8 @@ static ac_block_mask_grads block_mask_grads(const ac_mask_grads *g, int layer)
 static void block_forward(ac_runtime *rt, int layer, const ac_seqs *seqs, const ac_block_masks *m, const float *xn,
                           float *out, float *saved)
 {
-    rt->scratch_used = 0;
-    rt->saved = saved;
-    ac_block(&rt->model->arch.layers[layer])->forward(rt, layer, seqs, xn, m, out);
-    rt->saved = NULL;
+    ac_block_ctx c = ac_runtime_block_ctx(rt, saved);
+    ac_block(&rt->model->arch.layers[layer])->forward(&c, layer, seqs, xn, m, out);
 }
 
 static float *saved_at(const ac_pass *pass, int l) { return pass->saved ? pass->saved[l] : NULL; }
@@ -101,12 +99,24 @@ static void upload_ids(ac_runtime *rt, const ac_seqs *seqs, const int32_t *const
                                    AC_COPY_HOST_TO_DEVICE);
 }
 
+/* The embeddings of n token ids (the ops' memory) into rows [n, D]: a serving copy's
+ * are bf16. */
+static void embed_rows(ac_runtime *rt, int n, const int32_t *ids, float *rows)
+{
+    const ac_model *m = rt->model;
+    int D = m->arch.hidden;
+    if (m->bf16)
+        ac_k_gather_rows_bf16(&rt->kctx, n, D, ac_model_bf16_view(m->embeddings), D, ids, rows);
+    else
+        ac_k_gather_rows(&rt->kctx, n, D, m->embeddings, D, ids, rows);
+}
+
 static void embed(ac_runtime *rt, const ac_seqs *seqs, const int32_t *const *tokens, const ac_pass *pass)
 {
     int D = rt->model->arch.hidden;
     upload_ids(rt, seqs, tokens);
     for (int s = 0; s < seqs->n; s++)
-        ac_rt_embed(rt, seqs->len[s], rt->ids + seqs->offset[s], pass->xs + (size_t)seqs->offset[s] * D);
+        embed_rows(rt, seqs->len[s], rt->ids + seqs->offset[s], pass->xs + (size_t)seqs->offset[s] * D);
     hidden_mask h = hidden_of(pass);
     if (h.host)
         ac_k_mul_columns(&rt->kctx, seqs->total, D, h.ops, pass->xs, D);
@@ -153,7 +163,7 @@ static void width_norm_backward(ac_runtime *rt, int rows, const float *x, const 
     }
     if (dhidden) {
         float *dM = rt->spread; /* one float, then spread over the channels */
-        ac_rt_zero(rt, dM, 1);
+        ac_block_zero(&rt->kctx, dM, 1);
         ac_k_rmsnorm_width_backward(&rt->kctx, rows, D, x, D, w, eps, M, dy, D, dM);
         ac_k_add(&rt->kctx, (size_t)D, spread_value(rt, dM), dhidden);
     }
@@ -185,7 +195,7 @@ static float *kept_norm_input(ac_runtime *rt, int l, const float *x, int T, cons
     width_norm(rt, T, x, rt->model->layers[l].norm, h, raw);
     if (!h->host)
         return raw;
-    ac_rt_copy(rt, rt->xn, raw, TD);
+    ac_block_copy(&rt->kctx, rt->xn, raw, TD);
     ac_k_mul_columns(&rt->kctx, T, rt->model->arch.hidden, h->ops, rt->xn, rt->model->arch.hidden);
     return rt->xn;
 }
@@ -216,7 +226,7 @@ void ac_driver_forward(ac_runtime *rt, const ac_seqs *seqs, const int32_t *const
         float *xn = kept_norm_input(rt, l, x, T, &h, pass);
         block_forward(rt, l, seqs, &bm, xn, mix, pass->keep_inputs ? saved_at(pass, l) : NULL);
         if (pass->outs)
-            ac_rt_copy(rt, pass->outs + (size_t)l * TD, mix, TD);
+            ac_block_copy(&rt->kctx, pass->outs + (size_t)l * TD, mix, TD);
         if (h.host)
             ac_k_mul_columns(&rt->kctx, T, D, h.ops, mix, D);
         if (gate)
@@ -235,7 +245,7 @@ static void final_norm(ac_runtime *rt, int rows, const float *x, const hidden_ma
     int D = m->arch.hidden;
     width_norm(rt, rows, x, m->norm_f, h, raw ? raw : rt->xn);
     if (raw)
-        ac_rt_copy(rt, rt->xn, raw, (size_t)rows * D);
+        ac_block_copy(&rt->kctx, rt->xn, raw, (size_t)rows * D);
     if (h->host)
         ac_k_mul_columns(&rt->kctx, rows, D, h->ops, rt->xn, D);
 }
@@ -256,7 +266,8 @@ void ac_driver_logits(ac_runtime *rt, const ac_seqs *seqs, const ac_pass *pass, 
         last = rt->mix;
     }
     final_norm(rt, rows, last, &h, NULL);
-    ac_rt_linear(rt, rows, V, D, rt->xn, D, m->lm_head, 0.0f, logits, V);
+    ac_block_ctx c = ac_runtime_block_ctx(rt, NULL);
+    ac_block_linear(&c, rows, V, D, rt->xn, D, m->lm_head, 0.0f, logits, V);
 }
 
 /* dL/dgate[l] and the hidden mask's output-side share need the block's own mixer output:
@@ -274,13 +285,13 @@ static void gate_and_output_mask_grads(ac_runtime *rt, int l, const ac_seqs *seq
     if (!pass->outs)
         block_forward(rt, l, seqs, bm, rt->xn, rt->mix, NULL);
     float dg = 0.0f, *col = buf->column, *host_col = rt->spread_host;
-    ac_rt_zero(rt, col, (size_t)D);
+    ac_block_zero(&rt->kctx, col, (size_t)D);
     ac_k_column_dot(&rt->kctx, T, D, buf->dx, D, out, D, col);
     be->copy(host_col, col, (size_t)D * sizeof *col, AC_COPY_DEVICE_TO_HOST);
     for (int c = 0; c < D; c++)
         dg += host_col[c] * (hidden ? hidden[c] : 1.0f);
     if (dhidden) { /* dhidden += gl * col */
-        ac_rt_copy(rt, rt->spread, col, (size_t)D);
+        ac_block_copy(&rt->kctx, rt->spread, col, (size_t)D);
         ac_k_scale(&rt->kctx, (size_t)D, gl, rt->spread);
         ac_k_add(&rt->kctx, (size_t)D, rt->spread, dhidden);
     }
@@ -333,22 +344,20 @@ void ac_driver_backward(ac_runtime *rt, const ac_seqs *seqs, const int32_t *cons
         if (!h.host && !gate) {
             xn = raw;
         } else {
-            ac_rt_copy(rt, rt->xn, raw, TD);
+            ac_block_copy(&rt->kctx, rt->xn, raw, TD);
             if (h.host)
                 ac_k_mul_columns(k, R, D, h.ops, rt->xn, D);
             if (dgate || dhidden)
                 gate_and_output_mask_grads(rt, l, seqs, &bm, pass, buf, dhidden, dgate);
-            ac_rt_copy(rt, rt->mix, buf->dx, TD);
+            ac_block_copy(&rt->kctx, rt->mix, buf->dx, TD);
             if (h.host)
                 ac_k_mul_columns(k, R, D, h.ops, rt->mix, D);
             if (gate)
                 ac_k_scale(k, TD, gate[l], rt->mix);
             dout = rt->mix;
         }
-        rt->scratch_used = 0;
-        rt->saved = saved_at(pass, l);
-        ac_block(&a->layers[l])->backward(rt, l, seqs, xn, &bm, dout, buf->dxn, g ? &g->layers[l] : NULL, &bg);
-        rt->saved = NULL;
+        ac_block_ctx c = ac_runtime_block_ctx(rt, saved_at(pass, l));
+        ac_block(&a->layers[l])->backward(&c, l, seqs, xn, &bm, dout, buf->dxn, g ? &g->layers[l] : NULL, &bg);
         if (h.host) {
             if (dhidden)
                 ac_k_column_dot(k, R, D, buf->dxn, D, raw, D, dhidden);

@@ -2,7 +2,7 @@
 #include "runtime/plan.h"
 
 #include "kernels/kernels.h"
-#include "runtime/block.h"
+#include "blocks/block.h"
 
 size_t ac_plan_scratch_per_token(const ac_arch *arch)
 {

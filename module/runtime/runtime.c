@@ -76,18 +76,11 @@ ac_status ac_runtime_device_status(ac_runtime *rt, const char *what)
     return why ? ac_fail(AC_ERR_DEVICE, "%s: %s", what, why) : AC_OK;
 }
 
-float *ac_rt_upload(ac_runtime *rt, const float *host, size_t n)
+ac_block_ctx ac_runtime_block_ctx(ac_runtime *rt, float *saved)
 {
-    float *p = ac_scratch(rt, n);
-    ac_backend_of(&rt->kctx)->copy(p, host, n * sizeof *p, AC_COPY_HOST_TO_DEVICE);
-    return p;
-}
-
-float *ac_scratch(ac_runtime *rt, size_t count)
-{
-    float *p = rt->scratch + rt->scratch_used;
-    rt->scratch_used += count;
-    return p;
+    const ac_model *m = rt->model;
+    return (ac_block_ctx){.kctx = &rt->kctx, .arch = &m->arch, .layers = m->layers, .bf16 = m->bf16,
+                          .scratch = rt->scratch, .saved = saved, .host = rt->host, .iota = rt->iota};
 }
 
 /* An activation buffer or workspace: dense once the runtime is reserved for training. */
@@ -105,9 +98,12 @@ static ac_status reserve_tokens(ac_runtime *rt, int T, int n_seqs)
         if (offset)
             rt->offset = offset;
         int *len = offset ? realloc(rt->len, (size_t)n_seqs * sizeof *len) : NULL;
-        if (!len)
+        if (len)
+            rt->len = len;
+        ac_cache_layers **views = len ? realloc(rt->views, (size_t)n_seqs * sizeof *views) : NULL;
+        if (!views)
             return ac_fail(AC_ERR_NOMEM, "runtime: out of memory for %d sequences", n_seqs);
-        rt->len = len;
+        rt->views = views;
         rt->seqs_capacity = n_seqs;
     }
     if (T <= rt->capacity_tokens)
@@ -249,10 +245,11 @@ ac_status ac_runtime_forward(ac_runtime *rt, const ac_batch *batch, ac_logits_mo
     if (st != AC_OK)
         return st;
 
-    ac_seqs seqs = {.n = batch->n_seqs, .total = T, .offset = rt->offset, .len = rt->len, .caches = batch->caches};
+    ac_seqs seqs = {.n = batch->n_seqs, .total = T, .offset = rt->offset, .len = rt->len, .caches = rt->views};
     for (int s = 0, o = 0; s < batch->n_seqs; o += batch->n_tokens[s], s++) {
         seqs.offset[s] = o;
         seqs.len[s] = batch->n_tokens[s];
+        rt->views[s] = &batch->caches[s]->l;
     }
     ac_pass pass = {.masks = rt->masks, .xs = rt->x, .keep_inputs = 0};
     ac_driver_forward(rt, &seqs, batch->tokens, &pass);

@@ -6,14 +6,6 @@
 #include "autocompress/runtime.h"
 #include "kernels/kernels.h"
 #include "model/model_internal.h"
-#include "runtime/block.h"
-
-typedef struct {
-    int tokens;        /* tokens seen before this call */
-    int capacity;      /* KV rows allocated per layer with KV */
-    float **k, **v;    /* per layer: [kv_heads, capacity, head_dim], NULL without KV */
-    float **state;     /* per layer: the kind's fixed state (state_floats), NULL without */
-} ac_cache_layers;
 
 struct ac_cache {
     const ac_model *model;
@@ -30,8 +22,7 @@ struct ac_runtime {
     float *x;              /* [T, D] residual stream */
     float *xn;             /* [T, D] normed block input */
     float *mix;            /* [T, D] block output */
-    float *scratch;        /* per-block temporaries, reset every block */
-    size_t scratch_used;
+    float *scratch;        /* per-block temporaries (ac_block_ctx), reset every block */
     void *workspace;       /* kernel workspace (attention scores), grown to the longest sequence */
     size_t workspace_bytes;
     int32_t *ids;          /* [T] row indices in the backend's memory: the batch's token
@@ -42,6 +33,7 @@ struct ac_runtime {
     int32_t *iota;         /* [T] 0, 1, ..., T-1 in the backend's memory: row indices that
                               copy rows from one layout to another (ac_k_gather_rows) */
     int *offset, *len;     /* [n_seqs] */
+    ac_cache_layers **views; /* [n_seqs] the batch's caches as the blocks see them */
     int seqs_capacity;
     float *spread;         /* [hidden] a value the host computed, spread over the channels
                               for the ops (the driver's width gradient), in the backend's
@@ -51,51 +43,19 @@ struct ac_runtime {
     size_t logits_count;
     struct ac_probe *probe; /* layer timing (autocompress/probe.h); NULL: off */
     const ac_masks *masks;  /* soft masks of every forward (ac_runtime_set_masks); NULL: none */
-    float *saved;           /* the running block's kept forward internals (block.h), NULL: none */
 };
 
 /* Plans the runtime for training on `total_tokens` packed tokens in `n_seqs` sequences:
  * scratch grows to the largest backward need of any block. */
 ac_status ac_runtime_reserve_training(ac_runtime *rt, int total_tokens, int n_seqs);
 
-/* dst = src and p = 0, n floats, in the memory where the runtime's ops run (a block's
- * buffers may be a device's, which the host may not touch). */
-static inline void ac_rt_copy(ac_runtime *rt, float *dst, const float *src, size_t n)
-{
-    ac_backend_of(&rt->kctx)->copy(dst, src, n * sizeof *dst, AC_COPY_DEVICE_TO_DEVICE);
-}
-
-static inline void ac_rt_zero(ac_runtime *rt, float *p, size_t n)
-{
-    ac_backend_of(&rt->kctx)->memset_zero(p, n * sizeof *p);
-}
-
 /* AC_OK, or AC_ERR_DEVICE naming `what` and the first failure the backend kept (an op
  * that could not launch, a copy or allocation the device refused) since the last call. */
 ac_status ac_runtime_device_status(ac_runtime *rt, const char *what);
 
-/* host[0 .. n) copied where the ops run, into n floats of scratch; the pointer to give
- * the ops (a block's few host-computed values: its plan counts them). */
-float *ac_rt_upload(ac_runtime *rt, const float *host, size_t n);
-
-/* The forward's products with the model's weights (products.c): ac_k_linear,
- * ac_k_gemv_batch and ac_k_linear_batch as they are, or with bf16 weights when the model
- * is a serving copy (model->bf16); ac_rt_embed gathers the embeddings of n token ids
- * (backend memory) into rows [n, D]. The router, kept in f32, and the backward use the
- * f32 ops directly. */
-void ac_rt_linear(ac_runtime *rt, int M, int N, int K, const float *A, int lda, const float *W, float beta,
-                  float *C, int ldc);
-/* The weight `offset` values into W in the model's storage (a serving copy's product
- * weights are bf16: a row or an expert of them is not offset in floats). */
-const float *ac_rt_weights_at(const ac_runtime *rt, const float *W, size_t offset);
-void ac_rt_gemv_batch(ac_runtime *rt, int n, const float *const *W, const int *rows, const int *cols,
-                      const float *const *x, float *const *y);
-void ac_rt_linear_batch(ac_runtime *rt, int n, const int *M, int N, int K, const float *const *A, int lda,
-                        const float *const *W, float *const *C, int ldc);
-void ac_rt_embed(ac_runtime *rt, int n, const int32_t *ids, float *rows);
-
-/* Bump allocation from the runtime's scratch, planned at create time per token. */
-float *ac_scratch(ac_runtime *rt, size_t count);
+/* The context of a block's forward or backward over the runtime's buffers: scratch from
+ * its start, `saved` (a training pass's kept internals of this block, or NULL). */
+ac_block_ctx ac_runtime_block_ctx(ac_runtime *rt, float *saved);
 
 /* ---- the driver (driver.c): one forward and one backward for inference, training,
  * distillation and search ---- */

@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/block.h"
+#include "blocks/block.h"
 
 enum { AXES = 5 }; /* the per-layer masks: mamba_heads, experts, expert_scores, ffn, shared_ffn */
 

@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/block.h"
+#include "blocks/block.h"
 #include "runtime/runtime_internal.h"
 #include "train/mask_mirror.h"
 

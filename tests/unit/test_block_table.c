@@ -2,7 +2,7 @@
  * its parameter count agrees with the tensors its layout lays out (two independent
  * descriptions of one block); its cost-table key holds the dims that set its cost; an
  * unknown kind is refused by name; what a training forward keeps for its backward
- * (rt->saved) changes no bit of the output or of any gradient and stays within
+ * (the context's saved) changes no bit of the output or of any gradient and stays within
  * saved_per_token and saved_per_sequence. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -15,7 +15,7 @@
 #include <string.h>
 
 #include "autocompress/model.h"
-#include "runtime/block.h"
+#include "blocks/block.h"
 #include "runtime/runtime_internal.h"
 
 static ac_block_dims dims_of(ac_block_kind kind)
@@ -150,12 +150,10 @@ static void train_pass(ac_runtime *rt, ac_model *grads, float *saved, const floa
     size_t n;
     float *g = ac_model_arena(grads, &n);
     memset(g, 0, n * sizeof *g);
-    rt->scratch_used = 0;
-    rt->saved = saved;
-    ops->forward(rt, 0, &seqs, xn, &m, r->out);
-    rt->scratch_used = 0;
-    ops->backward(rt, 0, &seqs, xn, &m, dout, r->dxn, &grads->layers[0], &mg);
-    rt->saved = NULL;
+    ac_block_ctx c = ac_runtime_block_ctx(rt, saved);
+    ops->forward(&c, 0, &seqs, xn, &m, r->out);
+    c = ac_runtime_block_ctx(rt, saved);
+    ops->backward(&c, 0, &seqs, xn, &m, dout, r->dxn, &grads->layers[0], &mg);
     memcpy(r->grads, g, n * sizeof *g);
     memcpy(r->mask_grads, dm, sizeof dm);
 }

@@ -94,14 +94,14 @@ static int teardown(void **state)
 
 static void forward(fixture *f, const ac_seqs *seqs, float *out)
 {
-    f->rt->scratch_used = 0;
-    ac_attention_ops.forward(f->rt, 0, seqs, f->xn, NULL, out);
+    ac_block_ctx c = ac_runtime_block_ctx(f->rt, NULL);
+    ac_attention_ops.forward(&c, 0, seqs, f->xn, NULL, out);
 }
 
 static void backward(fixture *f, ac_layer_weights *grad)
 {
-    f->rt->scratch_used = 0;
-    ac_attention_ops.backward(f->rt, 0, &f->seqs, f->xn, NULL, f->R, f->dxn, grad, NULL);
+    ac_block_ctx c = ac_runtime_block_ctx(f->rt, NULL);
+    ac_attention_ops.backward(&c, 0, &f->seqs, f->xn, NULL, f->R, f->dxn, grad, NULL);
 }
 
 static double loss(void *ctx)
@@ -163,8 +163,11 @@ static void test_training_forward_matches_cached(void **state)
         assert_int_equal(ac_cache_create(f->model, &caches[s]), AC_OK);
         assert_int_equal(ac_cache_reserve(caches[s], seq_len[s]), AC_OK);
     }
+    ac_cache_layers *views[N_SEQS];
+    for (int s = 0; s < N_SEQS; s++)
+        views[s] = &caches[s]->l;
     ac_seqs with_caches = f->seqs;
-    with_caches.caches = caches;
+    with_caches.caches = views;
     forward(f, &with_caches, cached);
     forward(f, &f->seqs, f->out);
     double worst = 0.0;
@@ -177,8 +180,8 @@ static void test_training_forward_matches_cached(void **state)
     for (int i = 0; i < 16; i++)
         ones[i] = 0.5f;
     ac_block_masks masks = {.mamba_heads = ones, .experts = ones, .ffn = ones, .shared_ffn = ones};
-    f->rt->scratch_used = 0;
-    ac_attention_ops.forward(f->rt, 0, &f->seqs, f->xn, &masks, cached);
+    ac_block_ctx c = ac_runtime_block_ctx(f->rt, NULL);
+    ac_attention_ops.forward(&c, 0, &f->seqs, f->xn, &masks, cached);
     assert_memory_equal(cached, f->out, n * sizeof *cached);
     for (int s = 0; s < N_SEQS; s++)
         ac_cache_free(caches[s]);

@@ -123,21 +123,25 @@ static void free_fixture(fixture *f)
 static void forward(fixture *f, const float *mask, ac_cache *const *caches, float *out)
 {
     ac_block_masks m = {.mamba_heads = mask};
+    ac_cache_layers *views[8];
+    assert_true(f->seqs.n <= 8);
+    for (int s = 0; caches && s < f->seqs.n; s++)
+        views[s] = &caches[s]->l;
     ac_seqs seqs = f->seqs;
-    seqs.caches = caches;
-    f->rt->scratch_used = 0;
-    ac_mamba2_ops.forward(f->rt, 0, &seqs, f->xn, mask ? &m : NULL, out);
-    assert_true(f->rt->scratch_used <= (size_t)f->rt->capacity_tokens * f->rt->scratch_per_token);
+    seqs.caches = caches ? views : NULL;
+    ac_block_ctx c = ac_runtime_block_ctx(f->rt, NULL);
+    ac_mamba2_ops.forward(&c, 0, &seqs, f->xn, mask ? &m : NULL, out);
+    assert_true(c.scratch_used <= (size_t)f->rt->capacity_tokens * f->rt->scratch_per_token);
 }
 
 static void backward(fixture *f, const float *mask, ac_layer_weights *grad, float *dmask, float *dxn)
 {
     ac_block_masks m = {.mamba_heads = mask};
     ac_block_mask_grads mg = {.mamba_heads = dmask};
-    f->rt->scratch_used = 0;
-    ac_mamba2_ops.backward(f->rt, 0, &f->seqs, f->xn, mask ? &m : NULL, f->R, dxn, grad, dmask ? &mg : NULL);
+    ac_block_ctx c = ac_runtime_block_ctx(f->rt, NULL);
+    ac_mamba2_ops.backward(&c, 0, &f->seqs, f->xn, mask ? &m : NULL, f->R, dxn, grad, dmask ? &mg : NULL);
     /* within what ac_mamba2_backward_scratch_per_token planned */
-    assert_true(f->rt->scratch_used <= (size_t)f->rt->capacity_tokens * f->rt->scratch_per_token);
+    assert_true(c.scratch_used <= (size_t)f->rt->capacity_tokens * f->rt->scratch_per_token);
 }
 
 static double loss(void *ctx)

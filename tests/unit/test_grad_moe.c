@@ -165,8 +165,8 @@ static int same_selection(const fixture *f)
 
 static void forward(fixture *f, const ac_seqs *seqs, const ac_block_masks *masks, float *out)
 {
-    f->rt->scratch_used = 0;
-    ac_moe_ops.forward(f->rt, 0, seqs, f->xn, masks, out);
+    ac_block_ctx c = ac_runtime_block_ctx(f->rt, NULL);
+    ac_moe_ops.forward(&c, 0, seqs, f->xn, masks, out);
 }
 
 static double loss(void *ctx)
@@ -184,8 +184,8 @@ static double loss(void *ctx)
 
 static void backward(fixture *f, const ac_block_masks *masks, ac_layer_weights *grad, ac_block_mask_grads *mg)
 {
-    f->rt->scratch_used = 0;
-    ac_moe_ops.backward(f->rt, 0, &f->seqs, f->xn, masks, f->R, f->dxn, grad, mg);
+    ac_block_ctx c = ac_runtime_block_ctx(f->rt, NULL);
+    ac_moe_ops.backward(&c, 0, &f->seqs, f->xn, masks, f->R, f->dxn, grad, mg);
 }
 
 static void zero_grads(fixture *f)
@@ -395,8 +395,11 @@ static void check_invariants(fixture *f)
     ac_cache *caches[N_SEQS];
     for (int s = 0; s < N_SEQS; s++)
         assert_int_equal(ac_cache_create(f->model, &caches[s]), AC_OK);
+    ac_cache_layers *views[N_SEQS];
+    for (int s = 0; s < N_SEQS; s++)
+        views[s] = &caches[s]->l;
     ac_seqs with_caches = f->seqs;
-    with_caches.caches = caches;
+    with_caches.caches = views;
     forward(f, &with_caches, NULL, b);
     assert_memory_equal(a, b, n * sizeof *a);
     for (int s = 0; s < N_SEQS; s++)

@@ -20,7 +20,7 @@
 
 #include "autocompress/model.h"
 #include "autocompress/runtime.h"
-#include "autocompress/search.h"
+#include "autocompress/importance.h"
 #include "grad_check.h"
 #include "model/model_internal.h"
 

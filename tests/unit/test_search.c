@@ -28,6 +28,7 @@
 #include "autocompress/cost.h"
 #include "autocompress/model.h"
 #include "autocompress/runtime.h"
+#include "autocompress/minitron.h"
 #include "autocompress/search.h"
 #include "autocompress/tokens.h"
 #include "guarded_backend.h"

@@ -7,7 +7,7 @@
 
 #include "autocompress/dtype.h"
 #include "autocompress/model.h"
-#include "autocompress/search.h"
+#include "autocompress/importance.h"
 #include "autocompress/status.h"
 
 #ifdef __cplusplus

@@ -1,8 +1,7 @@
-/* Architecture search: Minitron importance on calibration tokens, a function-preserving
- * reorder of the parent so every candidate width is a prefix, routers (one categorical
- * distribution per axis of the cost model) whose probabilities become soft masks, a
- * budget loss on the cost model's expected cost, and the search loop that trains the
- * routers against KD from the unmasked parent. */
+/* Architecture search over the importance-ordered parent (autocompress/importance.h):
+ * routers (one categorical distribution per axis of the cost model) whose probabilities
+ * become soft masks, a budget loss on the cost model's expected cost, and the search
+ * loop that trains the routers against KD from the unmasked parent. */
 #ifndef AUTOCOMPRESS_SEARCH_H
 #define AUTOCOMPRESS_SEARCH_H
 
@@ -11,6 +10,7 @@
 #include "autocompress/comm.h"
 #include "autocompress/contract.h"
 #include "autocompress/cost.h"
+#include "autocompress/importance.h"
 #include "autocompress/optim.h"
 #include "autocompress/masks.h"
 #include "autocompress/model.h"
@@ -20,42 +20,6 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-/* ---- importance (importance.c) ---- */
-
-/* Minitron's estimators: for every axis, sqrt(sum over sequences of (mean over the
- * sequence of |activation|)^2), higher = more important. Arrays of layers of another
- * kind are NULL. */
-typedef struct {
-    int n_layers, hidden;
-    float *hidden_channels; /* [D] every block's normed input (pre-norm output), summed over layers */
-    float **mamba_heads;    /* per Mamba layer [H]: L2 of the head's channel scores of the x slice of in_proj */
-    float **experts;        /* per MoE layer [E]: sum of the expert's output norms / tokens routed to it */
-    float **ffn;            /* per MLP layer [F] (down_proj input), per MoE layer [I] (summed over experts) */
-    float **shared_ffn;     /* per MoE layer with a shared expert [S] */
-    float *depth;           /* [L]: mean over sequences of 1 - cos(block input, block output) per token */
-    int64_t tokens;         /* calibration tokens seen */
-    ac_arch arch;           /* the architecture the arrays are shaped by (owned; set by compute and load,
-                               needed by save) */
-} ac_importance;
-
-/* Scores of `model` on n_seqs sequences of seq_len tokens (tokens[n_seqs * seq_len]). */
-ac_status ac_importance_compute(const ac_model *model, const int32_t *tokens, int n_seqs, int seq_len,
-                                ac_importance *out);
-void ac_importance_free(ac_importance *imp);
-/* A deep copy (dst is overwritten, free it with ac_importance_free). */
-ac_status ac_importance_copy(ac_importance *dst, const ac_importance *src);
-/* As safetensors (tensors "hidden", "layers.N.mamba_heads", ...); load checks the
- * shapes against `arch` and names what differs. */
-ac_status ac_importance_save(const ac_importance *imp, const char *path);
-ac_status ac_importance_load(const char *path, const ac_arch *arch, ac_importance *out);
-
-/* Reorders `model` in place by `imp`, without changing its function: hidden channels,
- * MLP, routed-expert (one order per layer for all its experts) and shared-expert
- * channels, experts (with their router rows and correction bias) in descending score,
- * Mamba heads in descending score within each group (a head keeps its group). `imp` is
- * permuted the same way, so afterwards every array is in the model's new order. */
-ac_status ac_model_reorder(ac_model *model, ac_importance *imp);
 
 /* ---- routers (router.c) ---- */
 
@@ -170,50 +134,6 @@ typedef struct {
  * out_dir's state when it holds one made with the same settings (another is refused). */
 ac_status ac_search_run(const ac_model *parent, const ac_contract *contract, const ac_cost_tables *tables,
                         const ac_search_params *params, ac_search_report *report);
-
-/* ---- Minitron++, the baseline (minitron.c) ---- */
-
-/* The paper's baseline: a grid of homogeneous candidates over the same search space (one
- * hidden size, one value per axis for every layer: Mamba heads, experts, routed and
- * shared width) times depth removal (the k least important removable layers by the
- * depth score, k up to max_depth_removal of the layers), filtered by the cost model to
- * those predicted to meet the targets; the `candidates` largest by parameter count are
- * pruned from the importance-ordered parent and each distilled for `candidate_tokens`
- * tokens (the same batches for all); the lowest KD loss (mean of the last 25 steps)
- * wins. Its search tokens are the calibration tokens plus every short KD's. */
-typedef struct {
-    const char *data_dir;      /* train.bin */
-    const char *out_dir;       /* importance.safetensors, candidates/cN/, minitron.csv, arch.json, search.json */
-    int calib_seqs, seq_len;   /* calibration (the search's defaults: the same importance) */
-    int candidates;            /* short KDs (default 4) */
-    int64_t candidate_tokens;  /* KD tokens of each; 0: budgets.search_tokens / candidates */
-    int batch;                 /* KD batch (sequences of seq_len) */
-    float kd_tau;
-    float max_depth_removal;   /* fraction of the layers (default 0.2) */
-    ac_adamw_params optim;     /* the short KDs' AdamW (total_steps: set per run) */
-    uint64_t seed;
-    ac_progress_mode progress;
-    const char *device;        /* where the short KDs run: NULL or "cpu", "cuda" */
-} ac_minitron_params;
-
-ac_minitron_params ac_minitron_default_params(void);
-
-typedef struct {
-    int grid, feasible, trained;   /* candidates built, predicted to meet the targets, distilled */
-    int chosen;                    /* index among the trained */
-    double chosen_kd;              /* its KD loss */
-    int64_t calib_tokens, tokens;  /* tokens: calibration + short KDs */
-    ac_budget_targets targets;     /* the contract's */
-    ac_budget_targets planned;     /* those the grid is filtered by (the margin inside) */
-    ac_cost_prediction parent, chosen_cost;
-    ac_arch arch;                  /* the winner (free with ac_arch_free) */
-} ac_minitron_report;
-
-/* Runs the baseline for `contract`; a rerun skips the candidates already distilled (each
- * short KD resumes from its checkpoint). Fails naming the targets when no homogeneous
- * candidate is predicted to meet them. */
-ac_status ac_minitron_run(const ac_model *parent, const ac_contract *contract, const ac_cost_tables *tables,
-                          const ac_minitron_params *params, ac_minitron_report *report);
 
 #ifdef __cplusplus
 }

@@ -5,7 +5,7 @@
  * Everything here runs on raw bytes: the ByteLevel symbols are a bijection of the 256
  * bytes, so a piece's bytes stand for its byte-level string, and the vocabulary is
  * looked up by the bytes its entries spell (tokenizer.c builds that map). */
-#include "io/tokenizer_internal.h"
+#include "tokenizer/tokenizer_internal.h"
 
 #include <stdlib.h>
 #include <string.h>

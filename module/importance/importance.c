@@ -15,7 +15,7 @@
  * Saved as safetensors: "hidden" [D], "depth" [L], "layers.N.mamba_heads" [H],
  * "layers.N.experts" [E], "layers.N.ffn" [F or I], "layers.N.shared_ffn" [S], all F32,
  * and the token count as the metadata "tokens". */
-#include "autocompress/search.h"
+#include "autocompress/importance.h"
 
 #include <errno.h>
 #include <inttypes.h>

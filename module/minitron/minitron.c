@@ -3,6 +3,7 @@
 #include "search/search_loop.h"
 
 #include "autocompress/config_json.h"
+#include "autocompress/minitron.h"
 #include "autocompress/prune.h"
 #include "autocompress/tokens.h"
 #include "autocompress/train.h"

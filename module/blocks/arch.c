@@ -1,7 +1,7 @@
 /* The architecture description: names, ownership, validation, derived dims, parameter
  * counts and a human-readable summary. */
 #include "autocompress/arch.h"
-#include "runtime/block.h"
+#include "blocks/block.h"
 
 #include <inttypes.h>
 #include <math.h>

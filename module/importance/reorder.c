@@ -17,7 +17,7 @@
  *                group's norm) and their out_proj columns. B and C do not move.
  * The importance arrays are permuted with the weights. Attention heads and layers do not
  * move. */
-#include "autocompress/search.h"
+#include "autocompress/importance.h"
 
 #include <math.h>
 #include <stdlib.h>

@@ -1,6 +1,6 @@
 /* The tokenizer's building blocks: an arena, two hash maps, UTF-8 and Unicode helpers,
  * GPT-2's byte-to-symbol table, and PCRE2 regexes with Oniguruma's \s and \w. */
-#include "io/tokenizer_internal.h"
+#include "tokenizer/tokenizer_internal.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -4,7 +4,7 @@
  * weight are unchanged), expert_scores [E] each expert's score before the top-k
  * (ac_k_moe_mask_scores), ffn [I] every routed expert's relu2 channels, shared_ffn [S]
  * the shared expert's. */
-#include "runtime/runtime_internal.h"
+#include "blocks/block.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -49,15 +49,15 @@ typedef struct {
  * idx and weight [T k] as route() chose; rows, row_weight and pair [T k] by expert. */
 static size_t moe_host_per_token(const ac_block_dims *b) { return 5 * (size_t)b->top_k; }
 
-/* The parts of rt->saved, or of scratch when nothing is kept: the routing always, the
+/* The parts of c->saved, or of scratch when nothing is kept: the routing always, the
  * rest only when kept (the caller's own scratch serves otherwise). */
-static int moe_internals(ac_runtime *rt, const ac_block_dims *b, int T, moe_kept *m)
+static int moe_internals(ac_block_ctx *c, const ac_block_dims *b, int T, moe_kept *m)
 {
     size_t Tk = (size_t)T * b->top_k;
-    float *p = rt->saved;
+    float *p = c->saved;
     if (!p) {
-        *m = (moe_kept){.logits = ac_scratch(rt, (size_t)T * b->n_experts), .weight = ac_scratch(rt, Tk)};
-        m->idx = (int32_t *)ac_scratch(rt, Tk);
+        *m = (moe_kept){.logits = ac_block_scratch(c, (size_t)T * b->n_experts), .weight = ac_block_scratch(c, Tk)};
+        m->idx = (int32_t *)ac_block_scratch(c, Tk);
         return 0;
     }
     m->logits = p;
@@ -97,17 +97,17 @@ static void group_by_expert(int T, int k, int E, const int32_t *idx, const float
  * expert's products: on the CPU in place; from a device, the routing is read back first
  * and the grouping (rows, row_weight, and pair when not NULL) sent to the device's
  * buffers. */
-static void group_on_host(ac_runtime *rt, int T, int k, int E, const moe_kept *kept, const float *mask, int *start,
+static void group_on_host(ac_block_ctx *c, int T, int k, int E, const moe_kept *kept, const float *mask, int *start,
                           int32_t *rows, float *row_weight, int32_t *pair)
 {
-    if (!rt->host) {
+    if (!c->host) {
         group_by_expert(T, k, E, kept->idx, kept->weight, mask, start, rows, row_weight, pair);
         return;
     }
-    const ac_backend *be = ac_backend_of(&rt->kctx);
+    const ac_backend *be = ac_backend_of(c->kctx);
     size_t Tk = (size_t)T * k, bytes = Tk * sizeof(float);
-    int32_t *h_idx = (int32_t *)rt->host, *h_rows = h_idx + 2 * Tk, *h_pair = h_idx + 4 * Tk;
-    float *h_weight = rt->host + Tk, *h_row_weight = rt->host + 3 * Tk;
+    int32_t *h_idx = (int32_t *)c->host, *h_rows = h_idx + 2 * Tk, *h_pair = h_idx + 4 * Tk;
+    float *h_weight = c->host + Tk, *h_row_weight = c->host + 3 * Tk;
     be->copy(h_idx, kept->idx, bytes, AC_COPY_DEVICE_TO_HOST);
     be->copy(h_weight, kept->weight, bytes, AC_COPY_DEVICE_TO_HOST);
     group_by_expert(T, k, E, h_idx, h_weight, mask, start, h_rows, h_row_weight, pair ? h_pair : NULL);
@@ -119,21 +119,21 @@ static void group_on_host(ac_runtime *rt, int T, int k, int E, const moe_kept *k
 
 /* Router logits [T, E] of xn (score-masked when m_scores is given) and the top-k:
  * idx and weight [T, k]. */
-static void route(ac_runtime *rt, int layer, int T, const float *xn, const float *m_scores, float *logits,
+static void route(ac_block_ctx *c, int layer, int T, const float *xn, const float *m_scores, float *logits,
                   int32_t *idx, float *weight)
 {
-    const ac_arch *a = &rt->model->arch;
+    const ac_arch *a = c->arch;
     const ac_block_dims *b = &a->layers[layer];
-    const ac_layer_weights *w = &rt->model->layers[layer];
+    const ac_layer_weights *w = &c->layers[layer];
     int D = a->hidden, E = b->n_experts;
     const float *bias = w->router_bias;
-    ac_k_linear(&rt->kctx, T, E, D, xn, D, w->router, 0.0f, logits, E);
+    ac_k_linear(c->kctx, T, E, D, xn, D, w->router, 0.0f, logits, E);
     if (m_scores) {
-        float *masked_bias = ac_scratch(rt, (size_t)E);
-        ac_k_moe_mask_scores(&rt->kctx, T, E, m_scores, bias, logits, masked_bias);
+        float *masked_bias = ac_block_scratch(c, (size_t)E);
+        ac_k_moe_mask_scores(c->kctx, T, E, m_scores, bias, logits, masked_bias);
         bias = masked_bias;
     }
-    ac_k_moe_route(&rt->kctx, T, E, logits, bias, b->n_group, b->topk_group, b->top_k, b->norm_topk_prob,
+    ac_k_moe_route(c->kctx, T, E, logits, bias, b->n_group, b->topk_group, b->top_k, b->norm_topk_prob,
                    b->routed_scaling, idx, weight);
 }
 
@@ -147,20 +147,20 @@ static int token_path_fits(const ac_arch *a, const ac_block_dims *b)
            (int64_t)(b->top_k - 1) * b->expert_ffn <= (int64_t)b->n_experts + 2 * (int64_t)a->hidden;
 }
 
-static void moe_token(ac_runtime *rt, const ac_layer_weights *w, const ac_block_dims *b, int T, const float *xn,
+static void moe_token(ac_block_ctx *c, const ac_layer_weights *w, const ac_block_dims *b, int T, const float *xn,
                       const ac_block_masks *masks, const moe_kept *kept, float *out)
 {
     int I = b->expert_ffn, S = b->shared_ffn, k = b->top_k;
     ac_k_moe_ffn ffn = {
-        .D = rt->model->arch.hidden, .E = b->n_experts, .I = I, .S = S, .bf16 = rt->model->bf16,
+        .D = c->arch->hidden, .E = b->n_experts, .I = I, .S = S, .bf16 = c->bf16,
         .experts_up = w->experts_up, .experts_down = w->experts_down,
         .shared_up = w->up_proj, .shared_down = w->down_proj,
         .experts_mask = masks ? masks->experts : NULL,
         .ffn_mask = masks ? masks->ffn : NULL,
         .shared_mask = masks ? masks->shared_ffn : NULL,
     };
-    float *hidden = ac_scratch(rt, (size_t)T * ((size_t)S + (size_t)k * I));
-    ac_k_moe_token(&rt->kctx, &ffn, T, k, kept->idx, kept->weight, xn, hidden, out);
+    float *hidden = ac_block_scratch(c, (size_t)T * ((size_t)S + (size_t)k * I));
+    ac_k_moe_token(c->kctx, &ffn, T, k, kept->idx, kept->weight, xn, hidden, out);
 }
 
 /* The end of the round of consecutive experts from e0 whose rows (grouped by expert)
@@ -186,7 +186,7 @@ static void product_rows(int count, const int *M, float *base, int width, float 
 
 /* The nonempty experts of a round [e0, e1): their row counts M and weights, and (when
  * grad is not NULL) their weight gradients; returns how many. */
-static int round_products(const ac_runtime *rt, const ac_layer_weights *w, const ac_layer_weights *grad,
+static int round_products(const ac_block_ctx *c, const ac_layer_weights *w, const ac_layer_weights *grad,
                           const int *start, int e0, int e1, int I, int D, int *M, const float **up, const float **down,
                           float **dup, float **ddown)
 {
@@ -195,8 +195,8 @@ static int round_products(const ac_runtime *rt, const ac_layer_weights *w, const
         if (start[e + 1] == start[e])
             continue;
         M[count] = start[e + 1] - start[e];
-        up[count] = ac_rt_weights_at(rt, w->experts_up, (size_t)e * I * D);
-        down[count] = ac_rt_weights_at(rt, w->experts_down, (size_t)e * D * I);
+        up[count] = ac_block_weights_at(c, w->experts_up, (size_t)e * I * D);
+        down[count] = ac_block_weights_at(c, w->experts_down, (size_t)e * D * I);
         if (grad) {
             dup[count] = grad->experts_up + (size_t)e * I * D;
             ddown[count] = grad->experts_down + (size_t)e * D * I;
@@ -206,43 +206,43 @@ static int round_products(const ac_runtime *rt, const ac_layer_weights *w, const
     return count;
 }
 
-static void moe_forward(ac_runtime *rt, int layer, const ac_seqs *seqs, const float *xn, const ac_block_masks *masks, float *out)
+static void moe_forward(ac_block_ctx *c, int layer, const ac_seqs *seqs, const float *xn, const ac_block_masks *masks, float *out)
 {
-    const ac_arch *a = &rt->model->arch;
+    const ac_arch *a = c->arch;
     const ac_block_dims *b = &a->layers[layer];
-    const ac_layer_weights *w = &rt->model->layers[layer];
+    const ac_layer_weights *w = &c->layers[layer];
     int D = a->hidden, T = seqs->total, E = b->n_experts, k = b->top_k, I = b->expert_ffn, S = b->shared_ffn;
     const float *m_experts = masks ? masks->experts : NULL;
     const float *m_ffn = masks ? masks->ffn : NULL;
     const float *m_shared = masks ? masks->shared_ffn : NULL;
 
     moe_kept kept;
-    int keep = moe_internals(rt, b, T, &kept);
-    int32_t *rows = (int32_t *)ac_scratch(rt, (size_t)T * k);
-    float *row_weight = ac_scratch(rt, (size_t)T * k);
+    int keep = moe_internals(c, b, T, &kept);
+    int32_t *rows = (int32_t *)ac_block_scratch(c, (size_t)T * k);
+    float *row_weight = ac_block_scratch(c, (size_t)T * k);
     int start[AC_MAX_EXPERTS + 1];
 
-    route(rt, layer, T, xn, masks ? masks->expert_scores : NULL, kept.logits, kept.idx, kept.weight);
-    if (T <= ac_backend_of(&rt->kctx)->moe_token_batch && !keep && token_path_fits(a, b)) {
-        moe_token(rt, w, b, T, xn, masks, &kept, out);
+    route(c, layer, T, xn, masks ? masks->expert_scores : NULL, kept.logits, kept.idx, kept.weight);
+    if (T <= ac_backend_of(c->kctx)->moe_token_batch && !keep && token_path_fits(a, b)) {
+        moe_token(c, w, b, T, xn, masks, &kept, out);
         return;
     }
     const float *host_experts = masks ? ac_block_mask_host(masks->host_experts, m_experts) : NULL;
-    group_on_host(rt, T, k, E, &kept, host_experts, start, rows, row_weight, NULL);
-    float *xe = ac_scratch(rt, (size_t)T * D);
-    float *he = ac_scratch(rt, (size_t)T * I);
-    float *oe = ac_scratch(rt, (size_t)T * D);
+    group_on_host(c, T, k, E, &kept, host_experts, start, rows, row_weight, NULL);
+    float *xe = ac_block_scratch(c, (size_t)T * D);
+    float *he = ac_block_scratch(c, (size_t)T * I);
+    float *oe = ac_block_scratch(c, (size_t)T * D);
 
     if (S > 0) {
-        float *hs = ac_scratch(rt, (size_t)T * S);
+        float *hs = ac_block_scratch(c, (size_t)T * S);
         float *pre = keep ? kept.pre_shared : hs;
-        ac_rt_linear(rt, T, S, D, xn, D, w->up_proj, 0.0f, pre, S);
-        ac_k_relu2(&rt->kctx, (size_t)T * S, pre, hs);
+        ac_block_linear(c, T, S, D, xn, D, w->up_proj, 0.0f, pre, S);
+        ac_k_relu2(c->kctx, (size_t)T * S, pre, hs);
         if (m_shared)
-            ac_k_mul_columns(&rt->kctx, T, S, m_shared, hs, S);
-        ac_rt_linear(rt, T, D, S, hs, S, w->down_proj, 0.0f, out, D);
+            ac_k_mul_columns(c->kctx, T, S, m_shared, hs, S);
+        ac_block_linear(c, T, D, S, hs, S, w->down_proj, 0.0f, out, D);
     } else {
-        ac_rt_zero(rt, out, (size_t)T * D);
+        ac_block_zero(c->kctx, out, (size_t)T * D);
     }
     /* experts in rounds of consecutive ones whose tokens fit the T rows of xe, he and oe:
      * their rows are one range of the grouped pairs, so one gather, one batch of up
@@ -252,21 +252,21 @@ static void moe_forward(ac_runtime *rt, int layer, const ac_seqs *seqs, const fl
         int p0 = start[e0], n = start[e1] - p0, M[AC_MAX_EXPERTS];
         const float *up[AC_MAX_EXPERTS], *down[AC_MAX_EXPERTS];
         float *xs[AC_MAX_EXPERTS], *pre[AC_MAX_EXPERTS], *hs[AC_MAX_EXPERTS], *ys[AC_MAX_EXPERTS];
-        int count = round_products(rt, w, NULL, start, e0, e1, I, D, M, up, down, NULL, NULL);
+        int count = round_products(c, w, NULL, start, e0, e1, I, D, M, up, down, NULL, NULL);
         float *pre_round = keep ? kept.pre + (size_t)p0 * I : he; /* relu2 reads it into he */
         product_rows(count, M, xe, D, xs);
         product_rows(count, M, pre_round, I, pre);
         product_rows(count, M, he, I, hs);
         product_rows(count, M, keep ? kept.y + (size_t)p0 * D : oe, D, ys);
-        ac_k_gather_rows(&rt->kctx, n, D, xn, D, rows + p0, xe);
-        ac_rt_linear_batch(rt, count, M, I, D, (const float *const *)xs, D, up, pre, I);
-        ac_k_relu2(&rt->kctx, (size_t)n * I, pre_round, he);
+        ac_k_gather_rows(c->kctx, n, D, xn, D, rows + p0, xe);
+        ac_block_linear_batch(c, count, M, I, D, (const float *const *)xs, D, up, pre, I);
+        ac_k_relu2(c->kctx, (size_t)n * I, pre_round, he);
         if (m_ffn)
-            ac_k_mul_columns(&rt->kctx, n, I, m_ffn, he, I);
-        ac_rt_linear_batch(rt, count, M, D, I, (const float *const *)hs, I, down, ys, D);
+            ac_k_mul_columns(c->kctx, n, I, m_ffn, he, I);
+        ac_block_linear_batch(c, count, M, D, I, (const float *const *)hs, I, down, ys, D);
         const float *y = keep ? kept.y + (size_t)p0 * D : oe;
         for (int e = e0; e < e1; e++) /* a token appears once per expert: distinct rows per call */
-            ac_k_scatter_add_rows(&rt->kctx, start[e + 1] - start[e], D, y + (size_t)(start[e] - p0) * D,
+            ac_k_scatter_add_rows(c->kctx, start[e + 1] - start[e], D, y + (size_t)(start[e] - p0) * D,
                                   rows + start[e], row_weight + start[e], out, D);
     }
 }
@@ -276,7 +276,7 @@ static void moe_forward(ac_runtime *rt, int layer, const ac_seqs *seqs, const fl
  * = dL/d(mask * relu2) (destroyed): dx overwritten, the weight gradients dup_i and
  * ddown_i (arrays NULL: not wanted) and the mask's accumulated. act holds relu2(pre)
  * (destroyed). dx may alias dout: dout is last read before dx is written. */
-static void relu2_mlp_backward(ac_runtime *rt, int count, const int *M, int D, int F, float *x,
+static void relu2_mlp_backward(ac_block_ctx *c, int count, const int *M, int D, int F, float *x,
                                const float *const *up, const float *pre, float *act, float *dh, float *dout,
                                const float *mask, float *dmask, float *dx, float *const *dup, float *const *ddown)
 {
@@ -291,25 +291,25 @@ static void relu2_mlp_backward(ac_runtime *rt, int count, const int *M, int D, i
     product_rows(count, M, dout, D, douts);
     product_rows(count, M, dx, D, dxs);
     if (mask && dmask) /* d mask[c] = sum_t dh[t,c] relu2(pre)[t,c] */
-        ac_k_column_dot(&rt->kctx, rows, F, dh, F, act, F, dmask);
+        ac_k_column_dot(c->kctx, rows, F, dh, F, act, F, dmask);
     if (mask) {
-        ac_k_mul_columns(&rt->kctx, rows, F, mask, act, F);
-        ac_k_mul_columns(&rt->kctx, rows, F, mask, dh, F);
+        ac_k_mul_columns(c->kctx, rows, F, mask, act, F);
+        ac_k_mul_columns(c->kctx, rows, F, mask, dh, F);
     }
     if (ddown)
-        ac_k_linear_batch_backward(&rt->kctx, count, M, D, F, (const float *const *)acts, F, NULL,
+        ac_k_linear_batch_backward(c->kctx, count, M, D, F, (const float *const *)acts, F, NULL,
                                    (const float *const *)douts, D, NULL, F, ddown);
-    ac_k_relu2_backward(&rt->kctx, (size_t)rows * F, pre, dh);
-    ac_k_linear_batch_backward(&rt->kctx, count, M, F, D, (const float *const *)xs, D, up,
+    ac_k_relu2_backward(c->kctx, (size_t)rows * F, pre, dh);
+    ac_k_linear_batch_backward(c->kctx, count, M, F, D, (const float *const *)xs, D, up,
                                (const float *const *)dhs, F, dxs, D, dup);
 }
 
-static void moe_backward(ac_runtime *rt, int layer, const ac_seqs *seqs, const float *xn, const ac_block_masks *masks,
+static void moe_backward(ac_block_ctx *c, int layer, const ac_seqs *seqs, const float *xn, const ac_block_masks *masks,
                      const float *dout, float *dxn, ac_layer_weights *grad, ac_block_mask_grads *mask_grads)
 {
-    const ac_arch *a = &rt->model->arch;
+    const ac_arch *a = c->arch;
     const ac_block_dims *b = &a->layers[layer];
-    const ac_layer_weights *w = &rt->model->layers[layer];
+    const ac_layer_weights *w = &c->layers[layer];
     int D = a->hidden, T = seqs->total, E = b->n_experts, k = b->top_k, I = b->expert_ffn, S = b->shared_ffn;
     const float *m_experts = masks ? masks->experts : NULL;
     const float *m_ffn = masks ? masks->ffn : NULL;
@@ -319,48 +319,48 @@ static void moe_backward(ac_runtime *rt, int layer, const ac_seqs *seqs, const f
     float *g_shared = m_shared && mask_grads ? mask_grads->shared_ffn : NULL;
 
     moe_kept kept;
-    int keep = moe_internals(rt, b, T, &kept);
+    int keep = moe_internals(c, b, T, &kept);
     float *logits = kept.logits, *weight = kept.weight;
     int32_t *idx = kept.idx;
-    float *dlogits = ac_scratch(rt, (size_t)T * E);
-    int32_t *rows = (int32_t *)ac_scratch(rt, (size_t)T * k);
-    float *row_weight = ac_scratch(rt, (size_t)T * k);
-    int32_t *pair = (int32_t *)ac_scratch(rt, (size_t)T * k);
-    float *dweight = ac_scratch(rt, (size_t)T * k);
-    float *xe = ac_scratch(rt, (size_t)T * D);
-    float *oe = ac_scratch(rt, (size_t)T * D);
-    float *pre = ac_scratch(rt, (size_t)T * I);
-    float *act = ac_scratch(rt, (size_t)T * I);
-    float *dact = ac_scratch(rt, (size_t)T * I);
+    float *dlogits = ac_block_scratch(c, (size_t)T * E);
+    int32_t *rows = (int32_t *)ac_block_scratch(c, (size_t)T * k);
+    float *row_weight = ac_block_scratch(c, (size_t)T * k);
+    int32_t *pair = (int32_t *)ac_block_scratch(c, (size_t)T * k);
+    float *dweight = ac_block_scratch(c, (size_t)T * k);
+    float *xe = ac_block_scratch(c, (size_t)T * D);
+    float *oe = ac_block_scratch(c, (size_t)T * D);
+    float *pre = ac_block_scratch(c, (size_t)T * I);
+    float *act = ac_block_scratch(c, (size_t)T * I);
+    float *dact = ac_block_scratch(c, (size_t)T * I);
     int start[AC_MAX_EXPERTS + 1];
     /* the channel masks' gradients sum over experts here first, then add to the caller's
      * once: a second identical call adds exactly as much again */
-    float *dffn = g_ffn ? ac_scratch(rt, (size_t)I) : NULL;
-    float *dshared = g_shared && S > 0 ? ac_scratch(rt, (size_t)S) : NULL;
+    float *dffn = g_ffn ? ac_block_scratch(c, (size_t)I) : NULL;
+    float *dshared = g_shared && S > 0 ? ac_block_scratch(c, (size_t)S) : NULL;
     if (dffn)
-        ac_rt_zero(rt, dffn, (size_t)I);
+        ac_block_zero(c->kctx, dffn, (size_t)I);
     if (dshared)
-        ac_rt_zero(rt, dshared, (size_t)S);
+        ac_block_zero(c->kctx, dshared, (size_t)S);
 
     const float *m_scores = masks ? masks->expert_scores : NULL;
     if (!keep)
-        route(rt, layer, T, xn, m_scores, logits, idx, weight);
-    group_on_host(rt, T, k, E, &kept, NULL, start, rows, row_weight, pair);
+        route(c, layer, T, xn, m_scores, logits, idx, weight);
+    group_on_host(c, T, k, E, &kept, NULL, start, rows, row_weight, pair);
 
     /* the shared expert writes dxn; the routed experts and the router add to it */
     if (S > 0) {
-        float *pre_s = keep ? kept.pre_shared : ac_scratch(rt, (size_t)T * S);
-        float *act_s = ac_scratch(rt, (size_t)T * S);
-        float *dact_s = ac_scratch(rt, (size_t)T * S);
+        float *pre_s = keep ? kept.pre_shared : ac_block_scratch(c, (size_t)T * S);
+        float *act_s = ac_block_scratch(c, (size_t)T * S);
+        float *dact_s = ac_block_scratch(c, (size_t)T * S);
         if (!keep)
-            ac_k_linear(&rt->kctx, T, S, D, xn, D, w->up_proj, 0.0f, pre_s, S);
-        ac_k_relu2(&rt->kctx, (size_t)T * S, pre_s, act_s);
-        ac_k_linear_backward(&rt->kctx, T, D, S, NULL, S, w->down_proj, dout, D, 0.0f, dact_s, S, NULL);
-        relu2_mlp_backward(rt, 1, &T, D, S, (float *)xn, (const float *const *)&w->up_proj, pre_s, act_s, dact_s,
+            ac_k_linear(c->kctx, T, S, D, xn, D, w->up_proj, 0.0f, pre_s, S);
+        ac_k_relu2(c->kctx, (size_t)T * S, pre_s, act_s);
+        ac_k_linear_backward(c->kctx, T, D, S, NULL, S, w->down_proj, dout, D, 0.0f, dact_s, S, NULL);
+        relu2_mlp_backward(c, 1, &T, D, S, (float *)xn, (const float *const *)&w->up_proj, pre_s, act_s, dact_s,
                            (float *)dout, m_shared, dshared, dxn, grad ? &grad->up_proj : NULL,
                            grad ? &grad->down_proj : NULL);
     } else {
-        ac_rt_zero(rt, dxn, (size_t)T * D);
+        ac_block_zero(c->kctx, dxn, (size_t)T * D);
     }
 
     /* the routed experts in the forward's rounds (consecutive experts whose rows fit the
@@ -370,56 +370,56 @@ static void moe_backward(ac_runtime *rt, int layer, const ac_seqs *seqs, const f
         int p0 = start[e0], n = start[e1] - p0, M[AC_MAX_EXPERTS];
         const float *up[AC_MAX_EXPERTS], *down[AC_MAX_EXPERTS];
         float *dup[AC_MAX_EXPERTS], *ddown[AC_MAX_EXPERTS], *in[AC_MAX_EXPERTS], *out[AC_MAX_EXPERTS];
-        int count = round_products(rt, w, grad, start, e0, e1, I, D, M, up, down, dup, ddown);
+        int count = round_products(c, w, grad, start, e0, e1, I, D, M, up, down, dup, ddown);
         const float *pre_r = keep ? kept.pre + (size_t)p0 * I : pre;
-        ac_k_gather_rows(&rt->kctx, n, D, xn, D, rows + p0, xe);
+        ac_k_gather_rows(c->kctx, n, D, xn, D, rows + p0, xe);
         if (!keep) {
             product_rows(count, M, xe, D, in);
             product_rows(count, M, pre, I, out);
-            ac_k_linear_batch(&rt->kctx, count, M, I, D, (const float *const *)in, D, up, out, I);
+            ac_k_linear_batch(c->kctx, count, M, I, D, (const float *const *)in, D, up, out, I);
         }
-        ac_k_relu2(&rt->kctx, (size_t)n * I, pre_r, act);
+        ac_k_relu2(c->kctx, (size_t)n * I, pre_r, act);
         /* the experts' outputs y (dact holds the masked activation for the moment) */
         const float *y = keep ? kept.y + (size_t)p0 * D : oe;
         if (!keep) {
             float *h = act;
             if (m_ffn) {
-                ac_rt_copy(rt, dact, act, (size_t)n * I);
-                ac_k_mul_columns(&rt->kctx, n, I, m_ffn, dact, I);
+                ac_block_copy(c->kctx, dact, act, (size_t)n * I);
+                ac_k_mul_columns(c->kctx, n, I, m_ffn, dact, I);
                 h = dact;
             }
             product_rows(count, M, h, I, in);
             product_rows(count, M, oe, D, out);
-            ac_k_linear_batch(&rt->kctx, count, M, D, I, (const float *const *)in, I, down, out, D);
+            ac_k_linear_batch(c->kctx, count, M, D, I, (const float *const *)in, I, down, out, D);
         }
         /* routing weight and expert-mask gradients; oe becomes dL/dy */
         for (int e = e0; e < e1; e++) {
             size_t r = (size_t)(start[e] - p0);
-            ac_k_moe_combine_backward(&rt->kctx, start[e + 1] - start[e], D, dout, D, rows + start[e], y + r * D,
+            ac_k_moe_combine_backward(c->kctx, start[e + 1] - start[e], D, dout, D, rows + start[e], y + r * D,
                                       row_weight + start[e], m_experts ? m_experts + e : NULL, pair + start[e],
                                       dweight, g_experts ? g_experts + e : NULL, oe + r * D);
         }
         product_rows(count, M, oe, D, in);
         product_rows(count, M, dact, I, out);
-        ac_k_linear_batch_backward(&rt->kctx, count, M, D, I, NULL, I, down, (const float *const *)in, D, out, I,
+        ac_k_linear_batch_backward(c->kctx, count, M, D, I, NULL, I, down, (const float *const *)in, D, out, I,
                                    NULL);
         /* dL/dx of the gathered rows replaces dL/dy in oe once down's gradient has used it */
-        relu2_mlp_backward(rt, count, M, D, I, xe, up, pre_r, act, dact, oe, m_ffn, dffn, oe, grad ? dup : NULL,
+        relu2_mlp_backward(c, count, M, D, I, xe, up, pre_r, act, dact, oe, m_ffn, dffn, oe, grad ? dup : NULL,
                            grad ? ddown : NULL);
         for (int e = e0; e < e1; e++) /* a token appears once per expert: distinct rows per call */
-            ac_k_gather_rows_backward(&rt->kctx, start[e + 1] - start[e], D, oe + (size_t)(start[e] - p0) * D,
+            ac_k_gather_rows_backward(c->kctx, start[e + 1] - start[e], D, oe + (size_t)(start[e] - p0) * D,
                                       rows + start[e], dxn, D);
     }
 
     /* the router: gradient reaches the logits of the chosen experts only */
-    ac_k_moe_route_backward(&rt->kctx, T, E, logits, k, b->norm_topk_prob, b->routed_scaling, idx, dweight, dlogits);
+    ac_k_moe_route_backward(c->kctx, T, E, logits, k, b->norm_topk_prob, b->routed_scaling, idx, dweight, dlogits);
     if (m_scores && mask_grads && mask_grads->expert_scores)
-        ac_k_moe_mask_scores_backward(&rt->kctx, T, E, m_scores, dlogits, mask_grads->expert_scores);
-    ac_k_linear_backward(&rt->kctx, T, E, D, xn, D, w->router, dlogits, E, 1.0f, dxn, D, grad ? grad->router : NULL);
+        ac_k_moe_mask_scores_backward(c->kctx, T, E, m_scores, dlogits, mask_grads->expert_scores);
+    ac_k_linear_backward(c->kctx, T, E, D, xn, D, w->router, dlogits, E, 1.0f, dxn, D, grad ? grad->router : NULL);
     if (dffn)
-        ac_k_add(&rt->kctx, (size_t)I, dffn, g_ffn);
+        ac_k_add(c->kctx, (size_t)I, dffn, g_ffn);
     if (dshared)
-        ac_k_add(&rt->kctx, (size_t)S, dshared, g_shared);
+        ac_k_add(c->kctx, (size_t)S, dshared, g_shared);
 }
 
 /* ---- the kind's entry in the block table ---- */
@@ -545,8 +545,8 @@ const ac_block_ops ac_moe_ops = {
     .saved_per_token = moe_saved_per_token,
     .host_per_token = moe_host_per_token,
     .state_floats = ac_block_no_state,
-    .kv_heads = ac_block_zero,
-    .kv_head_dim = ac_block_zero,
+    .kv_heads = ac_block_no_kv,
+    .kv_head_dim = ac_block_no_kv,
     .forward = moe_forward,
     .backward = moe_backward,
     .row_key = moe_row_key,

@@ -1,5 +1,5 @@
-/* The block-kind table (runtime/block.h) and the helpers its entries share. */
-#include "runtime/block.h"
+/* The block-kind table (blocks/block.h) and the helpers its entries share. */
+#include "blocks/block.h"
 
 #include <stdarg.h>
 #include <string.h>
@@ -36,7 +36,7 @@ ac_status ac_layer_fail(int i, const ac_block_dims *b, const char *fmt, ...)
     return ac_fail(AC_ERR_INVALID, "arch: layer %d (%s): %s", i, ac_block_name(b->kind), message);
 }
 
-int ac_block_zero(const ac_block_dims *b)
+int ac_block_no_kv(const ac_block_dims *b)
 {
     (void)b;
     return 0;

@@ -1,7 +1,7 @@
 /* Loading a Hugging Face tokenizer.json into an ac_tokenizer (see tokenizer.h). Field
  * names, defaults and the meaning of each option follow the `tokenizers` library's
  * serialization of BPE, ByteLevel, Split, Sequence and AddedToken. */
-#include "io/tokenizer_internal.h"
+#include "tokenizer/tokenizer_internal.h"
 #include "io/json_util.h"
 
 #include <cjson/cJSON.h>

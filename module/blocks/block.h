@@ -1,9 +1,10 @@
-/* The block-kind table: everything the library knows about one kind of layer lives in
- * that kind's file (runtime/mamba2.c, attention.c, mlp.c, moe.c) and is reached through
- * one ac_block_ops entry. Code that is not about one kind (the driver, the cache, the
- * arch's checks and counts, the weight layout, slicing, the memory model, the cost
- * tables) asks the table instead of switching over kinds, so a new kind is one file and
- * one entry in runtime/blocks.c. */
+/* The block-kind table, the engine's ground: everything the library knows about one kind
+ * of layer lives in that kind's file (blocks/mamba2.c, attention.c, mlp.c, moe.c) and is
+ * reached through one ac_block_ops entry. Code that is not about one kind (the driver,
+ * the cache, the arch's checks and counts, the weight layout, slicing, the memory model,
+ * the cost tables, importance, reorder, the routers, pruning) asks the table instead of
+ * switching over kinds. A block's forward and backward see only an ac_block_ctx, which
+ * the runtime's driver hands in; nothing here knows the runtime or the model. */
 #ifndef AC_BLOCK_H
 #define AC_BLOCK_H
 
@@ -13,8 +14,16 @@
 
 #include "autocompress/arch.h"
 #include "autocompress/cost.h"
-#include "autocompress/runtime.h"
-#include "model/model_internal.h"
+#include "blocks/layout.h"
+#include "kernels/kernels.h"
+
+/* One sequence's cache, as the blocks see it. */
+typedef struct {
+    int tokens;        /* tokens seen before this call */
+    int capacity;      /* KV rows allocated per layer with KV */
+    float **k, **v;    /* per layer: [kv_heads, capacity, head_dim], NULL without KV */
+    float **state;     /* per layer: the kind's fixed state (state_floats), NULL without */
+} ac_cache_layers;
 
 /* The packed batch: sequence s owns rows offset[s] .. offset[s] + len[s] - 1.
  * caches == NULL (training) means every sequence starts empty and keeps no state. */
@@ -23,10 +32,9 @@ typedef struct {
     int total;
     int *offset;
     int *len;
-    ac_cache *const *caches;
+    ac_cache_layers *const *caches;
 } ac_seqs;
 
-/* One block's masks (any may be NULL) and where their gradients go (NULL: not wanted). */
 /* Where the ops read a layer's masks; and the host's values of the two a block decides
  * on (Mamba's group widths, the MoE's expert grouping) when the ops' memory is a
  * device's (NULL: the ops' pointers are host memory). ac_block_mask_host picks. */
@@ -36,9 +44,28 @@ typedef struct {
 } ac_block_masks;
 
 static inline const float *ac_block_mask_host(const float *host, const float *ops) { return host ? host : ops; }
+
+/* Where a block's mask gradients go (NULL: not wanted). */
 typedef struct {
     float *mamba_heads, *experts, *expert_scores, *ffn, *shared_ffn;
 } ac_block_mask_grads;
+
+/* What a block's forward and backward work with, handed in by the runtime's driver: the
+ * ops' context, the model's weights (products through ac_block_linear and its kin, which
+ * read a serving copy's bf16 weights), planned scratch, the internals a training forward
+ * keeps, and the caches (through ac_seqs). */
+typedef struct {
+    ac_kctx *kctx;
+    const ac_arch *arch;
+    const ac_layer_weights *layers; /* every layer's weights, arch->n_layers of them */
+    int bf16;            /* the product weights are bf16 (a serving copy, blocks/layout.h) */
+    float *scratch;      /* per-block temporaries, planned per token by the kind's entry */
+    size_t scratch_used; /* the driver starts every block at 0 */
+    float *saved;        /* the block's kept forward internals (see forward below); NULL: none */
+    float *host;         /* on a device: host memory for what a block reads back (host_per_token);
+                            NULL on the CPU, whose memory is the host's */
+    const int32_t *iota; /* [T] 0, 1, ..., T-1 in the ops' memory */
+} ac_block_ctx;
 
 typedef struct {
     ac_block_kind kind;
@@ -88,10 +115,10 @@ typedef struct {
 
     /* ---- compute ---- */
     /* out[T, D] = mixer(xn) for the packed batch, advancing the caches (if any). masks
-     * may be NULL. Scratch comes from ac_scratch, planned by scratch_per_token. */
-    void (*forward)(ac_runtime *rt, int layer, const ac_seqs *seqs, const float *xn, const ac_block_masks *masks,
+     * may be NULL. Scratch comes from ac_block_scratch, planned by scratch_per_token. */
+    void (*forward)(ac_block_ctx *c, int layer, const ac_seqs *seqs, const float *xn, const ac_block_masks *masks,
                     float *out);
-    /* With rt->saved set (a training forward, seqs->caches NULL), forward also keeps
+    /* With c->saved set (a training forward, seqs->caches NULL), forward also keeps
      * saved_per_token x T (+ saved_per_sequence for each sequence) floats there, and the
      * backward of the same pass reads them instead of recomputing them: the same
      * arithmetic on the same inputs, so the gradients are the same bits either way. One
@@ -100,7 +127,7 @@ typedef struct {
     /* Training (seqs->caches is NULL). Recomputes what it needs from xn, then, given
      * dout = dL/dout: dxn [T, D] = dL/dxn, overwritten; grad: the layer's weight
      * gradients (+=, NULL: not wanted); mask_grads (+=) for the masks given. */
-    void (*backward)(ac_runtime *rt, int layer, const ac_seqs *seqs, const float *xn, const ac_block_masks *masks,
+    void (*backward)(ac_block_ctx *c, int layer, const ac_seqs *seqs, const float *xn, const ac_block_masks *masks,
                      const float *dout, float *dxn, ac_layer_weights *grad, ac_block_mask_grads *mask_grads);
 
     /* ---- cost tables ---- */
@@ -123,7 +150,7 @@ ac_cost_row ac_block_row_key(const ac_block_dims *b, int hidden);
 /* An arch error naming layer i and its kind. */
 ac_status ac_layer_fail(int i, const ac_block_dims *b, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 /* For kinds without KV or fixed state. */
-int ac_block_zero(const ac_block_dims *b);
+int ac_block_no_kv(const ac_block_dims *b);
 size_t ac_block_no_state(const ac_block_dims *b);
 /* dst rows [d0, d0 + n) of width dcols <- src rows [s0, s0 + n) of width scols, the
  * first min(dcols, scols) columns of each. */
@@ -132,5 +159,36 @@ void ac_copy_rows(float *dst, int dcols, int d0, const float *src, int scols, in
 void ac_copy_prefix(float *dst, int dn, const float *src, int sn);
 /* An FFN pair up [F, D] and down [D, F]: leading channels and hidden columns. */
 void ac_slice_ffn(float *cup, float *cdown, int Fc, int Dc, const float *pup, const float *pdown, int Fp, int Dp);
+
+/* ---- what forward and backward use (products.c) ---- */
+
+/* Bump allocation from the block's planned scratch. */
+float *ac_block_scratch(ac_block_ctx *c, size_t count);
+/* host[0 .. n) copied where the ops run, into n floats of scratch; the pointer to give
+ * the ops (a block's few host-computed values: its plan counts them). */
+float *ac_block_upload(ac_block_ctx *c, const float *host, size_t n);
+/* dst = src and p = 0, n floats, in the memory where the ops run (a block's buffers may be
+ * a device's, which the host may not touch). */
+static inline void ac_block_copy(const ac_kctx *k, float *dst, const float *src, size_t n)
+{
+    ac_backend_of(k)->copy(dst, src, n * sizeof *dst, AC_COPY_DEVICE_TO_DEVICE);
+}
+static inline void ac_block_zero(const ac_kctx *k, float *p, size_t n)
+{
+    ac_backend_of(k)->memset_zero(p, n * sizeof *p);
+}
+
+/* The forward's products with the model's weights: ac_k_linear, ac_k_gemv_batch and
+ * ac_k_linear_batch as they are, or with bf16 weights when c->bf16. The router, kept in
+ * f32, and the backward use the f32 ops directly. */
+void ac_block_linear(const ac_block_ctx *c, int M, int N, int K, const float *A, int lda, const float *W, float beta,
+                     float *C, int ldc);
+/* The weight `offset` values into W in the model's storage (a serving copy's product
+ * weights are bf16: a row or an expert of them is not offset in floats). */
+const float *ac_block_weights_at(const ac_block_ctx *c, const float *W, size_t offset);
+void ac_block_gemv_batch(const ac_block_ctx *c, int n, const float *const *W, const int *rows, const int *cols,
+                         const float *const *x, float *const *y);
+void ac_block_linear_batch(const ac_block_ctx *c, int n, const int *M, int N, int K, const float *const *A, int lda,
+                           const float *const *W, float *const *C, int ldc);
 
 #endif

@@ -1,5 +1,5 @@
 /* Dense MLP: down(mask * relu(up(x))^2), forward and backward. */
-#include "runtime/runtime_internal.h"
+#include "blocks/block.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -23,45 +23,45 @@ static size_t mlp_saved_per_token(const ac_arch *arch, const ac_block_dims *b)
     return (size_t)b->ffn;
 }
 
-static void mlp_forward(ac_runtime *rt, int layer, const ac_seqs *seqs, const float *xn, const ac_block_masks *masks, float *out)
+static void mlp_forward(ac_block_ctx *c, int layer, const ac_seqs *seqs, const float *xn, const ac_block_masks *masks, float *out)
 {
-    const ac_arch *a = &rt->model->arch;
-    const ac_layer_weights *w = &rt->model->layers[layer];
+    const ac_arch *a = c->arch;
+    const ac_layer_weights *w = &c->layers[layer];
     int D = a->hidden, T = seqs->total, F = a->layers[layer].ffn;
-    float *h = ac_scratch(rt, (size_t)T * F);
-    float *pre = rt->saved ? rt->saved : h;
-    ac_rt_linear(rt, T, F, D, xn, D, w->up_proj, 0.0f, pre, F);
-    ac_k_relu2(&rt->kctx, (size_t)T * F, pre, h);
+    float *h = ac_block_scratch(c, (size_t)T * F);
+    float *pre = c->saved ? c->saved : h;
+    ac_block_linear(c, T, F, D, xn, D, w->up_proj, 0.0f, pre, F);
+    ac_k_relu2(c->kctx, (size_t)T * F, pre, h);
     if (masks && masks->ffn)
-        ac_k_mul_columns(&rt->kctx, T, F, masks->ffn, h, F);
-    ac_rt_linear(rt, T, D, F, h, F, w->down_proj, 0.0f, out, D);
+        ac_k_mul_columns(c->kctx, T, F, masks->ffn, h, F);
+    ac_block_linear(c, T, D, F, h, F, w->down_proj, 0.0f, out, D);
 }
 
-static void mlp_backward(ac_runtime *rt, int layer, const ac_seqs *seqs, const float *xn, const ac_block_masks *masks,
+static void mlp_backward(ac_block_ctx *c, int layer, const ac_seqs *seqs, const float *xn, const ac_block_masks *masks,
                      const float *dout, float *dxn, ac_layer_weights *grad, ac_block_mask_grads *mask_grads)
 {
-    const ac_arch *a = &rt->model->arch;
-    const ac_layer_weights *w = &rt->model->layers[layer];
+    const ac_arch *a = c->arch;
+    const ac_layer_weights *w = &c->layers[layer];
     int D = a->hidden, T = seqs->total, F = a->layers[layer].ffn;
     const float *mask = masks ? masks->ffn : NULL;
-    float *pre = rt->saved ? rt->saved : ac_scratch(rt, (size_t)T * F); /* up(x), kept by the forward or not */
-    float *act = ac_scratch(rt, (size_t)T * F);                          /* relu2, then masked */
-    float *dact = ac_scratch(rt, (size_t)T * F);
+    float *pre = c->saved ? c->saved : ac_block_scratch(c, (size_t)T * F); /* up(x), kept by the forward or not */
+    float *act = ac_block_scratch(c, (size_t)T * F);                          /* relu2, then masked */
+    float *dact = ac_block_scratch(c, (size_t)T * F);
 
-    if (!rt->saved)
-        ac_k_linear(&rt->kctx, T, F, D, xn, D, w->up_proj, 0.0f, pre, F);
-    ac_k_relu2(&rt->kctx, (size_t)T * F, pre, act);
-    ac_k_linear_backward(&rt->kctx, T, D, F, NULL, F, w->down_proj, dout, D, 0.0f, dact, F, NULL);
+    if (!c->saved)
+        ac_k_linear(c->kctx, T, F, D, xn, D, w->up_proj, 0.0f, pre, F);
+    ac_k_relu2(c->kctx, (size_t)T * F, pre, act);
+    ac_k_linear_backward(c->kctx, T, D, F, NULL, F, w->down_proj, dout, D, 0.0f, dact, F, NULL);
     if (mask && mask_grads && mask_grads->ffn) /* d mask[c] = sum_t dact[t,c] relu2(pre)[t,c] */
-        ac_k_column_dot(&rt->kctx, T, F, dact, F, act, F, mask_grads->ffn);
+        ac_k_column_dot(c->kctx, T, F, dact, F, act, F, mask_grads->ffn);
     if (mask) {
-        ac_k_mul_columns(&rt->kctx, T, F, mask, act, F);
-        ac_k_mul_columns(&rt->kctx, T, F, mask, dact, F);
+        ac_k_mul_columns(c->kctx, T, F, mask, act, F);
+        ac_k_mul_columns(c->kctx, T, F, mask, dact, F);
     }
     if (grad)
-        ac_k_linear_backward(&rt->kctx, T, D, F, act, F, NULL, dout, D, 0.0f, NULL, F, grad->down_proj);
-    ac_k_relu2_backward(&rt->kctx, (size_t)T * F, pre, dact);
-    ac_k_linear_backward(&rt->kctx, T, F, D, xn, D, w->up_proj, dact, F, 0.0f, dxn, D, grad ? grad->up_proj : NULL);
+        ac_k_linear_backward(c->kctx, T, D, F, act, F, NULL, dout, D, 0.0f, NULL, F, grad->down_proj);
+    ac_k_relu2_backward(c->kctx, (size_t)T * F, pre, dact);
+    ac_k_linear_backward(c->kctx, T, F, D, xn, D, w->up_proj, dact, F, 0.0f, dxn, D, grad ? grad->up_proj : NULL);
 }
 
 /* ---- the kind's entry in the block table ---- */
@@ -115,8 +115,8 @@ const ac_block_ops ac_mlp_ops = {
     .backward_scratch_per_token = mlp_backward_scratch_per_token,
     .saved_per_token = mlp_saved_per_token,
     .state_floats = ac_block_no_state,
-    .kv_heads = ac_block_zero,
-    .kv_head_dim = ac_block_zero,
+    .kv_heads = ac_block_no_kv,
+    .kv_head_dim = ac_block_no_kv,
     .forward = mlp_forward,
     .backward = mlp_backward,
     .row_key = mlp_row_key,

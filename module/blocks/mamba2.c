@@ -8,11 +8,11 @@
  * and one rule keeps a decoded sequence identical to the same sequence prefilled.
  *
  * Training (seqs->caches == NULL): every sequence starts from zero conv and SSM state in
- * scratch and keeps none. A training forward with rt->saved keeps its projections, the
+ * scratch and keeps none. A training forward with c->saved keeps its projections, the
  * scan's output and kept states (as many as the backend keeps, ac_k_ssd_states_floats)
  * and the gated norm's output, so its backward recomputes nothing; without them the
  * backward recomputes the forward from xn. */
-#include "runtime/runtime_internal.h"
+#include "blocks/block.h"
 
 #include <inttypes.h>
 #include <limits.h>
@@ -45,18 +45,18 @@ static size_t mamba2_saved_per_sequence(const ac_block_dims *b, const ac_backend
 }
 
 /* The forward's internals [T rows each] and the scan's states (sequence after sequence,
- * ac_k_ssd_states_floats each): in rt->saved when it is set; else proj, xbc and dt in
+ * ac_k_ssd_states_floats each): in c->saved when it is set; else proj, xbc and dt in
  * scratch and the rest NULL (each pass makes its own). */
 typedef struct {
     float *proj, *xbc, *dt, *y, *normed, *states;
 } mamba2_kept;
 
-static int kept_internals(ac_runtime *rt, const ac_block_dims *b, int T, mamba2_kept *k)
+static int kept_internals(ac_block_ctx *c, const ac_block_dims *b, int T, mamba2_kept *k)
 {
     size_t nproj = (size_t)ac_mamba_in_proj_dim(b), conv = (size_t)ac_mamba_conv_dim(b);
     size_t dI = (size_t)ac_mamba_d_inner(b);
-    if (rt->saved) {
-        k->proj = rt->saved;
+    if (c->saved) {
+        k->proj = c->saved;
         k->xbc = k->proj + (size_t)T * nproj;
         k->dt = k->xbc + (size_t)T * conv;
         k->y = k->dt + (size_t)T * (size_t)b->mamba_heads;
@@ -64,8 +64,8 @@ static int kept_internals(ac_runtime *rt, const ac_block_dims *b, int T, mamba2_
         k->states = k->normed + (size_t)T * dI;
         return 1;
     }
-    *k = (mamba2_kept){.proj = ac_scratch(rt, (size_t)T * nproj), .xbc = ac_scratch(rt, (size_t)T * conv),
-                       .dt = ac_scratch(rt, (size_t)T * (size_t)b->mamba_heads)};
+    *k = (mamba2_kept){.proj = ac_block_scratch(c, (size_t)T * nproj), .xbc = ac_block_scratch(c, (size_t)T * conv),
+                       .dt = ac_block_scratch(c, (size_t)T * (size_t)b->mamba_heads)};
     return 0;
 }
 
@@ -119,18 +119,18 @@ static int group_widths(const float *mask, int H, int P, int G, float *width)
 
 /* out = the gated norm of y (masked) with z, each group over its kept width M_g:
  * sqrt(M_g / gs) * the norm with eps M_g / gs (as in the driver's width_norm). */
-static void width_gated_norm(ac_runtime *rt, int T, int dI, int G, const float *y, const float *z, int ldz,
+static void width_gated_norm(ac_block_ctx *c, int T, int dI, int G, const float *y, const float *z, int ldz,
                              const float *w, float eps, const float *width, float *out)
 {
     int gs = dI / G;
     float scale[AC_MAX_MAMBA_HEADS];
     for (int g = 0; g < G; g++) {
         int off = width[g] < AC_MIN_GROUP_WIDTH;
-        ac_k_gated_rmsnorm(&rt->kctx, T, gs, gs, y + (size_t)g * gs, dI, z + (size_t)g * gs, ldz, w + (size_t)g * gs,
+        ac_k_gated_rmsnorm(c->kctx, T, gs, gs, y + (size_t)g * gs, dI, z + (size_t)g * gs, ldz, w + (size_t)g * gs,
                            off ? eps : eps * width[g] / (float)gs, out + (size_t)g * gs, dI);
         scale[g] = off ? 0.0f : sqrtf(width[g] / (float)gs);
     }
-    ac_k_mul_heads(&rt->kctx, T, G, gs, ac_rt_upload(rt, scale, (size_t)G), out, dI);
+    ac_k_mul_heads(c->kctx, T, G, gs, ac_block_upload(c, scale, (size_t)G), out, dI);
 }
 
 /* Backward of width_gated_norm, given out (its output) and dout = dL/dout (scaled in
@@ -138,7 +138,7 @@ static void width_gated_norm(ac_runtime *rt, int T, int dI, int G, const float *
  * given, each head's share of dL/dM_g (M_g = P * the sum of its group's mask):
  * dL/dM_g = sum over rows of a (1 - eps / r^2) / (2 M_g), a = <dout, out> over the group,
  * r^2 = S / M_g + eps = gs / (M_g rstd^2). */
-static void width_gated_norm_backward(ac_runtime *rt, int T, int dI, int G, int P, const float *y, const float *z,
+static void width_gated_norm_backward(ac_block_ctx *c, int T, int dI, int G, int P, const float *y, const float *z,
                                       int ldz, const float *w, float eps, const float *width, const float *out,
                                       float *dout, float *dy, float *dz, float *dw, float *rstd, float *dmask)
 {
@@ -146,67 +146,67 @@ static void width_gated_norm_backward(ac_runtime *rt, int T, int dI, int G, int 
     float scale[AC_MAX_MAMBA_HEADS];
     for (int g = 0; g < G; g++)
         scale[g] = width[g] < AC_MIN_GROUP_WIDTH ? 0.0f : sqrtf(width[g] / (float)gs);
-    ac_k_mul_heads(&rt->kctx, T, G, gs, ac_rt_upload(rt, scale, (size_t)G), dout, dI);
+    ac_k_mul_heads(c->kctx, T, G, gs, ac_block_upload(c, scale, (size_t)G), dout, dI);
     for (int g = 0; g < G; g++)
-        ac_k_gated_rmsnorm_backward(&rt->kctx, T, gs, gs, y + (size_t)g * gs, dI, z + (size_t)g * gs, ldz,
+        ac_k_gated_rmsnorm_backward(c->kctx, T, gs, gs, y + (size_t)g * gs, dI, z + (size_t)g * gs, ldz,
                                     w + (size_t)g * gs, scale[g] > 0 ? eps * width[g] / (float)gs : eps,
                                     dout + (size_t)g * gs, dI,
                                     dy + (size_t)g * gs, dI, dz + (size_t)g * gs, ldz, dw ? dw + (size_t)g * gs : NULL,
                                     rstd + (size_t)g * T);
     for (int g = 0; dmask && g < G; g++)
         if (scale[g] != 0.0f) /* an off group has no width gradient */
-            ac_k_gated_rmsnorm_width_backward(&rt->kctx, T, gs, out + (size_t)g * gs, dI, dout + (size_t)g * gs, dI,
+            ac_k_gated_rmsnorm_width_backward(c->kctx, T, gs, out + (size_t)g * gs, dI, dout + (size_t)g * gs, dI,
                                               rstd + (size_t)g * T, eps, width[g], scale[g], (float)P, per,
                                               dmask + (size_t)g * per);
 }
 
-static void mamba2_forward(ac_runtime *rt, int layer, const ac_seqs *seqs, const float *xn, const ac_block_masks *masks, float *out)
+static void mamba2_forward(ac_block_ctx *c, int layer, const ac_seqs *seqs, const float *xn, const ac_block_masks *masks, float *out)
 {
-    const ac_arch *a = &rt->model->arch;
+    const ac_arch *a = c->arch;
     const ac_block_dims *b = &a->layers[layer];
-    const ac_layer_weights *w = &rt->model->layers[layer];
+    const ac_layer_weights *w = &c->layers[layer];
     int D = a->hidden, T = seqs->total;
     int H = b->mamba_heads, P = b->mamba_head_dim, N = b->ssm_state, G = b->mamba_groups;
     int dI = ac_mamba_d_inner(b), conv = ac_mamba_conv_dim(b), nproj = ac_mamba_in_proj_dim(b);
     const float *mask = masks ? masks->mamba_heads : NULL;
 
     mamba2_kept k; /* proj: z | xBC | dt per row; xbc after conv + SiLU: x | B | C; dt */
-    int keep = kept_internals(rt, b, T, &k);
+    int keep = kept_internals(c, b, T, &k);
     float *proj = k.proj, *xbc = k.xbc, *dt = k.dt;
-    float *y = keep ? k.y : ac_scratch(rt, (size_t)T * dI);
+    float *y = keep ? k.y : ac_block_scratch(c, (size_t)T * dI);
     size_t states_at = 0;
     /* training: a fresh state per sequence (planned by ac_runtime_reserve_training) */
     float *conv0 = NULL, *ssm0 = NULL;
     if (!seqs->caches) {
-        conv0 = ac_scratch(rt, conv_state_floats(b));
-        ssm0 = ac_scratch(rt, ssm_state_floats(b));
+        conv0 = ac_block_scratch(c, conv_state_floats(b));
+        ssm0 = ac_block_scratch(c, ssm_state_floats(b));
     }
-    float *A = ac_scratch(rt, (size_t)H);
-    ac_k_neg_exp(&rt->kctx, H, w->A_log, A);
+    float *A = ac_block_scratch(c, (size_t)H);
+    ac_k_neg_exp(c->kctx, H, w->A_log, A);
 
-    ac_rt_linear(rt, T, nproj, D, xn, D, w->in_proj, 0.0f, proj, nproj);
+    ac_block_linear(c, T, nproj, D, xn, D, w->in_proj, 0.0f, proj, nproj);
     for (int s = 0; s < seqs->n; s++) {
         int o = seqs->offset[s], L = seqs->len[s];
         float *conv_state = conv0, *ssm_state = ssm0;
         if (seqs->caches) {
-            conv_state = seqs->caches[s]->l.state[layer];
+            conv_state = seqs->caches[s]->state[layer];
             ssm_state = conv_state + conv_state_floats(b);
         } else {
-            ac_rt_zero(rt, conv0, conv_state_floats(b));
-            ac_rt_zero(rt, ssm0, ssm_state_floats(b));
+            ac_block_zero(c->kctx, conv0, conv_state_floats(b));
+            ac_block_zero(c->kctx, ssm0, ssm_state_floats(b));
         }
         const float *rows = proj + (size_t)o * nproj;
-        ac_k_conv1d_silu(&rt->kctx, L, conv, b->conv_kernel, rows + dI, nproj, w->conv_w, w->conv_b,
+        ac_k_conv1d_silu(c->kctx, L, conv, b->conv_kernel, rows + dI, nproj, w->conv_w, w->conv_b,
                          conv_state, xbc + (size_t)o * conv, conv);
-        ac_k_softplus_dt(&rt->kctx, L, H, rows + dI + conv, nproj, w->dt_bias, a->time_step_min,
+        ac_k_softplus_dt(c->kctx, L, H, rows + dI + conv, nproj, w->dt_bias, a->time_step_min,
                          dt + (size_t)o * H);
         const float *xs = xbc + (size_t)o * conv;
         if (keep) { /* the zero state0 of training */
-            ac_k_ssd_scan_save(&rt->kctx, L, H, P, N, G, xs, conv, xs + dI, xs + dI + G * N, conv, dt + (size_t)o * H,
+            ac_k_ssd_scan_save(c->kctx, L, H, P, N, G, xs, conv, xs + dI, xs + dI + G * N, conv, dt + (size_t)o * H,
                                A, w->D, NULL, k.states + states_at, y + (size_t)o * dI, dI);
-            states_at += ac_k_ssd_states_floats(ac_backend_of(&rt->kctx), L, H, P, N);
+            states_at += ac_k_ssd_states_floats(ac_backend_of(c->kctx), L, H, P, N);
         } else {
-            ac_k_ssd_scan(&rt->kctx, L, H, P, N, G, xs, conv, xs + dI, xs + dI + G * N, conv, dt + (size_t)o * H, A,
+            ac_k_ssd_scan(c->kctx, L, H, P, N, G, xs, conv, xs + dI, xs + dI + G * N, conv, dt + (size_t)o * H, A,
                           w->D, ssm_state, y + (size_t)o * dI, dI);
         }
     }
@@ -214,25 +214,25 @@ static void mamba2_forward(ac_runtime *rt, int layer, const ac_seqs *seqs, const
     float *ym = y;
     if (mask) {
         if (keep) {
-            ym = ac_scratch(rt, (size_t)T * dI);
-            ac_rt_copy(rt, ym, y, (size_t)T * dI);
+            ym = ac_block_scratch(c, (size_t)T * dI);
+            ac_block_copy(c->kctx, ym, y, (size_t)T * dI);
         }
-        ac_k_mul_heads(&rt->kctx, T, H, P, mask, ym, dI);
+        ac_k_mul_heads(c->kctx, T, H, P, mask, ym, dI);
     }
     float *normed = keep ? k.normed : ym, width[AC_MAX_MAMBA_HEADS];
     if (group_widths(masks ? ac_block_mask_host(masks->host_mamba_heads, mask) : NULL, H, P, G, width))
-        width_gated_norm(rt, T, dI, G, ym, proj, nproj, w->gate_norm, a->norm_eps, width, normed);
+        width_gated_norm(c, T, dI, G, ym, proj, nproj, w->gate_norm, a->norm_eps, width, normed);
     else
-        ac_k_gated_rmsnorm(&rt->kctx, T, dI, dI / G, ym, dI, proj, nproj, w->gate_norm, a->norm_eps, normed, dI);
-    ac_rt_linear(rt, T, D, dI, normed, dI, w->out_proj, 0.0f, out, D);
+        ac_k_gated_rmsnorm(c->kctx, T, dI, dI / G, ym, dI, proj, nproj, w->gate_norm, a->norm_eps, normed, dI);
+    ac_block_linear(c, T, D, dI, normed, dI, w->out_proj, 0.0f, out, D);
 }
 
-static void mamba2_backward(ac_runtime *rt, int layer, const ac_seqs *seqs, const float *xn, const ac_block_masks *masks,
+static void mamba2_backward(ac_block_ctx *c, int layer, const ac_seqs *seqs, const float *xn, const ac_block_masks *masks,
                         const float *dout, float *dxn, ac_layer_weights *grad, ac_block_mask_grads *mask_grads)
 {
-    const ac_arch *a = &rt->model->arch;
+    const ac_arch *a = c->arch;
     const ac_block_dims *b = &a->layers[layer];
-    const ac_layer_weights *w = &rt->model->layers[layer];
+    const ac_layer_weights *w = &c->layers[layer];
     int D = a->hidden, T = seqs->total, K = b->conv_kernel;
     int H = b->mamba_heads, P = b->mamba_head_dim, N = b->ssm_state, G = b->mamba_groups;
     int dI = ac_mamba_d_inner(b), conv = ac_mamba_conv_dim(b), nproj = ac_mamba_in_proj_dim(b);
@@ -244,52 +244,52 @@ static void mamba2_backward(ac_runtime *rt, int layer, const ac_seqs *seqs, cons
         longest = seqs->len[s] > longest ? seqs->len[s] : longest;
 
     mamba2_kept k;
-    int kept = kept_internals(rt, b, T, &k); /* everything from this pass's forward */
+    int kept = kept_internals(c, b, T, &k); /* everything from this pass's forward */
     float *proj = k.proj, *xbc = k.xbc, *dt = k.dt;
-    float *states = kept ? k.states : ac_scratch(rt, (size_t)T * hpn);
-    float *y = kept ? k.y : ac_scratch(rt, (size_t)T * dI);       /* the scan's output */
-    float *ym = mask ? ac_scratch(rt, (size_t)T * dI) : y;        /* masked: the norm's input */
-    float *nrm = ac_scratch(rt, (size_t)T * dI);                  /* norm output (unless kept), then its gradient */
-    float *dy = ac_scratch(rt, (size_t)T * dI);
-    float *dproj = ac_scratch(rt, (size_t)T * nproj);
-    float *dxbc = ac_scratch(rt, (size_t)T * conv);
-    float *ddt = ac_scratch(rt, (size_t)T * H);
-    float *rstd = ac_scratch(rt, (size_t)T * G);
-    const ac_backend *be = ac_backend_of(&rt->kctx);
-    float *work = ac_scratch(rt, ac_k_ssd_backward_work_floats(be, longest, H, P, N));
-    float *conv0 = ac_scratch(rt, conv_state_floats(b));
+    float *states = kept ? k.states : ac_block_scratch(c, (size_t)T * hpn);
+    float *y = kept ? k.y : ac_block_scratch(c, (size_t)T * dI);       /* the scan's output */
+    float *ym = mask ? ac_block_scratch(c, (size_t)T * dI) : y;        /* masked: the norm's input */
+    float *nrm = ac_block_scratch(c, (size_t)T * dI);                  /* norm output (unless kept), then its gradient */
+    float *dy = ac_block_scratch(c, (size_t)T * dI);
+    float *dproj = ac_block_scratch(c, (size_t)T * nproj);
+    float *dxbc = ac_block_scratch(c, (size_t)T * conv);
+    float *ddt = ac_block_scratch(c, (size_t)T * H);
+    float *rstd = ac_block_scratch(c, (size_t)T * G);
+    const ac_backend *be = ac_backend_of(c->kctx);
+    float *work = ac_block_scratch(c, ac_k_ssd_backward_work_floats(be, longest, H, P, N));
+    float *conv0 = ac_block_scratch(c, conv_state_floats(b));
     /* Gradients that sum over sequences go to zeroed buffers first and into grad once,
      * so a gradient arena holds the same sums whatever it held before (twice = 2x). */
     float *dconv_w = NULL, *dconv_b = NULL;
-    float *A = ac_scratch(rt, (size_t)H), *dA = ac_scratch(rt, (size_t)H), *dD = ac_scratch(rt, (size_t)H);
-    ac_k_neg_exp(&rt->kctx, H, w->A_log, A);
-    ac_rt_zero(rt, dA, (size_t)H);
-    ac_rt_zero(rt, dD, (size_t)H);
+    float *A = ac_block_scratch(c, (size_t)H), *dA = ac_block_scratch(c, (size_t)H), *dD = ac_block_scratch(c, (size_t)H);
+    ac_k_neg_exp(c->kctx, H, w->A_log, A);
+    ac_block_zero(c->kctx, dA, (size_t)H);
+    ac_block_zero(c->kctx, dD, (size_t)H);
     if (grad) {
-        dconv_w = ac_scratch(rt, (size_t)conv * (K + 1));
-        ac_rt_zero(rt, dconv_w, (size_t)conv * (K + 1));
+        dconv_w = ac_block_scratch(c, (size_t)conv * (K + 1));
+        ac_block_zero(c->kctx, dconv_w, (size_t)conv * (K + 1));
         dconv_b = w->conv_b ? dconv_w + (size_t)conv * K : NULL;
     }
 
     size_t states_at = 0; /* the scan's states sequence after sequence, as the forward keeps them */
     /* recompute the forward when it kept nothing, keeping the scan's states */
     if (!kept)
-        ac_k_linear(&rt->kctx, T, nproj, D, xn, D, w->in_proj, 0.0f, proj, nproj);
+        ac_k_linear(c->kctx, T, nproj, D, xn, D, w->in_proj, 0.0f, proj, nproj);
     for (int s = 0; !kept && s < seqs->n; s++) {
         int o = seqs->offset[s], L = seqs->len[s];
         const float *rows = proj + (size_t)o * nproj;
-        ac_rt_zero(rt, conv0, conv_state_floats(b));
-        ac_k_conv1d_silu(&rt->kctx, L, conv, K, rows + dI, nproj, w->conv_w, w->conv_b, conv0, xbc + (size_t)o * conv,
+        ac_block_zero(c->kctx, conv0, conv_state_floats(b));
+        ac_k_conv1d_silu(c->kctx, L, conv, K, rows + dI, nproj, w->conv_w, w->conv_b, conv0, xbc + (size_t)o * conv,
                          conv);
-        ac_k_softplus_dt(&rt->kctx, L, H, rows + dI + conv, nproj, w->dt_bias, a->time_step_min, dt + (size_t)o * H);
+        ac_k_softplus_dt(c->kctx, L, H, rows + dI + conv, nproj, w->dt_bias, a->time_step_min, dt + (size_t)o * H);
         const float *xs = xbc + (size_t)o * conv;
-        ac_k_ssd_scan_save(&rt->kctx, L, H, P, N, G, xs, conv, xs + dI, xs + dI + G * N, conv, dt + (size_t)o * H,
+        ac_k_ssd_scan_save(c->kctx, L, H, P, N, G, xs, conv, xs + dI, xs + dI + G * N, conv, dt + (size_t)o * H,
                            A, w->D, NULL, states + states_at, y + (size_t)o * dI, dI);
         states_at += ac_k_ssd_states_floats(be, L, H, P, N);
     }
     if (mask) {
-        ac_rt_copy(rt, ym, y, (size_t)T * dI);
-        ac_k_mul_heads(&rt->kctx, T, H, P, mask, ym, dI);
+        ac_block_copy(c->kctx, ym, y, (size_t)T * dI);
+        ac_k_mul_heads(c->kctx, T, H, P, mask, ym, dI);
     }
     float width[AC_MAX_MAMBA_HEADS];
     int widened = group_widths(masks ? ac_block_mask_host(masks->host_mamba_heads, mask) : NULL, H, P, G, width);
@@ -297,55 +297,55 @@ static void mamba2_backward(ac_runtime *rt, int layer, const ac_seqs *seqs, cons
      * turns into its gradient) copied */
     const float *normed = kept ? k.normed : nrm, *out_kept = NULL;
     if (!kept && widened)
-        width_gated_norm(rt, T, dI, G, ym, proj, nproj, w->gate_norm, a->norm_eps, width, nrm);
+        width_gated_norm(c, T, dI, G, ym, proj, nproj, w->gate_norm, a->norm_eps, width, nrm);
     else if (!kept)
-        ac_k_gated_rmsnorm(&rt->kctx, T, dI, dI / G, ym, dI, proj, nproj, w->gate_norm, a->norm_eps, nrm, dI);
+        ac_k_gated_rmsnorm(c->kctx, T, dI, dI / G, ym, dI, proj, nproj, w->gate_norm, a->norm_eps, nrm, dI);
     if (widened && dmask && kept) {
         out_kept = k.normed;
     } else if (widened && dmask) {
-        float *copy = ac_scratch(rt, (size_t)T * dI);
-        ac_rt_copy(rt, copy, nrm, (size_t)T * dI);
+        float *copy = ac_block_scratch(c, (size_t)T * dI);
+        ac_block_copy(c->kctx, copy, nrm, (size_t)T * dI);
         out_kept = copy;
     }
 
     /* out_proj: the weight gradient reads the norm output; its gradient goes to nrm */
     if (grad)
-        ac_k_linear_backward(&rt->kctx, T, D, dI, normed, dI, NULL, dout, D, 0.0f, NULL, dI, grad->out_proj);
-    ac_k_linear_backward(&rt->kctx, T, D, dI, NULL, dI, w->out_proj, dout, D, 0.0f, nrm, dI, NULL);
+        ac_k_linear_backward(c->kctx, T, D, dI, normed, dI, NULL, dout, D, 0.0f, NULL, dI, grad->out_proj);
+    ac_k_linear_backward(c->kctx, T, D, dI, NULL, dI, w->out_proj, dout, D, 0.0f, nrm, dI, NULL);
     /* gated norm: dL/d(masked y) to dy, dL/dz straight into dproj's z columns */
     if (widened)
-        width_gated_norm_backward(rt, T, dI, G, P, ym, proj, nproj, w->gate_norm, a->norm_eps, width, out_kept, nrm, dy,
+        width_gated_norm_backward(c, T, dI, G, P, ym, proj, nproj, w->gate_norm, a->norm_eps, width, out_kept, nrm, dy,
                                   dproj, grad ? grad->gate_norm : NULL, rstd, dmask);
     else
-        ac_k_gated_rmsnorm_backward(&rt->kctx, T, dI, dI / G, ym, dI, proj, nproj, w->gate_norm, a->norm_eps, nrm,
+        ac_k_gated_rmsnorm_backward(c->kctx, T, dI, dI / G, ym, dI, proj, nproj, w->gate_norm, a->norm_eps, nrm,
                                     dI, dy, dI, dproj, nproj, grad ? grad->gate_norm : NULL, rstd);
     if (mask)
-        ac_k_mul_heads_backward(&rt->kctx, T, H, P, mask, y, dI, dy, dI, dmask);
+        ac_k_mul_heads_backward(c->kctx, T, H, P, mask, y, dI, dy, dI, dmask);
     /* scan, then conv + SiLU, per sequence; softplus is per token */
     states_at = 0;
     for (int s = 0; s < seqs->n; s++) {
         int o = seqs->offset[s], L = seqs->len[s];
         const float *xs = xbc + (size_t)o * conv;
         float *dxs = dxbc + (size_t)o * conv;
-        ac_k_ssd_scan_backward(&rt->kctx, L, H, P, N, G, xs, conv, xs + dI, xs + dI + G * N, conv, dt + (size_t)o * H,
+        ac_k_ssd_scan_backward(c->kctx, L, H, P, N, G, xs, conv, xs + dI, xs + dI + G * N, conv, dt + (size_t)o * H,
                                A, w->D, NULL, states + states_at, dy + (size_t)o * dI, dI, dxs, conv, dxs + dI,
                                dxs + dI + G * N, conv, ddt + (size_t)o * H, grad ? dA : NULL, grad ? dD : NULL,
                                work);
         states_at += ac_k_ssd_states_floats(be, L, H, P, N);
-        ac_k_conv1d_silu_backward(&rt->kctx, L, conv, K, proj + (size_t)o * nproj + dI, nproj, w->conv_w, w->conv_b,
+        ac_k_conv1d_silu_backward(c->kctx, L, conv, K, proj + (size_t)o * nproj + dI, nproj, w->conv_w, w->conv_b,
                                   NULL, dxs, conv, dproj + (size_t)o * nproj + dI, nproj, dconv_w, dconv_b);
     }
-    ac_k_softplus_dt_backward(&rt->kctx, T, H, proj + dI + conv, nproj, w->dt_bias, a->time_step_min, ddt,
+    ac_k_softplus_dt_backward(c->kctx, T, H, proj + dI + conv, nproj, w->dt_bias, a->time_step_min, ddt,
                               dproj + dI + conv, nproj, grad ? grad->dt_bias : NULL);
     if (grad) {
-        ac_k_mul_columns(&rt->kctx, 1, H, A, dA, H); /* A = -exp(A_log): dA_log = dA * A */
-        ac_k_add(&rt->kctx, (size_t)H, dA, grad->A_log);
-        ac_k_add(&rt->kctx, (size_t)H, dD, grad->D);
-        ac_k_add(&rt->kctx, (size_t)conv * K, dconv_w, grad->conv_w);
+        ac_k_mul_columns(c->kctx, 1, H, A, dA, H); /* A = -exp(A_log): dA_log = dA * A */
+        ac_k_add(c->kctx, (size_t)H, dA, grad->A_log);
+        ac_k_add(c->kctx, (size_t)H, dD, grad->D);
+        ac_k_add(c->kctx, (size_t)conv * K, dconv_w, grad->conv_w);
         if (dconv_b)
-            ac_k_add(&rt->kctx, (size_t)conv, dconv_b, grad->conv_b);
+            ac_k_add(c->kctx, (size_t)conv, dconv_b, grad->conv_b);
     }
-    ac_k_linear_backward(&rt->kctx, T, nproj, D, xn, D, w->in_proj, dproj, nproj, 0.0f, dxn, D,
+    ac_k_linear_backward(c->kctx, T, nproj, D, xn, D, w->in_proj, dproj, nproj, 0.0f, dxn, D,
                          grad ? grad->in_proj : NULL);
 }
 
@@ -491,8 +491,8 @@ const ac_block_ops ac_mamba2_ops = {
     .saved_per_token = mamba2_saved_per_token,
     .saved_per_sequence = mamba2_saved_per_sequence,
     .state_floats = mamba2_state_floats,
-    .kv_heads = ac_block_zero,
-    .kv_head_dim = ac_block_zero,
+    .kv_heads = ac_block_no_kv,
+    .kv_head_dim = ac_block_no_kv,
     .forward = mamba2_forward,
     .backward = mamba2_backward,
     .row_key = mamba2_row_key,

@@ -1,7 +1,7 @@
 /* GQA attention without positional encoding: q, k, v projections, causal softmax
  * attention, o_proj. Inference appends K and V to each sequence's cache; training
  * (caches == NULL) attends within the batch's own sequences and keeps nothing. */
-#include "runtime/runtime_internal.h"
+#include "blocks/block.h"
 
 #include <limits.h>
 #include <math.h>
@@ -36,10 +36,10 @@ static size_t attention_saved_per_token(const ac_arch *arch, const ac_block_dims
 
 /* Copies L rows of K (or V) [L, n_kv*hd] into the cache layout [n_kv, cap, hd] from row
  * `past` on: per KV head, a gather of rows 0..L-1 (where the ops run). */
-static void rows_to_heads(ac_runtime *rt, float *cache, int cap, int past, int L, int n_kv, int hd, const float *rows)
+static void rows_to_heads(ac_block_ctx *c, float *cache, int cap, int past, int L, int n_kv, int hd, const float *rows)
 {
     for (int j = 0; j < n_kv; j++)
-        ac_k_gather_rows(&rt->kctx, L, hd, rows + (size_t)j * hd, n_kv * hd, rt->iota,
+        ac_k_gather_rows(c->kctx, L, hd, rows + (size_t)j * hd, n_kv * hd, c->iota,
                          cache + ((size_t)j * cap + past) * hd);
 }
 
@@ -47,7 +47,7 @@ static void rows_to_heads(ac_runtime *rt, float *cache, int cap, int past, int L
  * products, one launch instead of three. */
 enum { QKV_TOKENS_MAX = 4 };
 
-static void qkv_of_tokens(ac_runtime *rt, const ac_layer_weights *w, int T, int D, int nq, int nkv, const float *xn,
+static void qkv_of_tokens(ac_block_ctx *c, const ac_layer_weights *w, int T, int D, int nq, int nkv, const float *xn,
                           float *q, float *k, float *v)
 {
     const float *W[3 * QKV_TOKENS_MAX], *x[3 * QKV_TOKENS_MAX];
@@ -64,125 +64,125 @@ static void qkv_of_tokens(ac_runtime *rt, const ac_layer_weights *w, int T, int 
             cols[3 * t + j] = D;
         }
     }
-    ac_rt_gemv_batch(rt, 3 * T, W, rows, cols, x, y);
+    ac_block_gemv_batch(c, 3 * T, W, rows, cols, x, y);
 }
 
 /* Training (no caches): K and V rows [T, nkv] copied into the cache layout [n_kv, T, hd]
  * of the whole batch (the sequence at offset o reads it from row o with capacity T), then
  * each sequence's attention into att, with its log normalisers in stats [T, 2 nH] when
  * stats is not NULL. The forward and the backward that recomputes it run this. */
-static void batch_attention(ac_runtime *rt, const ac_block_dims *b, const ac_seqs *seqs, const float *q,
+static void batch_attention(ac_block_ctx *c, const ac_block_dims *b, const ac_seqs *seqs, const float *q,
                             const float *k_rows, const float *v_rows, float *k_heads, float *v_heads, float *att,
                             float *stats)
 {
     int T = seqs->total, nH = b->attn_heads, nKV = b->attn_kv_heads, hd = b->attn_head_dim, nq = nH * hd;
-    rows_to_heads(rt, k_heads, T, 0, T, nKV, hd, k_rows);
-    rows_to_heads(rt, v_heads, T, 0, T, nKV, hd, v_rows);
+    rows_to_heads(c, k_heads, T, 0, T, nKV, hd, k_rows);
+    rows_to_heads(c, v_heads, T, 0, T, nKV, hd, v_rows);
     for (int s = 0; s < seqs->n; s++) {
         size_t o = (size_t)seqs->offset[s];
-        ac_k_attention(&rt->kctx, seqs->len[s], 0, nH, nKV, hd, q + o * nq, nq, k_heads + o * hd, v_heads + o * hd, T,
+        ac_k_attention(c->kctx, seqs->len[s], 0, nH, nKV, hd, q + o * nq, nq, k_heads + o * hd, v_heads + o * hd, T,
                        1.0f / sqrtf((float)hd), att + o * nq, nq, stats ? stats + o * 2 * nH : NULL, 2 * nH);
     }
 }
 
-static void attention_forward(ac_runtime *rt, int layer, const ac_seqs *seqs, const float *xn, const ac_block_masks *masks, float *out)
+static void attention_forward(ac_block_ctx *c, int layer, const ac_seqs *seqs, const float *xn, const ac_block_masks *masks, float *out)
 {
     (void)masks; /* attention has no masks of its own */
-    const ac_arch *a = &rt->model->arch;
+    const ac_arch *a = c->arch;
     const ac_block_dims *b = &a->layers[layer];
-    const ac_layer_weights *w = &rt->model->layers[layer];
+    const ac_layer_weights *w = &c->layers[layer];
     int D = a->hidden, T = seqs->total;
     int nH = b->attn_heads, nKV = b->attn_kv_heads, hd = b->attn_head_dim;
     int nq = nH * hd, nkv = nKV * hd;
 
-    float *q = rt->saved ? rt->saved : ac_scratch(rt, (size_t)T * nq);
-    float *k = ac_scratch(rt, (size_t)T * nkv);
-    float *v = ac_scratch(rt, (size_t)T * nkv);
-    float *att = rt->saved ? q + (size_t)T * (nq + 2 * nkv) : ac_scratch(rt, (size_t)T * nq);
-    float *stats = rt->saved ? att + (size_t)T * nq : NULL; /* the log normalisers, for the backward */
+    float *q = c->saved ? c->saved : ac_block_scratch(c, (size_t)T * nq);
+    float *k = ac_block_scratch(c, (size_t)T * nkv);
+    float *v = ac_block_scratch(c, (size_t)T * nkv);
+    float *att = c->saved ? q + (size_t)T * (nq + 2 * nkv) : ac_block_scratch(c, (size_t)T * nq);
+    float *stats = c->saved ? att + (size_t)T * nq : NULL; /* the log normalisers, for the backward */
     float scale = 1.0f / sqrtf((float)hd);
     if (seqs->caches && T <= QKV_TOKENS_MAX)
-        qkv_of_tokens(rt, w, T, D, nq, nkv, xn, q, k, v);
+        qkv_of_tokens(c, w, T, D, nq, nkv, xn, q, k, v);
     else
-        ac_rt_linear(rt, T, nq, D, xn, D, w->q_proj, 0.0f, q, nq);
-    if (!seqs->caches && rt->saved) {
+        ac_block_linear(c, T, nq, D, xn, D, w->q_proj, 0.0f, q, nq);
+    if (!seqs->caches && c->saved) {
         /* K and V kept in rows for the backward, then copied into the cache layout */
         float *k_rows = q + (size_t)T * nq, *v_rows = k_rows + (size_t)T * nkv;
-        ac_rt_linear(rt, T, nkv, D, xn, D, w->k_proj, 0.0f, k_rows, nkv);
-        ac_rt_linear(rt, T, nkv, D, xn, D, w->v_proj, 0.0f, v_rows, nkv);
-        batch_attention(rt, b, seqs, q, k_rows, v_rows, k, v, att, stats);
+        ac_block_linear(c, T, nkv, D, xn, D, w->k_proj, 0.0f, k_rows, nkv);
+        ac_block_linear(c, T, nkv, D, xn, D, w->v_proj, 0.0f, v_rows, nkv);
+        batch_attention(c, b, seqs, q, k_rows, v_rows, k, v, att, stats);
     } else if (!seqs->caches) {
         /* K and V straight into the cache layout [n_kv, T, hd] of the whole batch */
         for (int g = 0; g < nKV; g++) {
             size_t rows = (size_t)g * hd * D;
-            ac_rt_linear(rt, T, hd, D, xn, D, ac_rt_weights_at(rt, w->k_proj, rows), 0.0f, k + (size_t)g * T * hd, hd);
-            ac_rt_linear(rt, T, hd, D, xn, D, ac_rt_weights_at(rt, w->v_proj, rows), 0.0f, v + (size_t)g * T * hd, hd);
+            ac_block_linear(c, T, hd, D, xn, D, ac_block_weights_at(c, w->k_proj, rows), 0.0f, k + (size_t)g * T * hd, hd);
+            ac_block_linear(c, T, hd, D, xn, D, ac_block_weights_at(c, w->v_proj, rows), 0.0f, v + (size_t)g * T * hd, hd);
         }
         for (int s = 0; s < seqs->n; s++) {
             int o = seqs->offset[s];
-            ac_k_attention(&rt->kctx, seqs->len[s], 0, nH, nKV, hd, q + (size_t)o * nq, nq, k + (size_t)o * hd,
+            ac_k_attention(c->kctx, seqs->len[s], 0, nH, nKV, hd, q + (size_t)o * nq, nq, k + (size_t)o * hd,
                            v + (size_t)o * hd, T, scale, att + (size_t)o * nq, nq, NULL, 0);
         }
     } else {
         if (T > QKV_TOKENS_MAX) {
-            ac_rt_linear(rt, T, nkv, D, xn, D, w->k_proj, 0.0f, k, nkv);
-            ac_rt_linear(rt, T, nkv, D, xn, D, w->v_proj, 0.0f, v, nkv);
+            ac_block_linear(c, T, nkv, D, xn, D, w->k_proj, 0.0f, k, nkv);
+            ac_block_linear(c, T, nkv, D, xn, D, w->v_proj, 0.0f, v, nkv);
         }
         for (int s = 0; s < seqs->n; s++) {
             int o = seqs->offset[s], L = seqs->len[s];
-            ac_cache_layers *c = &seqs->caches[s]->l;
-            rows_to_heads(rt, c->k[layer], c->capacity, c->tokens, L, nKV, hd, k + (size_t)o * nkv);
-            rows_to_heads(rt, c->v[layer], c->capacity, c->tokens, L, nKV, hd, v + (size_t)o * nkv);
-            ac_k_attention(&rt->kctx, L, c->tokens, nH, nKV, hd, q + (size_t)o * nq, nq, c->k[layer],
-                           c->v[layer], c->capacity, scale, att + (size_t)o * nq, nq, NULL, 0);
+            const ac_cache_layers *cache = seqs->caches[s];
+            rows_to_heads(c, cache->k[layer], cache->capacity, cache->tokens, L, nKV, hd, k + (size_t)o * nkv);
+            rows_to_heads(c, cache->v[layer], cache->capacity, cache->tokens, L, nKV, hd, v + (size_t)o * nkv);
+            ac_k_attention(c->kctx, L, cache->tokens, nH, nKV, hd, q + (size_t)o * nq, nq, cache->k[layer],
+                           cache->v[layer], cache->capacity, scale, att + (size_t)o * nq, nq, NULL, 0);
         }
     }
-    ac_rt_linear(rt, T, D, nq, att, nq, w->o_proj, 0.0f, out, D);
+    ac_block_linear(c, T, D, nq, att, nq, w->o_proj, 0.0f, out, D);
 }
 
-static void attention_backward(ac_runtime *rt, int layer, const ac_seqs *seqs, const float *xn, const ac_block_masks *masks,
+static void attention_backward(ac_block_ctx *c, int layer, const ac_seqs *seqs, const float *xn, const ac_block_masks *masks,
                            const float *dout, float *dxn, ac_layer_weights *grad, ac_block_mask_grads *mask_grads)
 {
     (void)masks;
     (void)mask_grads;
-    const ac_arch *a = &rt->model->arch;
+    const ac_arch *a = c->arch;
     const ac_block_dims *b = &a->layers[layer];
-    const ac_layer_weights *w = &rt->model->layers[layer];
+    const ac_layer_weights *w = &c->layers[layer];
     int D = a->hidden, T = seqs->total;
     int nH = b->attn_heads, nKV = b->attn_kv_heads, hd = b->attn_head_dim;
     int nq = nH * hd, nkv = nKV * hd;
 
-    int kept = rt->saved != NULL; /* q, k, v, the output and its normalisers from this pass's forward */
-    float *q = kept ? rt->saved : ac_scratch(rt, (size_t)T * nq);
-    float *k = kept ? q + (size_t)T * nq : ac_scratch(rt, (size_t)T * nkv);
-    float *v = kept ? k + (size_t)T * nkv : ac_scratch(rt, (size_t)T * nkv);
-    float *att = kept ? v + (size_t)T * nkv : ac_scratch(rt, (size_t)T * nq);
-    float *stats = kept ? att + (size_t)T * nq : ac_scratch(rt, (size_t)T * 2 * nH);
-    float *datt = ac_scratch(rt, (size_t)T * nq);
-    float *dq = ac_scratch(rt, (size_t)T * nq);
-    float *dk = ac_scratch(rt, (size_t)T * nkv);
-    float *dv = ac_scratch(rt, (size_t)T * nkv);
+    int kept = c->saved != NULL; /* q, k, v, the output and its normalisers from this pass's forward */
+    float *q = kept ? c->saved : ac_block_scratch(c, (size_t)T * nq);
+    float *k = kept ? q + (size_t)T * nq : ac_block_scratch(c, (size_t)T * nkv);
+    float *v = kept ? k + (size_t)T * nkv : ac_block_scratch(c, (size_t)T * nkv);
+    float *att = kept ? v + (size_t)T * nkv : ac_block_scratch(c, (size_t)T * nq);
+    float *stats = kept ? att + (size_t)T * nq : ac_block_scratch(c, (size_t)T * 2 * nH);
+    float *datt = ac_block_scratch(c, (size_t)T * nq);
+    float *dq = ac_block_scratch(c, (size_t)T * nq);
+    float *dk = ac_block_scratch(c, (size_t)T * nkv);
+    float *dv = ac_block_scratch(c, (size_t)T * nkv);
     float scale = 1.0f / sqrtf((float)hd);
 
     if (!kept) { /* the forward again, as a keeping forward runs it */
-        ac_k_linear(&rt->kctx, T, nq, D, xn, D, w->q_proj, 0.0f, q, nq);
-        ac_k_linear(&rt->kctx, T, nkv, D, xn, D, w->k_proj, 0.0f, k, nkv);
-        ac_k_linear(&rt->kctx, T, nkv, D, xn, D, w->v_proj, 0.0f, v, nkv);
-        batch_attention(rt, b, seqs, q, k, v, ac_scratch(rt, (size_t)T * nkv), ac_scratch(rt, (size_t)T * nkv), att,
+        ac_k_linear(c->kctx, T, nq, D, xn, D, w->q_proj, 0.0f, q, nq);
+        ac_k_linear(c->kctx, T, nkv, D, xn, D, w->k_proj, 0.0f, k, nkv);
+        ac_k_linear(c->kctx, T, nkv, D, xn, D, w->v_proj, 0.0f, v, nkv);
+        batch_attention(c, b, seqs, q, k, v, ac_block_scratch(c, (size_t)T * nkv), ac_block_scratch(c, (size_t)T * nkv), att,
                         stats);
     }
-    ac_k_linear_backward(&rt->kctx, T, D, nq, NULL, nq, w->o_proj, dout, D, 0.0f, datt, nq, NULL);
+    ac_k_linear_backward(c->kctx, T, D, nq, NULL, nq, w->o_proj, dout, D, 0.0f, datt, nq, NULL);
     for (int s = 0; s < seqs->n; s++) {
         size_t o = (size_t)seqs->offset[s];
-        ac_k_attention_backward(&rt->kctx, seqs->len[s], nH, nKV, hd, q + o * nq, nq, k + o * nkv, v + o * nkv, nkv,
+        ac_k_attention_backward(c->kctx, seqs->len[s], nH, nKV, hd, q + o * nq, nq, k + o * nkv, v + o * nkv, nkv,
                                 datt + o * nq, scale, att + o * nq, stats + o * 2 * nH, dq + o * nq, dk + o * nkv,
                                 dv + o * nkv);
     }
     if (grad)
-        ac_k_linear_backward(&rt->kctx, T, D, nq, att, nq, NULL, dout, D, 0.0f, NULL, nq, grad->o_proj);
-    ac_k_linear_backward(&rt->kctx, T, nq, D, xn, D, w->q_proj, dq, nq, 0.0f, dxn, D, grad ? grad->q_proj : NULL);
-    ac_k_linear_backward(&rt->kctx, T, nkv, D, xn, D, w->k_proj, dk, nkv, 1.0f, dxn, D, grad ? grad->k_proj : NULL);
-    ac_k_linear_backward(&rt->kctx, T, nkv, D, xn, D, w->v_proj, dv, nkv, 1.0f, dxn, D, grad ? grad->v_proj : NULL);
+        ac_k_linear_backward(c->kctx, T, D, nq, att, nq, NULL, dout, D, 0.0f, NULL, nq, grad->o_proj);
+    ac_k_linear_backward(c->kctx, T, nq, D, xn, D, w->q_proj, dq, nq, 0.0f, dxn, D, grad ? grad->q_proj : NULL);
+    ac_k_linear_backward(c->kctx, T, nkv, D, xn, D, w->k_proj, dk, nkv, 1.0f, dxn, D, grad ? grad->k_proj : NULL);
+    ac_k_linear_backward(c->kctx, T, nkv, D, xn, D, w->v_proj, dv, nkv, 1.0f, dxn, D, grad ? grad->v_proj : NULL);
 }
 
 /* ---- the kind's entry in the block table ---- */
