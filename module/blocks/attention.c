@@ -255,6 +255,29 @@ static void attention_slice(const ac_arch *child, const ac_block_dims *cb, ac_la
 static int attention_kv_heads(const ac_block_dims *b) { return b->attn_kv_heads; }
 static int attention_kv_head_dim(const ac_block_dims *b) { return b->attn_head_dim; }
 
+static void attention_permute_hidden(const ac_arch *arch, const ac_block_dims *b, ac_layer_weights *w,
+                                     const int *perm, float *tmp)
+{
+    int D = arch->hidden;
+    size_t q = (size_t)b->attn_heads * b->attn_head_dim, kv = (size_t)b->attn_kv_heads * b->attn_head_dim;
+    ac_permute_cols(w->q_proj, q, D, perm, tmp);
+    ac_permute_cols(w->k_proj, kv, D, perm, tmp);
+    ac_permute_cols(w->v_proj, kv, D, perm, tmp);
+    ac_permute_blocks(w->o_proj, D, q, perm, tmp);
+}
+
+/* Attention heads are not an axis of the search (no head importance): a cut keeps them whole. */
+static ac_status attention_check_cut(int i, int p, const ac_block_dims *c, const ac_block_dims *pb)
+{
+    ac_status st = ac_check_same_kind(i, p, c, pb);
+    if (st != AC_OK)
+        return st;
+    const ac_dim_pair fixed[] = {{"attn_heads", c->attn_heads, pb->attn_heads},
+                                 {"attn_kv_heads", c->attn_kv_heads, pb->attn_kv_heads},
+                                 {"attn_head_dim", c->attn_head_dim, pb->attn_head_dim}};
+    return ac_check_dims(i, p, fixed, 3, 1);
+}
+
 static void attention_row_key(const ac_block_dims *b, ac_cost_row *key)
 {
     (void)b;
@@ -280,5 +303,10 @@ const ac_block_ops ac_attention_ops = {
     .kv_head_dim = attention_kv_head_dim,
     .forward = attention_forward,
     .backward = attention_backward,
+    .axis_length = ac_block_no_axis,
+    .axis_run = ac_block_no_axis,
+    .cost_axis = ac_block_no_cost_axis,
+    .permute_hidden = attention_permute_hidden,
+    .check_cut = attention_check_cut,
     .row_key = attention_row_key,
 };

@@ -67,6 +67,26 @@ typedef struct {
     const int32_t *iota; /* [T] 0, 1, ..., T-1 in the ops' memory */
 } ac_block_ctx;
 
+/* The per-layer axes a search narrows: importance scores, soft masks and the reorder's
+ * permutations index them. A layer has an array of axis_length on each (0: none). */
+typedef enum {
+    AC_LAYER_MAMBA_HEADS,
+    AC_LAYER_EXPERTS,
+    AC_LAYER_FFN,        /* an MLP's channels, a MoE's routed experts' (one order for all) */
+    AC_LAYER_SHARED_FFN, /* a MoE's shared expert's channels */
+    AC_LAYER_AXES
+} ac_layer_axis;
+
+/* One chunk of calibration rows, as a kind's importance reads it: the layer's normed
+ * input of n_seqs sequences of seq_len rows each, one after another. */
+typedef struct {
+    ac_kctx *kctx;
+    const float *xn;  /* [T, D] */
+    int T, n_seqs, seq_len;
+    float *scratch;   /* T x importance_per_token floats */
+    double *colsum;   /* importance_per_token doubles (ac_importance_add_means) */
+} ac_importance_chunk;
+
 typedef struct {
     ac_block_kind kind;
     const char *name; /* "mamba", as in block_configs' block_type */
@@ -130,6 +150,37 @@ typedef struct {
     void (*backward)(ac_block_ctx *c, int layer, const ac_seqs *seqs, const float *xn, const ac_block_masks *masks,
                      const float *dout, float *dxn, ac_layer_weights *grad, ac_block_mask_grads *mask_grads);
 
+    /* ---- the search: importance, reorder, routers, pruning ---- */
+    /* The length of the layer's array on `axis`; 0: none. */
+    int (*axis_length)(const ac_block_dims *b, ac_layer_axis axis);
+    /* The runs of that array the reorder sorts within (a Mamba head stays in its group,
+     * an expert in its routing group): their length. */
+    int (*axis_run)(const ac_block_dims *b, ac_layer_axis axis);
+    /* The layer axis that the cost model's axis `kind` narrows on this kind, and the
+     * groups its prefix mask keeps (1: one); -1: that axis does not apply to the kind. */
+    int (*cost_axis)(const ac_block_dims *b, ac_axis_kind kind, int *groups);
+    /* Minitron importance (module/importance): importance_add adds one chunk's
+     * activation scores to the layer's importance_doubles sums in acc, from scratch of
+     * importance_per_token floats per row (also a bound on the widest activation it
+     * scores); importance_finish turns the sums into scores[axis] (axis_length each).
+     * NULL add: the kind scores nothing but the hidden channels and depth. */
+    size_t (*importance_per_token)(const ac_arch *arch, const ac_block_dims *b);
+    size_t (*importance_doubles)(const ac_block_dims *b);
+    void (*importance_add)(const ac_importance_chunk *ch, const ac_arch *arch, const ac_block_dims *b,
+                           const ac_layer_weights *w, double *acc);
+    void (*importance_finish)(const ac_block_dims *b, const double *acc, float *const *scores);
+    /* The function-preserving reorder: the hidden (D-indexed) dimension of the mixer's
+     * weights by perm [D], and the weights an axis indexes by perm [axis_length]; tmp
+     * holds the layer's weights (ac_block_weight_bytes). NULL permute_axis: no axis. */
+    void (*permute_hidden)(const ac_arch *arch, const ac_block_dims *b, ac_layer_weights *w, const int *perm,
+                           float *tmp);
+    void (*permute_axis)(const ac_arch *arch, const ac_block_dims *b, ac_layer_weights *w, ac_layer_axis axis,
+                         const int *perm, float *tmp);
+    /* Pruning: AC_OK when child layer i of dims c can be cut from parent layer p of dims
+     * pb (of this kind, or another kind slice reads), else an error naming both layers
+     * and the field. */
+    ac_status (*check_cut)(int i, int p, const ac_block_dims *c, const ac_block_dims *pb);
+
     /* ---- cost tables ---- */
     /* The kind's fields of the table key (kind and hidden are set by ac_block_row_key). */
     void (*row_key)(const ac_block_dims *b, ac_cost_row *key);
@@ -152,6 +203,9 @@ ac_status ac_layer_fail(int i, const ac_block_dims *b, const char *fmt, ...) __a
 /* For kinds without KV or fixed state. */
 int ac_block_no_kv(const ac_block_dims *b);
 size_t ac_block_no_state(const ac_block_dims *b);
+/* For kinds the search does not narrow: no array on any axis, no cost axis (-1). */
+int ac_block_no_axis(const ac_block_dims *b, ac_layer_axis axis);
+int ac_block_no_cost_axis(const ac_block_dims *b, ac_axis_kind kind, int *groups);
 /* dst rows [d0, d0 + n) of width dcols <- src rows [s0, s0 + n) of width scols, the
  * first min(dcols, scols) columns of each. */
 void ac_copy_rows(float *dst, int dcols, int d0, const float *src, int scols, int s0, int n);
@@ -159,6 +213,35 @@ void ac_copy_rows(float *dst, int dcols, int d0, const float *src, int scols, in
 void ac_copy_prefix(float *dst, int dn, const float *src, int sn);
 /* An FFN pair up [F, D] and down [D, F]: leading channels and hidden columns. */
 void ac_slice_ffn(float *cup, float *cdown, int Fc, int Dc, const float *pup, const float *pdown, int Fp, int Dp);
+
+/* ---- helpers of the search facet (blocks.c) ---- */
+
+/* "mamba_heads", "experts", "ffn", "shared_ffn": the importance file's tensor names. */
+const char *ac_layer_axis_name(ac_layer_axis axis);
+/* For every sequence of a chunk: acc[c] += (mean over its rows of |a[r, c]|)^2, for
+ * C columns of a [T, lda]. */
+void ac_importance_add_means(const ac_importance_chunk *ch, const float *a, int lda, int C, double *acc);
+/* The same for `rows` rows of one sequence. */
+void ac_importance_add_mean(const float *a, int lda, int rows, int C, double *acc, double *colsum);
+/* n blocks of `block` floats: block j becomes old block perm[j]. tmp holds n * block. */
+void ac_permute_blocks(float *data, int n, size_t block, const int *perm, float *tmp);
+/* In each of `rows` rows of `ld` floats, the n blocks of `block` floats from column c0. */
+void ac_permute_in_rows(float *data, size_t rows, size_t ld, size_t c0, int n, size_t block, const int *perm,
+                        float *tmp);
+/* The columns of a [rows, cols] matrix. */
+void ac_permute_cols(float *m, size_t rows, int cols, const int *perm, float *tmp);
+/* An FFN pair up [F, D] and down [D, F] by channel. */
+void ac_permute_ffn(float *up, float *down, int F, int D, const int *perm, float *tmp);
+/* A pruning check's pair of one field: the child's value and the parent's. */
+typedef struct {
+    const char *field;
+    int child, parent;
+} ac_dim_pair;
+/* The first of n pairs that differ (fixed) or where the child exceeds the parent; then
+ * the error naming it. */
+ac_status ac_check_dims(int i, int p, const ac_dim_pair *pairs, int n, int fixed);
+/* An error unless c and pb are of the same kind. */
+ac_status ac_check_same_kind(int i, int p, const ac_block_dims *c, const ac_block_dims *pb);
 
 /* ---- what forward and backward use (products.c) ---- */
 

@@ -417,7 +417,6 @@ static void mamba2_layout(ac_layout *l, int i, const ac_arch *arch, const ac_blo
     ac_layout_product(l, &w->out_proj, 2, AC_SHAPE(D, dI), "layers.%d.mixer.out_proj.weight", i);
 }
 
-/* Leading heads and groups; other head shapes line up with nothing and are left alone. */
 /* One head's weights, parent head ph into child head ch: its z, x and dt rows of
  * in_proj, its conv channels, dt_bias, A_log, D, its gated-norm weights and its
  * out_proj columns (of the hidden rows both have). */
@@ -446,9 +445,10 @@ static void copy_head(const ac_arch *child, const ac_block_dims *cb, ac_layer_we
                (size_t)P * sizeof(float));
 }
 
-/* Heads are taken within groups: child group g keeps the leading heads of parent group g
- * (the reorder ranks heads within their group, and the search's masks keep prefixes
- * per group), with that group's B and C. */
+/* Leading heads and groups, taken within groups: child group g keeps the leading heads
+ * of parent group g (the reorder ranks heads within their group, and the search's masks
+ * keep prefixes per group), with that group's B and C. A parent of other head shapes
+ * lines up with nothing and is left alone. */
 static void mamba2_slice(const ac_arch *child, const ac_block_dims *cb, ac_layer_weights *cw, const ac_arch *parent,
                          const ac_block_dims *pb, const ac_layer_weights *pw)
 {
@@ -473,6 +473,102 @@ static void mamba2_slice(const ac_arch *child, const ac_block_dims *cb, ac_layer
     }
 }
 
+/* ---- the search ---- */
+
+static int mamba2_axis_length(const ac_block_dims *b, ac_layer_axis axis)
+{
+    return axis == AC_LAYER_MAMBA_HEADS ? b->mamba_heads : 0;
+}
+
+static int mamba2_axis_run(const ac_block_dims *b, ac_layer_axis axis)
+{
+    return axis == AC_LAYER_MAMBA_HEADS ? b->mamba_heads / b->mamba_groups : 0;
+}
+
+/* Heads are kept as a prefix of each group. */
+static int mamba2_cost_axis(const ac_block_dims *b, ac_axis_kind kind, int *groups)
+{
+    *groups = b->mamba_groups > 0 ? b->mamba_groups : 1;
+    return kind == AC_AXIS_MAMBA_HEADS ? AC_LAYER_MAMBA_HEADS : -1;
+}
+
+static size_t mamba2_importance_per_token(const ac_arch *arch, const ac_block_dims *b)
+{
+    (void)arch;
+    return (size_t)ac_mamba_d_inner(b);
+}
+
+static size_t mamba2_importance_doubles(const ac_block_dims *b) { return (size_t)ac_mamba_d_inner(b); }
+
+/* The channel scores of the x slice of in_proj (xn @ in_proj[dI:2dI]^T, before the conv). */
+static void mamba2_importance_add(const ac_importance_chunk *ch, const ac_arch *arch, const ac_block_dims *b,
+                                  const ac_layer_weights *w, double *acc)
+{
+    int D = arch->hidden, dI = ac_mamba_d_inner(b);
+    ac_k_linear(ch->kctx, ch->T, dI, D, ch->xn, D, w->in_proj + (size_t)dI * D, 0.0f, ch->scratch, dI);
+    ac_importance_add_means(ch, ch->scratch, dI, dI, acc);
+}
+
+/* A head's score: the L2 norm of its channels' scores. */
+static void mamba2_importance_finish(const ac_block_dims *b, const double *acc, float *const *scores)
+{
+    int P = b->mamba_head_dim;
+    for (int h = 0; h < b->mamba_heads; h++) {
+        double sum = 0.0;
+        for (int p = 0; p < P; p++)
+            sum += acc[h * P + p];
+        scores[AC_LAYER_MAMBA_HEADS][h] = (float)sqrt(sum);
+    }
+}
+
+static void mamba2_permute_hidden(const ac_arch *arch, const ac_block_dims *b, ac_layer_weights *w,
+                                  const int *perm, float *tmp)
+{
+    int D = arch->hidden;
+    ac_permute_cols(w->in_proj, (size_t)ac_mamba_in_proj_dim(b), D, perm, tmp);
+    ac_permute_blocks(w->out_proj, D, (size_t)ac_mamba_d_inner(b), perm, tmp);
+}
+
+/* Heads (within their groups, as axis_run sorts them): their z and x rows and dt row of
+ * in_proj, their x conv channels, dt_bias, A_log, D, their gated-norm weights (the norm's
+ * groups are dI/G channels, so a head stays in its group's norm) and their out_proj
+ * columns. B and C do not move. */
+static void mamba2_permute_axis(const ac_arch *arch, const ac_block_dims *b, ac_layer_weights *w,
+                                ac_layer_axis axis, const int *p, float *tmp)
+{
+    if (axis != AC_LAYER_MAMBA_HEADS)
+        return;
+    int D = arch->hidden, H = b->mamba_heads, P = b->mamba_head_dim, K = b->conv_kernel;
+    int dI = ac_mamba_d_inner(b), GN = b->mamba_groups * b->ssm_state;
+    size_t PD = (size_t)P * D;
+    ac_permute_blocks(w->in_proj, H, PD, p, tmp);                                        /* z */
+    ac_permute_blocks(w->in_proj + (size_t)dI * D, H, PD, p, tmp);                       /* x */
+    ac_permute_blocks(w->in_proj + (size_t)(2 * dI + 2 * GN) * D, H, (size_t)D, p, tmp); /* dt */
+    ac_permute_blocks(w->conv_w, H, (size_t)P * K, p, tmp); /* the x channels lead the conv */
+    if (w->conv_b)
+        ac_permute_blocks(w->conv_b, H, (size_t)P, p, tmp);
+    ac_permute_blocks(w->dt_bias, H, 1, p, tmp);
+    ac_permute_blocks(w->A_log, H, 1, p, tmp);
+    ac_permute_blocks(w->D, H, 1, p, tmp);
+    ac_permute_blocks(w->gate_norm, H, (size_t)P, p, tmp);
+    ac_permute_in_rows(w->out_proj, (size_t)D, (size_t)dI, 0, H, (size_t)P, p, tmp);
+}
+
+static ac_status mamba2_check_cut(int i, int p, const ac_block_dims *c, const ac_block_dims *pb)
+{
+    ac_status st = ac_check_same_kind(i, p, c, pb);
+    if (st != AC_OK)
+        return st;
+    const ac_dim_pair fixed[] = {{"mamba_head_dim", c->mamba_head_dim, pb->mamba_head_dim},
+                                 {"mamba_groups", c->mamba_groups, pb->mamba_groups},
+                                 {"ssm_state", c->ssm_state, pb->ssm_state},
+                                 {"conv_kernel", c->conv_kernel, pb->conv_kernel}};
+    st = ac_check_dims(i, p, fixed, 4, 1);
+    if (st != AC_OK)
+        return st;
+    return ac_check_dims(i, p, &(ac_dim_pair){"mamba_heads", c->mamba_heads, pb->mamba_heads}, 1, 0);
+}
+
 static void mamba2_row_key(const ac_block_dims *b, ac_cost_row *key) { key->heads = b->mamba_heads; }
 
 const ac_block_ops ac_mamba2_ops = {
@@ -495,5 +591,15 @@ const ac_block_ops ac_mamba2_ops = {
     .kv_head_dim = ac_block_no_kv,
     .forward = mamba2_forward,
     .backward = mamba2_backward,
+    .axis_length = mamba2_axis_length,
+    .axis_run = mamba2_axis_run,
+    .cost_axis = mamba2_cost_axis,
+    .importance_per_token = mamba2_importance_per_token,
+    .importance_doubles = mamba2_importance_doubles,
+    .importance_add = mamba2_importance_add,
+    .importance_finish = mamba2_importance_finish,
+    .permute_hidden = mamba2_permute_hidden,
+    .permute_axis = mamba2_permute_axis,
+    .check_cut = mamba2_check_cut,
     .row_key = mamba2_row_key,
 };

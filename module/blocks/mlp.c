@@ -1,6 +1,7 @@
 /* Dense MLP: down(mask * relu(up(x))^2), forward and backward. */
 #include "blocks/block.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -98,6 +99,61 @@ static void mlp_slice(const ac_arch *child, const ac_block_dims *cb, ac_layer_we
     ac_slice_ffn(cw->up_proj, cw->down_proj, cb->ffn, child->hidden, pw->up_proj, pw->down_proj, Fp, parent->hidden);
 }
 
+/* ---- the search ---- */
+
+static int mlp_axis_length(const ac_block_dims *b, ac_layer_axis axis) { return axis == AC_LAYER_FFN ? b->ffn : 0; }
+
+static size_t mlp_importance_per_token(const ac_arch *arch, const ac_block_dims *b)
+{
+    (void)arch;
+    return (size_t)b->ffn;
+}
+
+static size_t mlp_importance_doubles(const ac_block_dims *b) { return (size_t)b->ffn; }
+
+/* ffn: relu2(up xn), the input of down_proj. */
+static void mlp_importance_add(const ac_importance_chunk *ch, const ac_arch *arch, const ac_block_dims *b,
+                               const ac_layer_weights *w, double *acc)
+{
+    int D = arch->hidden, T = ch->T, F = b->ffn;
+    ac_k_linear(ch->kctx, T, F, D, ch->xn, D, w->up_proj, 0.0f, ch->scratch, F);
+    ac_k_relu2(ch->kctx, (size_t)T * F, ch->scratch, ch->scratch);
+    ac_importance_add_means(ch, ch->scratch, F, F, acc);
+}
+
+static void mlp_importance_finish(const ac_block_dims *b, const double *acc, float *const *scores)
+{
+    for (int c = 0; c < b->ffn; c++)
+        scores[AC_LAYER_FFN][c] = (float)sqrt(acc[c]);
+}
+
+static void mlp_permute_hidden(const ac_arch *arch, const ac_block_dims *b, ac_layer_weights *w, const int *perm,
+                               float *tmp)
+{
+    int D = arch->hidden;
+    ac_permute_cols(w->up_proj, (size_t)b->ffn, D, perm, tmp);
+    ac_permute_blocks(w->down_proj, D, (size_t)b->ffn, perm, tmp);
+}
+
+static void mlp_permute_axis(const ac_arch *arch, const ac_block_dims *b, ac_layer_weights *w, ac_layer_axis axis,
+                             const int *perm, float *tmp)
+{
+    if (axis == AC_LAYER_FFN)
+        ac_permute_ffn(w->up_proj, w->down_proj, b->ffn, arch->hidden, perm, tmp);
+}
+
+/* A MoE parent whose routed experts were all removed keeps its shared expert. */
+static ac_status mlp_check_cut(int i, int p, const ac_block_dims *c, const ac_block_dims *pb)
+{
+    if (pb->kind == AC_BLOCK_MOE)
+        return ac_check_dims(i, p, &(ac_dim_pair){"intermediate_size (from the shared expert)", c->ffn, pb->shared_ffn},
+                             1, 0);
+    ac_status st = ac_check_same_kind(i, p, c, pb);
+    if (st != AC_OK)
+        return st;
+    return ac_check_dims(i, p, &(ac_dim_pair){"intermediate_size", c->ffn, pb->ffn}, 1, 0);
+}
+
 static void mlp_row_key(const ac_block_dims *b, ac_cost_row *key) { key->ffn = b->ffn; }
 
 const ac_block_ops ac_mlp_ops = {
@@ -119,5 +175,15 @@ const ac_block_ops ac_mlp_ops = {
     .kv_head_dim = ac_block_no_kv,
     .forward = mlp_forward,
     .backward = mlp_backward,
+    .axis_length = mlp_axis_length,
+    .axis_run = mlp_axis_length,
+    .cost_axis = ac_block_no_cost_axis, /* its channels are not an axis of the cost model */
+    .importance_per_token = mlp_importance_per_token,
+    .importance_doubles = mlp_importance_doubles,
+    .importance_add = mlp_importance_add,
+    .importance_finish = mlp_importance_finish,
+    .permute_hidden = mlp_permute_hidden,
+    .permute_axis = mlp_permute_axis,
+    .check_cut = mlp_check_cut,
     .row_key = mlp_row_key,
 };

@@ -522,6 +522,197 @@ static void moe_slice(const ac_arch *child, const ac_block_dims *cb, ac_layer_we
     ac_slice_ffn(cw->up_proj, cw->down_proj, cb->shared_ffn, Dc, pw->up_proj, pw->down_proj, pb->shared_ffn, Dp);
 }
 
+/* ---- the search ---- */
+
+static int moe_axis_length(const ac_block_dims *b, ac_layer_axis axis)
+{
+    switch (axis) {
+    case AC_LAYER_EXPERTS: return b->n_experts;
+    case AC_LAYER_FFN: return b->expert_ffn;
+    case AC_LAYER_SHARED_FFN: return b->shared_ffn > 0 ? b->shared_ffn : 0;
+    default: return 0;
+    }
+}
+
+/* A group's experts are a contiguous index range: moving one across groups would change
+ * the routing. */
+static int moe_axis_run(const ac_block_dims *b, ac_layer_axis axis)
+{
+    if (axis == AC_LAYER_EXPERTS && b->n_group > 1)
+        return b->n_experts / b->n_group;
+    return moe_axis_length(b, axis);
+}
+
+static int moe_cost_axis(const ac_block_dims *b, ac_axis_kind kind, int *groups)
+{
+    (void)b;
+    *groups = 1;
+    switch (kind) {
+    case AC_AXIS_EXPERTS: return AC_LAYER_EXPERTS;
+    case AC_AXIS_ROUTED_FFN: return AC_LAYER_FFN;
+    case AC_AXIS_SHARED_FFN: return AC_LAYER_SHARED_FFN;
+    default: return -1;
+    }
+}
+
+/* The scratch of one chunk's importance, per row: the routed or shared activation, the
+ * router's logits, the routing (idx, weight) and its grouping by expert (rows, row
+ * weights), and one expert's rows in and out. */
+typedef struct {
+    float *act, *logits, *weight, *row_w, *xe, *oe;
+    int32_t *idx, *rows;
+} moe_importance_buffers;
+
+static size_t moe_importance_per_token(const ac_arch *arch, const ac_block_dims *b)
+{
+    int I = b->expert_ffn, S = b->shared_ffn;
+    return (size_t)(I > S ? I : S) + (size_t)b->n_experts + 4 * (size_t)b->top_k + 2 * (size_t)arch->hidden;
+}
+
+static moe_importance_buffers moe_importance_carve(const ac_importance_chunk *ch, const ac_arch *arch,
+                                                   const ac_block_dims *b)
+{
+    size_t T = (size_t)ch->T, Tk = T * b->top_k, TD = T * arch->hidden;
+    int I = b->expert_ffn, S = b->shared_ffn;
+    moe_importance_buffers m;
+    m.act = ch->scratch;
+    m.logits = m.act + T * (size_t)(I > S ? I : S);
+    m.idx = (int32_t *)(void *)(m.logits + T * b->n_experts);
+    m.weight = (float *)(void *)(m.idx + Tk);
+    m.rows = (int32_t *)(void *)(m.weight + Tk);
+    m.row_w = (float *)(void *)(m.rows + Tk);
+    m.xe = m.row_w + Tk;
+    m.oe = m.xe + TD;
+    return m;
+}
+
+/* The sums: the routed channels [I], the shared expert's [S], then per expert [E] the
+ * routing-weighted output norms and the tokens routed. */
+static size_t moe_importance_doubles(const ac_block_dims *b)
+{
+    return (size_t)b->expert_ffn + (size_t)(b->shared_ffn > 0 ? b->shared_ffn : 0) + 2 * (size_t)b->n_experts;
+}
+
+/* experts: sum over routed tokens of ||routing weight * expert output|| / tokens routed;
+ * ffn: relu2(expert up) over each expert's tokens of a sequence, the squares summed over
+ * experts; shared_ffn: relu2(shared up xn). */
+static void moe_importance_add(const ac_importance_chunk *ch, const ac_arch *arch, const ac_block_dims *b,
+                               const ac_layer_weights *w, double *acc)
+{
+    int D = arch->hidden, T = ch->T, E = b->n_experts, K = b->top_k, I = b->expert_ffn, S = b->shared_ffn;
+    int seq_len = ch->seq_len, start[AC_MAX_EXPERTS + 1];
+    double *chan = acc, *shared = chan + I, *enorm = shared + (S > 0 ? S : 0), *ecount = enorm + E;
+    moe_importance_buffers m = moe_importance_carve(ch, arch, b);
+
+    ac_k_linear(ch->kctx, T, E, D, ch->xn, D, w->router, 0.0f, m.logits, E);
+    ac_k_moe_route(ch->kctx, T, E, m.logits, w->router_bias, b->n_group, b->topk_group, K, b->norm_topk_prob,
+                   b->routed_scaling, m.idx, m.weight);
+    group_by_expert(T, K, E, m.idx, m.weight, NULL, start, m.rows, m.row_w, NULL);
+    if (S > 0) {
+        ac_k_linear(ch->kctx, T, S, D, ch->xn, D, w->up_proj, 0.0f, m.act, S);
+        ac_k_relu2(ch->kctx, (size_t)T * S, m.act, m.act);
+        ac_importance_add_means(ch, m.act, S, S, shared);
+    }
+    for (int e = 0; e < E; e++) {
+        int n = start[e + 1] - start[e];
+        if (n == 0)
+            continue;
+        const int32_t *re = m.rows + start[e];
+        const float *rw = m.row_w + start[e];
+        ac_k_gather_rows(ch->kctx, n, D, ch->xn, D, re, m.xe);
+        ac_k_linear(ch->kctx, n, I, D, m.xe, D, w->experts_up + (size_t)e * I * D, 0.0f, m.act, I);
+        ac_k_relu2(ch->kctx, (size_t)n * I, m.act, m.act);
+        /* each sequence's tokens are one run of the expert's rows */
+        for (int i0 = 0; i0 < n;) {
+            int s = re[i0] / seq_len, i1 = i0;
+            while (i1 < n && re[i1] / seq_len == s)
+                i1++;
+            ac_importance_add_mean(m.act + (size_t)i0 * I, I, i1 - i0, I, chan, ch->colsum);
+            i0 = i1;
+        }
+        ac_k_linear(ch->kctx, n, D, I, m.act, I, w->experts_down + (size_t)e * D * I, 0.0f, m.oe, D);
+        for (int i = 0; i < n; i++) {
+            const float *o = m.oe + (size_t)i * D;
+            double sq = 0.0;
+            for (int c = 0; c < D; c++)
+                sq += (double)o[c] * o[c];
+            enorm[e] += fabs((double)rw[i]) * sqrt(sq);
+        }
+        ecount[e] += n;
+    }
+}
+
+static void moe_importance_finish(const ac_block_dims *b, const double *acc, float *const *scores)
+{
+    int E = b->n_experts, I = b->expert_ffn, S = b->shared_ffn > 0 ? b->shared_ffn : 0;
+    const double *chan = acc, *shared = chan + I, *enorm = shared + S, *ecount = enorm + E;
+    for (int c = 0; c < I; c++)
+        scores[AC_LAYER_FFN][c] = (float)sqrt(chan[c]);
+    for (int e = 0; e < E; e++)
+        scores[AC_LAYER_EXPERTS][e] = ecount[e] ? (float)(enorm[e] / ecount[e]) : 0.0f;
+    for (int c = 0; c < S; c++)
+        scores[AC_LAYER_SHARED_FFN][c] = (float)sqrt(shared[c]);
+}
+
+static void moe_permute_hidden(const ac_arch *arch, const ac_block_dims *b, ac_layer_weights *w, const int *perm,
+                               float *tmp)
+{
+    int D = arch->hidden, E = b->n_experts, I = b->expert_ffn, S = b->shared_ffn;
+    ac_permute_cols(w->router, (size_t)E, D, perm, tmp);
+    ac_permute_cols(w->experts_up, (size_t)E * I, D, perm, tmp);
+    for (int e = 0; e < E; e++)
+        ac_permute_blocks(w->experts_down + (size_t)e * D * I, D, (size_t)I, perm, tmp);
+    if (S > 0) {
+        ac_permute_cols(w->up_proj, (size_t)S, D, perm, tmp);
+        ac_permute_blocks(w->down_proj, D, (size_t)S, perm, tmp);
+    }
+}
+
+/* experts: router rows, correction bias entries and whole expert blocks; ffn: one order
+ * for every expert's up rows and down columns; shared_ffn: the shared expert's. */
+static void moe_permute_axis(const ac_arch *arch, const ac_block_dims *b, ac_layer_weights *w, ac_layer_axis axis,
+                             const int *perm, float *tmp)
+{
+    int D = arch->hidden, E = b->n_experts, I = b->expert_ffn;
+    switch (axis) {
+    case AC_LAYER_EXPERTS:
+        ac_permute_blocks(w->router, E, (size_t)D, perm, tmp);
+        ac_permute_blocks(w->router_bias, E, 1, perm, tmp);
+        ac_permute_blocks(w->experts_up, E, (size_t)I * D, perm, tmp);
+        ac_permute_blocks(w->experts_down, E, (size_t)D * I, perm, tmp);
+        break;
+    case AC_LAYER_FFN:
+        for (int e = 0; e < E; e++)
+            ac_permute_ffn(w->experts_up + (size_t)e * I * D, w->experts_down + (size_t)e * D * I, I, D, perm, tmp);
+        break;
+    case AC_LAYER_SHARED_FFN:
+        ac_permute_ffn(w->up_proj, w->down_proj, b->shared_ffn, D, perm, tmp);
+        break;
+    default:
+        break;
+    }
+}
+
+static ac_status moe_check_cut(int i, int p, const ac_block_dims *c, const ac_block_dims *pb)
+{
+    ac_status st = ac_check_same_kind(i, p, c, pb);
+    if (st != AC_OK)
+        return st;
+    const ac_dim_pair fixed[] = {{"top_k", c->top_k, pb->top_k},
+                                 {"n_group", c->n_group, pb->n_group},
+                                 {"topk_group", c->topk_group, pb->topk_group},
+                                 {"norm_topk_prob", c->norm_topk_prob, pb->norm_topk_prob}};
+    const ac_dim_pair width[] = {{"n_routed_experts", c->n_experts, pb->n_experts},
+                                 {"moe_intermediate_size", c->expert_ffn, pb->expert_ffn},
+                                 {"moe_shared_expert_intermediate_size", c->shared_ffn, pb->shared_ffn}};
+    if ((st = ac_check_dims(i, p, fixed, 4, 1)) != AC_OK || (st = ac_check_dims(i, p, width, 3, 0)) != AC_OK)
+        return st;
+    if (c->routed_scaling != pb->routed_scaling)
+        return ac_fail(AC_ERR_INVALID, "prune: layer %d (parent layer %d): routed_scaling_factor %g differs from the "
+                       "parent's %g", i, p, c->routed_scaling, pb->routed_scaling);
+    return AC_OK;
+}
+
 static void moe_row_key(const ac_block_dims *b, ac_cost_row *key)
 {
     key->experts = b->n_experts;
@@ -549,5 +740,15 @@ const ac_block_ops ac_moe_ops = {
     .kv_head_dim = ac_block_no_kv,
     .forward = moe_forward,
     .backward = moe_backward,
+    .axis_length = moe_axis_length,
+    .axis_run = moe_axis_run,
+    .cost_axis = moe_cost_axis,
+    .importance_per_token = moe_importance_per_token,
+    .importance_doubles = moe_importance_doubles,
+    .importance_add = moe_importance_add,
+    .importance_finish = moe_importance_finish,
+    .permute_hidden = moe_permute_hidden,
+    .permute_axis = moe_permute_axis,
+    .check_cut = moe_check_cut,
     .row_key = moe_row_key,
 };

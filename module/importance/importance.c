@@ -3,15 +3,11 @@
  * input to score them. For an activation a[t, c] of one sequence, s[c] = mean_t |a[t, c]|;
  * a score is sqrt(sum over sequences of s[c]^2) (sums of squares are kept in double):
  *   hidden       every block's normed input, the squares also summed over layers;
- *   MLP ffn      relu2(up xn), the input of down_proj;
- *   MoE          experts: sum over routed tokens of ||routing weight * expert output|| /
- *                tokens routed (0 for an expert never chosen); ffn: relu2(expert up) over
- *                each expert's tokens of a sequence, the squares summed over experts;
- *                shared_ffn: relu2(shared up xn);
- *   Mamba heads  the L2 norm of the head's channel scores of the x slice of in_proj
- *                (xn @ in_proj[dI:2dI]^T, before the conv);
  *   depth        mean over tokens of 1 - cos(x_l, x_{l+1}), cos as torch's
- *                cosine_similarity (norms clamped at 1e-8).
+ *                cosine_similarity (norms clamped at 1e-8);
+ *   the kinds'   what each kind scores from its normed input, in its entry of the block
+ *   axes         table (importance_add): MLP channels, MoE experts and channels, Mamba
+ *                heads.
  * Saved as safetensors: "hidden" [D], "depth" [L], "layers.N.mamba_heads" [H],
  * "layers.N.experts" [E], "layers.N.ffn" [F or I], "layers.N.shared_ffn" [S], all F32,
  * and the token count as the metadata "tokens". */
@@ -26,32 +22,24 @@
 #include <string.h>
 
 #include "autocompress/safetensors.h"
+#include "blocks/block.h"
 #include "runtime/runtime_internal.h"
 
 /* ---- the arrays of one architecture ---- */
 
-enum { AXIS_MAMBA_HEADS, AXIS_EXPERTS, AXIS_FFN, AXIS_SHARED_FFN, AXIS_COUNT };
-static const char *const axis_names[AXIS_COUNT] = {"mamba_heads", "experts", "ffn", "shared_ffn"};
-
 /* The length of a layer's array of an axis; 0: the layer has none. */
 static int axis_length(const ac_block_dims *b, int axis)
 {
-    switch (axis) {
-    case AXIS_MAMBA_HEADS: return b->kind == AC_BLOCK_MAMBA ? b->mamba_heads : 0;
-    case AXIS_EXPERTS: return b->kind == AC_BLOCK_MOE ? b->n_experts : 0;
-    case AXIS_FFN: return b->kind == AC_BLOCK_MLP ? b->ffn : b->kind == AC_BLOCK_MOE ? b->expert_ffn : 0;
-    case AXIS_SHARED_FFN: return b->kind == AC_BLOCK_MOE && b->shared_ffn > 0 ? b->shared_ffn : 0;
-    }
-    return 0;
+    return ac_block(b)->axis_length(b, (ac_layer_axis)axis);
 }
 
 static float **axis_arrays(const ac_importance *imp, int axis)
 {
     switch (axis) {
-    case AXIS_MAMBA_HEADS: return imp->mamba_heads;
-    case AXIS_EXPERTS: return imp->experts;
-    case AXIS_FFN: return imp->ffn;
-    case AXIS_SHARED_FFN: return imp->shared_ffn;
+    case AC_LAYER_MAMBA_HEADS: return imp->mamba_heads;
+    case AC_LAYER_EXPERTS: return imp->experts;
+    case AC_LAYER_FFN: return imp->ffn;
+    case AC_LAYER_SHARED_FFN: return imp->shared_ffn;
     }
     return NULL;
 }
@@ -60,7 +48,7 @@ void ac_importance_free(ac_importance *imp)
 {
     if (!imp)
         return;
-    for (int axis = 0; axis < AXIS_COUNT; axis++) {
+    for (int axis = 0; axis < AC_LAYER_AXES; axis++) {
         float **arrays = axis_arrays(imp, axis);
         if (arrays)
             for (int l = 0; l < imp->n_layers; l++)
@@ -90,7 +78,7 @@ static ac_status importance_alloc(const ac_arch *arch, ac_importance *imp)
     imp->ffn = calloc((size_t)(L > 0 ? L : 1), sizeof(float *));
     imp->shared_ffn = calloc((size_t)(L > 0 ? L : 1), sizeof(float *));
     int ok = imp->hidden_channels && imp->depth && imp->mamba_heads && imp->experts && imp->ffn && imp->shared_ffn;
-    for (int axis = 0; ok && axis < AXIS_COUNT; axis++) {
+    for (int axis = 0; ok && axis < AC_LAYER_AXES; axis++) {
         float **arrays = axis_arrays(imp, axis);
         for (int l = 0; ok && l < L; l++) {
             int n = axis_length(&arch->layers[l], axis);
@@ -114,7 +102,7 @@ ac_status ac_importance_copy(ac_importance *dst, const ac_importance *src)
         return st;
     memcpy(dst->hidden_channels, src->hidden_channels, (size_t)src->hidden * sizeof(float));
     memcpy(dst->depth, src->depth, (size_t)src->n_layers * sizeof(float));
-    for (int axis = 0; axis < AXIS_COUNT; axis++)
+    for (int axis = 0; axis < AC_LAYER_AXES; axis++)
         for (int l = 0; l < src->n_layers; l++) {
             int n = axis_length(&src->arch.layers[l], axis);
             if (n > 0)
@@ -126,46 +114,23 @@ ac_status ac_importance_copy(ac_importance *dst, const ac_importance *src)
 
 /* ---- accumulation ---- */
 
-/* Sums of squares of per-sequence means while the calibration runs. */
+/* Sums while the calibration runs: squares of per-sequence means, and each layer's own
+ * (its kind's importance_doubles). */
 typedef struct {
     double *hidden;    /* [D] */
     double *depth;     /* [L]: sum over tokens of 1 - cos */
-    double **chan;     /* per layer: Mamba x channels [dI], MLP [F], MoE routed channels [I] */
-    double **shared;   /* per MoE layer with a shared expert [S] */
-    double **enorm;    /* per MoE layer [E]: sum of routed output norms */
-    int64_t **ecount;  /* per MoE layer [E]: tokens routed */
+    double **layer;    /* per layer, NULL for a kind that scores nothing */
     int L;
 } accum;
 
 static void accum_free(accum *a)
 {
-    for (int l = 0; l < a->L; l++) {
-        if (a->chan)
-            free(a->chan[l]);
-        if (a->shared)
-            free(a->shared[l]);
-        if (a->enorm)
-            free(a->enorm[l]);
-        if (a->ecount)
-            free(a->ecount[l]);
-    }
-    free(a->chan);
-    free(a->shared);
-    free(a->enorm);
-    free(a->ecount);
+    for (int l = 0; a->layer && l < a->L; l++)
+        free(a->layer[l]);
+    free(a->layer);
     free(a->hidden);
     free(a->depth);
     memset(a, 0, sizeof *a);
-}
-
-static int channels_of(const ac_block_dims *b)
-{
-    switch (b->kind) {
-    case AC_BLOCK_MAMBA: return ac_mamba_d_inner(b);
-    case AC_BLOCK_MLP: return b->ffn;
-    case AC_BLOCK_MOE: return b->expert_ffn;
-    default: return 0;
-    }
 }
 
 static ac_status accum_alloc(const ac_arch *arch, accum *a)
@@ -176,23 +141,14 @@ static ac_status accum_alloc(const ac_arch *arch, accum *a)
     a->L = L;
     a->hidden = calloc((size_t)arch->hidden, sizeof(double));
     a->depth = calloc(n, sizeof(double));
-    a->chan = calloc(n, sizeof *a->chan);
-    a->shared = calloc(n, sizeof *a->shared);
-    a->enorm = calloc(n, sizeof *a->enorm);
-    a->ecount = calloc(n, sizeof *a->ecount);
-    int ok = a->hidden && a->depth && a->chan && a->shared && a->enorm && a->ecount;
+    a->layer = calloc(n, sizeof *a->layer);
+    int ok = a->hidden && a->depth && a->layer;
     for (int l = 0; ok && l < L; l++) {
         const ac_block_dims *b = &arch->layers[l];
-        int c = channels_of(b);
+        const ac_block_ops *ops = ac_block(b);
+        size_t c = ops->importance_add ? ops->importance_doubles(b) : 0;
         if (c > 0)
-            ok = (a->chan[l] = calloc((size_t)c, sizeof(double))) != NULL;
-        if (ok && b->kind == AC_BLOCK_MOE) {
-            a->enorm[l] = calloc((size_t)b->n_experts, sizeof(double));
-            a->ecount[l] = calloc((size_t)b->n_experts, sizeof(int64_t));
-            ok = a->enorm[l] && a->ecount[l];
-            if (ok && b->shared_ffn > 0)
-                ok = (a->shared[l] = calloc((size_t)b->shared_ffn, sizeof(double))) != NULL;
-        }
+            ok = (a->layer[l] = calloc(c, sizeof(double))) != NULL;
     }
     if (!ok) {
         accum_free(a);
@@ -201,112 +157,14 @@ static ac_status accum_alloc(const ac_arch *arch, accum *a)
     return AC_OK;
 }
 
-/* acc[c] += (mean over `rows` rows of |a[r, c]|)^2; colsum holds C doubles. */
-static void add_mean_sq(const float *a, int lda, int rows, int C, double *acc, double *colsum)
-{
-    if (rows <= 0)
-        return;
-    for (int c = 0; c < C; c++)
-        colsum[c] = 0.0;
-    for (int r = 0; r < rows; r++) {
-        const float *ar = a + (size_t)r * lda;
-        for (int c = 0; c < C; c++)
-            colsum[c] += fabs((double)ar[c]);
-    }
-    for (int c = 0; c < C; c++) {
-        double m = colsum[c] / rows;
-        acc[c] += m * m;
-    }
-}
-
-/* The same for every sequence of a chunk of n_seqs sequences of seq_len rows each. */
-static void add_seq_means(const float *a, int lda, int n_seqs, int seq_len, int C, double *acc, double *colsum)
-{
-    for (int s = 0; s < n_seqs; s++)
-        add_mean_sq(a + (size_t)s * seq_len * lda, lda, seq_len, C, acc, colsum);
-}
-
-/* The buffers of one chunk of T rows. */
-typedef struct {
-    ac_kctx k;
-    float *xn;       /* [T, D] */
-    float *act;      /* [T, widest activation] */
-    float *logits;   /* [T, E] */
-    int32_t *idx;    /* [T, top_k] */
-    float *weight;   /* [T, top_k] */
-    int32_t *rows;   /* [T, top_k] grouped by expert */
-    float *row_w;    /* [T, top_k] */
-    float *xe, *oe;  /* [T, D] one expert's rows in and out */
-    double *colsum;  /* [widest] */
-} buffers;
-
-static void moe_layer(buffers *bf, const ac_model *m, int l, int T, int n_seqs, int seq_len, accum *acc)
-{
-    const ac_block_dims *b = &m->arch.layers[l];
-    const ac_layer_weights *w = &m->layers[l];
-    int D = m->arch.hidden, E = b->n_experts, K = b->top_k, I = b->expert_ffn, S = b->shared_ffn;
-    int start[AC_MAX_EXPERTS + 1], fill[AC_MAX_EXPERTS + 1];
-
-    ac_k_linear(&bf->k, T, E, D, bf->xn, D, w->router, 0.0f, bf->logits, E);
-    ac_k_moe_route(&bf->k, T, E, bf->logits, w->router_bias, b->n_group, b->topk_group, K, b->norm_topk_prob,
-                   b->routed_scaling, bf->idx, bf->weight);
-    /* (token, expert) pairs grouped by expert, tokens in order within each */
-    memset(start, 0, (size_t)(E + 1) * sizeof *start);
-    for (int i = 0; i < T * K; i++)
-        start[bf->idx[i] + 1]++;
-    for (int e = 0; e < E; e++)
-        start[e + 1] += start[e];
-    memcpy(fill, start, (size_t)(E + 1) * sizeof *fill);
-    for (int t = 0; t < T; t++)
-        for (int j = 0; j < K; j++) {
-            int e = bf->idx[t * K + j];
-            bf->rows[fill[e]] = t;
-            bf->row_w[fill[e]] = bf->weight[t * K + j];
-            fill[e]++;
-        }
-
-    if (S > 0) {
-        ac_k_linear(&bf->k, T, S, D, bf->xn, D, w->up_proj, 0.0f, bf->act, S);
-        ac_k_relu2(&bf->k, (size_t)T * S, bf->act, bf->act);
-        add_seq_means(bf->act, S, n_seqs, seq_len, S, acc->shared[l], bf->colsum);
-    }
-    for (int e = 0; e < E; e++) {
-        int n = start[e + 1] - start[e];
-        if (n == 0)
-            continue;
-        const int32_t *re = bf->rows + start[e];
-        const float *rw = bf->row_w + start[e];
-        ac_k_gather_rows(&bf->k, n, D, bf->xn, D, re, bf->xe);
-        ac_k_linear(&bf->k, n, I, D, bf->xe, D, w->experts_up + (size_t)e * I * D, 0.0f, bf->act, I);
-        ac_k_relu2(&bf->k, (size_t)n * I, bf->act, bf->act);
-        /* each sequence's tokens are one run of the expert's rows */
-        for (int i0 = 0; i0 < n;) {
-            int s = re[i0] / seq_len, i1 = i0;
-            while (i1 < n && re[i1] / seq_len == s)
-                i1++;
-            add_mean_sq(bf->act + (size_t)i0 * I, I, i1 - i0, I, acc->chan[l], bf->colsum);
-            i0 = i1;
-        }
-        ac_k_linear(&bf->k, n, D, I, bf->act, I, w->experts_down + (size_t)e * D * I, 0.0f, bf->oe, D);
-        for (int i = 0; i < n; i++) {
-            const float *o = bf->oe + (size_t)i * D;
-            double sq = 0.0;
-            for (int c = 0; c < D; c++)
-                sq += (double)o[c] * o[c];
-            acc->enorm[l][e] += fabs((double)rw[i]) * sqrt(sq);
-        }
-        acc->ecount[l][e] += n;
-    }
-}
-
-/* Scores layer l of a chunk whose stream entering each layer is xs. */
-static void score_layer(buffers *bf, const ac_model *m, const float *xs, int l, int T, int n_seqs, int seq_len,
-                        accum *acc)
+/* Scores layer l of a chunk whose stream entering each layer is xs; ch->xn receives the
+ * layer's normed input. */
+static void score_layer(ac_importance_chunk *ch, float *xn, const ac_model *m, const float *xs, int l, accum *acc)
 {
     const ac_arch *a = &m->arch;
     const ac_block_dims *b = &a->layers[l];
     const ac_layer_weights *w = &m->layers[l];
-    int D = a->hidden;
+    int D = a->hidden, T = ch->T;
     const float *x = xs + (size_t)l * T * D, *next = x + (size_t)T * D;
 
     for (int t = 0; t < T; t++) {
@@ -320,26 +178,11 @@ static void score_layer(buffers *bf, const ac_model *m, const float *xs, int l, 
         acc->depth[l] += 1.0 - dot / (fmax(sqrt(uu), 1e-8) * fmax(sqrt(vv), 1e-8));
     }
 
-    ac_k_rmsnorm(&bf->k, T, D, x, D, w->norm, a->norm_eps, bf->xn, D);
-    add_seq_means(bf->xn, D, n_seqs, seq_len, D, acc->hidden, bf->colsum);
-    switch (b->kind) {
-    case AC_BLOCK_MAMBA: {
-        int dI = ac_mamba_d_inner(b);
-        ac_k_linear(&bf->k, T, dI, D, bf->xn, D, w->in_proj + (size_t)dI * D, 0.0f, bf->act, dI);
-        add_seq_means(bf->act, dI, n_seqs, seq_len, dI, acc->chan[l], bf->colsum);
-        break;
-    }
-    case AC_BLOCK_MLP:
-        ac_k_linear(&bf->k, T, b->ffn, D, bf->xn, D, w->up_proj, 0.0f, bf->act, b->ffn);
-        ac_k_relu2(&bf->k, (size_t)T * b->ffn, bf->act, bf->act);
-        add_seq_means(bf->act, b->ffn, n_seqs, seq_len, b->ffn, acc->chan[l], bf->colsum);
-        break;
-    case AC_BLOCK_MOE:
-        moe_layer(bf, m, l, T, n_seqs, seq_len, acc);
-        break;
-    default:
-        break;
-    }
+    ac_k_rmsnorm(ch->kctx, T, D, x, D, w->norm, a->norm_eps, xn, D);
+    ac_importance_add_means(ch, xn, D, D, acc->hidden);
+    const ac_block_ops *ops = ac_block(b);
+    if (ops->importance_add)
+        ops->importance_add(ch, a, b, w, acc->layer[l]);
 }
 
 static void finish(const ac_arch *a, const accum *acc, int64_t tokens, ac_importance *imp)
@@ -348,27 +191,11 @@ static void finish(const ac_arch *a, const accum *acc, int64_t tokens, ac_import
         imp->hidden_channels[c] = (float)sqrt(acc->hidden[c]);
     for (int l = 0; l < a->n_layers; l++) {
         const ac_block_dims *b = &a->layers[l];
+        const ac_block_ops *ops = ac_block(b);
         imp->depth[l] = (float)(acc->depth[l] / (double)tokens);
-        if (b->kind == AC_BLOCK_MAMBA) {
-            int P = b->mamba_head_dim;
-            for (int h = 0; h < b->mamba_heads; h++) {
-                double sum = 0.0; /* the squares of the head's channel scores */
-                for (int p = 0; p < P; p++)
-                    sum += acc->chan[l][h * P + p];
-                imp->mamba_heads[l][h] = (float)sqrt(sum);
-            }
-        } else if (b->kind == AC_BLOCK_MLP || b->kind == AC_BLOCK_MOE) {
-            int F = axis_length(b, AXIS_FFN);
-            for (int c = 0; c < F; c++)
-                imp->ffn[l][c] = (float)sqrt(acc->chan[l][c]);
-        }
-        if (b->kind == AC_BLOCK_MOE) {
-            for (int e = 0; e < b->n_experts; e++)
-                imp->experts[l][e] =
-                    acc->ecount[l][e] ? (float)(acc->enorm[l][e] / (double)acc->ecount[l][e]) : 0.0f;
-            for (int c = 0; c < b->shared_ffn; c++)
-                imp->shared_ffn[l][c] = (float)sqrt(acc->shared[l][c]);
-        }
+        float *const scores[AC_LAYER_AXES] = {imp->mamba_heads[l], imp->experts[l], imp->ffn[l], imp->shared_ffn[l]};
+        if (ops->importance_add)
+            ops->importance_finish(b, acc->layer[l], scores);
     }
     imp->tokens = tokens;
 }
@@ -401,16 +228,12 @@ ac_status ac_importance_compute(const ac_model *model, const int32_t *tokens, in
     int chunk = CHUNK_TOKENS / seq_len;
     chunk = chunk < 1 ? 1 : chunk > n_seqs ? n_seqs : chunk;
     int T = chunk * seq_len;
-    int widest = D, max_e = 1, max_k = 1;
+    size_t per_token = (size_t)D; /* the chunk's scratch, also the widest activation scored */
     for (int l = 0; l < L; l++) {
         const ac_block_dims *b = &a->layers[l];
-        int c = channels_of(b);
-        widest = c > widest ? c : widest;
-        if (b->kind == AC_BLOCK_MOE) {
-            widest = b->shared_ffn > widest ? b->shared_ffn : widest;
-            max_e = b->n_experts > max_e ? b->n_experts : max_e;
-            max_k = b->top_k > max_k ? b->top_k : max_k;
-        }
+        const ac_block_ops *ops = ac_block(b);
+        size_t n = ops->importance_add ? ops->importance_per_token(a, b) : 0;
+        per_token = n > per_token ? n : per_token;
     }
 
     accum acc;
@@ -422,24 +245,16 @@ ac_status ac_importance_compute(const ac_model *model, const int32_t *tokens, in
         ac_importance_free(out);
         return st;
     }
-    buffers bf = {0};
+    ac_kctx k = {0};
     ac_runtime *rt = NULL;
-    size_t TD = (size_t)T * D, Tk = (size_t)T * max_k;
-    float *xs = malloc(((size_t)L + 1) * TD * sizeof *xs);
+    size_t TD = (size_t)T * D;
+    float *xs = malloc(((size_t)L + 1) * TD * sizeof *xs), *xn = malloc(TD * sizeof *xn);
     int *offset = calloc((size_t)chunk, sizeof *offset), *len = calloc((size_t)chunk, sizeof *len);
     const int32_t **seq_tokens = calloc((size_t)chunk, sizeof *seq_tokens);
-    bf.xn = malloc(TD * sizeof(float));
-    bf.act = malloc((size_t)T * widest * sizeof(float));
-    bf.logits = malloc((size_t)T * max_e * sizeof(float));
-    bf.idx = malloc(Tk * sizeof(int32_t));
-    bf.weight = malloc(Tk * sizeof(float));
-    bf.rows = malloc(Tk * sizeof(int32_t));
-    bf.row_w = malloc(Tk * sizeof(float));
-    bf.xe = malloc(TD * sizeof(float));
-    bf.oe = malloc(TD * sizeof(float));
-    bf.colsum = malloc((size_t)widest * sizeof(double));
-    if (!xs || !offset || !len || !seq_tokens || !bf.xn || !bf.act || !bf.logits || !bf.idx || !bf.weight ||
-        !bf.rows || !bf.row_w || !bf.xe || !bf.oe || !bf.colsum)
+    ac_importance_chunk ch = {.kctx = &k, .xn = xn, .seq_len = seq_len,
+                              .scratch = malloc((size_t)T * per_token * sizeof(float)),
+                              .colsum = malloc(per_token * sizeof(double))};
+    if (!xs || !xn || !offset || !len || !seq_tokens || !ch.scratch || !ch.colsum)
         st = ac_fail(AC_ERR_NOMEM, "importance: cannot allocate activations for %d sequences of %d tokens", chunk,
                      seq_len);
     if (st == AC_OK)
@@ -459,8 +274,10 @@ ac_status ac_importance_compute(const ac_model *model, const int32_t *tokens, in
             /* the stream of layer l lies at xs + l rows D */
             ac_pass pass = {.masks = NULL, .xs = xs, .keep_inputs = 1};
             ac_driver_forward(rt, &seqs, seq_tokens, &pass);
+            ch.T = rows;
+            ch.n_seqs = n;
             for (int l = 0; l < L; l++)
-                score_layer(&bf, model, xs, l, rows, n, seq_len, &acc);
+                score_layer(&ch, xn, model, xs, l, &acc);
         }
         finish(a, &acc, (int64_t)n_seqs * seq_len, out);
     }
@@ -469,16 +286,9 @@ ac_status ac_importance_compute(const ac_model *model, const int32_t *tokens, in
     free(offset);
     free(len);
     free(seq_tokens);
-    free(bf.xn);
-    free(bf.act);
-    free(bf.logits);
-    free(bf.idx);
-    free(bf.weight);
-    free(bf.rows);
-    free(bf.row_w);
-    free(bf.xe);
-    free(bf.oe);
-    free(bf.colsum);
+    free(xn);
+    free(ch.scratch);
+    free(ch.colsum);
     accum_free(&acc);
     if (st != AC_OK)
         ac_importance_free(out);
@@ -505,13 +315,13 @@ ac_status ac_importance_save(const ac_importance *imp, const char *path)
     if (st == AC_OK)
         st = ac_safetensors_writer_add(w, "depth", AC_DTYPE_F32, 1, (const int64_t[]){a->n_layers}, imp->depth);
     for (int l = 0; st == AC_OK && l < a->n_layers; l++)
-        for (int axis = 0; st == AC_OK && axis < AXIS_COUNT; axis++) {
+        for (int axis = 0; st == AC_OK && axis < AC_LAYER_AXES; axis++) {
             int n = axis_length(&a->layers[l], axis);
             if (n == 0)
                 continue;
             float **arrays = axis_arrays(imp, axis);
             char name[64];
-            snprintf(name, sizeof name, "layers.%d.%s", l, axis_names[axis]);
+            snprintf(name, sizeof name, "layers.%d.%s", l, ac_layer_axis_name((ac_layer_axis)axis));
             if (!arrays || !arrays[l])
                 st = ac_fail(AC_ERR_INVALID, "importance %s: '%s' is missing (layer %d is %s)", path, name, l,
                              ac_block_name(a->layers[l].kind));
@@ -564,9 +374,9 @@ static int expected(const ac_arch *a, const char *name)
     if (!strcmp(name, "hidden") || !strcmp(name, "depth"))
         return 1;
     for (int l = 0; l < a->n_layers; l++)
-        for (int axis = 0; axis < AXIS_COUNT; axis++) {
+        for (int axis = 0; axis < AC_LAYER_AXES; axis++) {
             char want[64];
-            snprintf(want, sizeof want, "layers.%d.%s", l, axis_names[axis]);
+            snprintf(want, sizeof want, "layers.%d.%s", l, ac_layer_axis_name((ac_layer_axis)axis));
             if (!strcmp(name, want))
                 return axis_length(&a->layers[l], axis) > 0;
         }
@@ -582,12 +392,12 @@ static ac_status load_file(const ac_safetensors *st, const char *path, const ac_
     if (s == AC_OK)
         s = read_vector(st, path, "depth", what, a->n_layers, out->depth);
     for (int l = 0; s == AC_OK && l < a->n_layers; l++)
-        for (int axis = 0; s == AC_OK && axis < AXIS_COUNT; axis++) {
+        for (int axis = 0; s == AC_OK && axis < AC_LAYER_AXES; axis++) {
             int n = axis_length(&a->layers[l], axis);
             if (n == 0)
                 continue;
             char name[64];
-            snprintf(name, sizeof name, "layers.%d.%s", l, axis_names[axis]);
+            snprintf(name, sizeof name, "layers.%d.%s", l, ac_layer_axis_name((ac_layer_axis)axis));
             snprintf(what, sizeof what, "layer %d is %s", l, ac_block_name(a->layers[l].kind));
             s = read_vector(st, path, name, what, n, axis_arrays(out, axis)[l]);
         }

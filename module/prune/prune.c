@@ -7,91 +7,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "blocks/block.h"
 #include "io/json_util.h"
-
-typedef struct {
-    const char *field;
-    int child, parent;
-} dim_pair;
-
-/* The first pair whose child value is not allowed: larger than the parent's, or (fixed)
- * different from it. */
-static const dim_pair *first_bad(const dim_pair *pairs, int n, int fixed)
-{
-    for (int i = 0; i < n; i++)
-        if (fixed ? pairs[i].child != pairs[i].parent : pairs[i].child > pairs[i].parent)
-            return &pairs[i];
-    return NULL;
-}
-
-static ac_status refuse_dim(int layer, int parent_layer, const dim_pair *bad, int fixed)
-{
-    return ac_fail(AC_ERR_INVALID, "prune: layer %d (parent layer %d): %s %d %s the parent's %d", layer, parent_layer,
-                   bad->field, bad->child, fixed ? "differs from" : "exceeds", bad->parent);
-}
-
-static ac_status check_mamba(int i, int p, const ac_block_dims *c, const ac_block_dims *q)
-{
-    const dim_pair fixed[] = {{"mamba_head_dim", c->mamba_head_dim, q->mamba_head_dim},
-                              {"mamba_groups", c->mamba_groups, q->mamba_groups},
-                              {"ssm_state", c->ssm_state, q->ssm_state},
-                              {"conv_kernel", c->conv_kernel, q->conv_kernel}};
-    const dim_pair width[] = {{"mamba_heads", c->mamba_heads, q->mamba_heads}};
-    const dim_pair *bad = first_bad(fixed, 4, 1);
-    if (bad)
-        return refuse_dim(i, p, bad, 1);
-    return (bad = first_bad(width, 1, 0)) ? refuse_dim(i, p, bad, 0) : AC_OK;
-}
-
-static ac_status check_attention(int i, int p, const ac_block_dims *c, const ac_block_dims *q)
-{
-    /* attention heads are not an axis of the search (no head importance): kept whole */
-    const dim_pair fixed[] = {{"attn_heads", c->attn_heads, q->attn_heads},
-                              {"attn_kv_heads", c->attn_kv_heads, q->attn_kv_heads},
-                              {"attn_head_dim", c->attn_head_dim, q->attn_head_dim}};
-    const dim_pair *bad = first_bad(fixed, 3, 1);
-    return bad ? refuse_dim(i, p, bad, 1) : AC_OK;
-}
-
-static ac_status check_moe(int i, int p, const ac_block_dims *c, const ac_block_dims *q)
-{
-    const dim_pair fixed[] = {{"top_k", c->top_k, q->top_k},
-                              {"n_group", c->n_group, q->n_group},
-                              {"topk_group", c->topk_group, q->topk_group},
-                              {"norm_topk_prob", c->norm_topk_prob, q->norm_topk_prob}};
-    const dim_pair width[] = {{"n_routed_experts", c->n_experts, q->n_experts},
-                              {"moe_intermediate_size", c->expert_ffn, q->expert_ffn},
-                              {"moe_shared_expert_intermediate_size", c->shared_ffn, q->shared_ffn}};
-    const dim_pair *bad = first_bad(fixed, 4, 1);
-    if (bad)
-        return refuse_dim(i, p, bad, 1);
-    if ((bad = first_bad(width, 3, 0)))
-        return refuse_dim(i, p, bad, 0);
-    if (c->routed_scaling != q->routed_scaling)
-        return ac_fail(AC_ERR_INVALID, "prune: layer %d (parent layer %d): routed_scaling_factor %g differs from the "
-                       "parent's %g", i, p, c->routed_scaling, q->routed_scaling);
-    return AC_OK;
-}
-
-static ac_status check_layer(int i, int p, const ac_block_dims *c, const ac_block_dims *q)
-{
-    if (c->kind == AC_BLOCK_MLP && q->kind == AC_BLOCK_MOE) {
-        /* a MoE layer whose routed experts were all removed keeps its shared expert */
-        const dim_pair shared = {"intermediate_size (from the shared expert)", c->ffn, q->shared_ffn};
-        return c->ffn > q->shared_ffn ? refuse_dim(i, p, &shared, 0) : AC_OK;
-    }
-    if (c->kind != q->kind)
-        return ac_fail(AC_ERR_INVALID, "prune: layer %d is %s but parent layer %d is %s", i, ac_block_name(c->kind), p,
-                       ac_block_name(q->kind));
-    const dim_pair ffn = {"intermediate_size", c->ffn, q->ffn};
-    switch (c->kind) {
-    case AC_BLOCK_MAMBA: return check_mamba(i, p, c, q);
-    case AC_BLOCK_ATTENTION: return check_attention(i, p, c, q);
-    case AC_BLOCK_MLP: return c->ffn > q->ffn ? refuse_dim(i, p, &ffn, 0) : AC_OK;
-    case AC_BLOCK_MOE: return check_moe(i, p, c, q);
-    }
-    return AC_OK;
-}
 
 ac_status ac_prune_check(const ac_arch *parent, const ac_arch *child, const int *parent_layers)
 {
@@ -116,7 +33,7 @@ ac_status ac_prune_check(const ac_arch *parent, const ac_arch *child, const int 
         if (p < 0 || p >= parent->n_layers || p <= prev)
             return ac_fail(AC_ERR_INVALID, "prune: parent_layers[%d] = %d is not a parent layer after %d (the parent "
                            "has %d)", i, p, prev, parent->n_layers);
-        if ((st = check_layer(i, p, &child->layers[i], &parent->layers[p])) != AC_OK)
+        if ((st = ac_block(&child->layers[i])->check_cut(i, p, &child->layers[i], &parent->layers[p])) != AC_OK)
             return st;
     }
     return AC_OK;

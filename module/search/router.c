@@ -11,6 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "blocks/block.h"
+
 /* Where one axis's probabilities go: a mask of dim = groups x per channels, channel
  * g * per + c kept by a value whose kept count per group exceeds c. */
 typedef struct {
@@ -32,13 +34,11 @@ struct ac_routers {
     size_t mask_floats;
     float *gate, *gate_grad; /* [n_layers], NULL when no axis gates a layer */
     float *hidden_mask, *hidden_grad;
-    float **mask_ptr[4], **grad_ptr[4]; /* per layer: mamba heads, experts, ffn, shared ffn */
+    float **mask_ptr[AC_LAYER_AXES], **grad_ptr[AC_LAYER_AXES]; /* per layer axis, per layer */
     double *work;           /* [2 * (max_per + 1)] */
     ac_masks masks;
     ac_mask_grads grads;
 };
-
-enum { SLOT_MAMBA, SLOT_EXPERTS, SLOT_FFN, SLOT_SHARED };
 
 /* Channels (per group) a value keeps: ceil(v / groups), at most per. */
 static int kept(int v, int groups, int per)
@@ -49,24 +49,17 @@ static int kept(int v, int groups, int per)
     return k < per ? k : per;
 }
 
-/* The mask slot, group count and width an axis has on layer l; 0 when the axis has no
- * mask there (another kind of layer, or a kind without a mask). */
+/* The mask slot (the layer axis), group count and width an axis has on layer l; 0 when
+ * the axis has no mask there (a kind the axis does not narrow). */
 static int axis_shape(const ac_cost_axis *a, const ac_block_dims *b, int *slot, int *groups, int *dim)
 {
-    *groups = 1;
-    switch (a->kind) {
-    case AC_AXIS_MAMBA_HEADS:
-        if (b->kind != AC_BLOCK_MAMBA)
-            return 0;
-        *slot = SLOT_MAMBA;
-        *groups = b->mamba_groups > 0 ? b->mamba_groups : 1;
-        *dim = b->mamba_heads;
-        return 1;
-    case AC_AXIS_EXPERTS: *slot = SLOT_EXPERTS, *dim = b->n_experts; return b->kind == AC_BLOCK_MOE;
-    case AC_AXIS_ROUTED_FFN: *slot = SLOT_FFN, *dim = b->expert_ffn; return b->kind == AC_BLOCK_MOE;
-    case AC_AXIS_SHARED_FFN: *slot = SLOT_SHARED, *dim = b->shared_ffn; return b->kind == AC_BLOCK_MOE;
-    default: return 0;
-    }
+    const ac_block_ops *ops = ac_block(b);
+    int axis = ops->cost_axis(b, a->kind, groups);
+    if (axis < 0)
+        return 0;
+    *slot = axis;
+    *dim = ops->axis_length(b, (ac_layer_axis)axis);
+    return 1;
 }
 
 /* A mask every value of the axis leaves at one (or one of no channels) is no mask. */
@@ -93,7 +86,7 @@ void ac_routers_free(ac_routers *r)
     free(r->grad_buf);
     free(r->gate);
     free(r->gate_grad);
-    for (int s = 0; s < 4; s++) {
+    for (int s = 0; s < AC_LAYER_AXES; s++) {
         free(r->mask_ptr[s]);
         free(r->grad_ptr[s]);
     }
@@ -195,21 +188,22 @@ static ac_status check_axes(const ac_routers *r, const ac_arch *parent)
     return AC_OK;
 }
 
-/* A head count that is not a whole number per group has no prefix mask that equals it:
- * the cost model would price one model and the masks train another. */
+/* A value that is not a whole number per group (Mamba heads) has no prefix mask that
+ * equals it: the cost model would price one model and the masks train another. */
 static ac_status check_whole_groups(const ac_cost_model *cost, const ac_arch *parent)
 {
     for (int a = 0; a < ac_cost_model_axis_count(cost); a++) {
         const ac_cost_axis *ax = ac_cost_model_axis(cost, a);
-        for (int l = 0; ax->kind == AC_AXIS_MAMBA_HEADS && l < parent->n_layers; l++) {
+        for (int l = 0; l < parent->n_layers; l++) {
             const ac_block_dims *b = &parent->layers[l];
-            int G = b->mamba_groups > 0 ? b->mamba_groups : 1;
-            if (b->kind != AC_BLOCK_MAMBA || (ax->layer >= 0 && ax->layer != l))
+            int G = 1;
+            if (ac_block(b)->cost_axis(b, ax->kind, &G) < 0 || (ax->layer >= 0 && ax->layer != l))
                 continue;
             for (int i = 0; i < ax->count; i++)
                 if (ax->values[i] % G)
-                    return ac_fail(AC_ERR_INVALID, "routers: mamba_heads value %d is not a multiple of layer %d's %d "
-                                                   "groups (heads are pruned within their groups)", ax->values[i], l, G);
+                    return ac_fail(AC_ERR_INVALID, "routers: %s value %d is not a multiple of layer %d's %d groups "
+                                                   "(a prefix is kept within each group)",
+                                   ac_axis_kind_name(ax->kind), ax->values[i], l, G);
         }
     }
     return AC_OK;
@@ -233,7 +227,7 @@ ac_status ac_routers_create(const ac_cost_model *cost, const ac_arch *parent, ac
     r->first_target = calloc(A + 1, sizeof *r->first_target);
     r->logits = calloc((size_t)r->n_probs + 1, sizeof *r->logits);
     int ok = r->axes && r->gate_layer && r->first_target && r->logits;
-    for (int s = 0; s < 4; s++) {
+    for (int s = 0; s < AC_LAYER_AXES; s++) {
         r->mask_ptr[s] = calloc(L + 1, sizeof *r->mask_ptr[s]);
         r->grad_ptr[s] = calloc(L + 1, sizeof *r->grad_ptr[s]);
         ok = ok && r->mask_ptr[s] && r->grad_ptr[s];
@@ -275,16 +269,16 @@ ac_status ac_routers_create(const ac_cost_model *cost, const ac_arch *parent, ac
     for (int l = 0; gates && l < r->n_layers; l++)
         r->gate[l] = 1.0f; /* layers no axis gates stay whole */
     r->masks.hidden = r->hidden_mask;
-    r->masks.mamba_heads = (const float *const *)r->mask_ptr[SLOT_MAMBA];
-    r->masks.experts = (const float *const *)r->mask_ptr[SLOT_EXPERTS];
-    r->masks.ffn = (const float *const *)r->mask_ptr[SLOT_FFN];
-    r->masks.shared_ffn = (const float *const *)r->mask_ptr[SLOT_SHARED];
+    r->masks.mamba_heads = (const float *const *)r->mask_ptr[AC_LAYER_MAMBA_HEADS];
+    r->masks.experts = (const float *const *)r->mask_ptr[AC_LAYER_EXPERTS];
+    r->masks.ffn = (const float *const *)r->mask_ptr[AC_LAYER_FFN];
+    r->masks.shared_ffn = (const float *const *)r->mask_ptr[AC_LAYER_SHARED_FFN];
     r->masks.layer_gate = r->gate;
     r->grads.hidden = r->hidden_grad;
-    r->grads.mamba_heads = r->grad_ptr[SLOT_MAMBA];
-    r->grads.experts = r->grad_ptr[SLOT_EXPERTS];
-    r->grads.ffn = r->grad_ptr[SLOT_FFN];
-    r->grads.shared_ffn = r->grad_ptr[SLOT_SHARED];
+    r->grads.mamba_heads = r->grad_ptr[AC_LAYER_MAMBA_HEADS];
+    r->grads.experts = r->grad_ptr[AC_LAYER_EXPERTS];
+    r->grads.ffn = r->grad_ptr[AC_LAYER_FFN];
+    r->grads.shared_ffn = r->grad_ptr[AC_LAYER_SHARED_FFN];
     r->grads.layer_gate = r->gate_grad;
     *out = r;
     return AC_OK;
@@ -292,8 +286,8 @@ ac_status ac_routers_create(const ac_cost_model *cost, const ac_arch *parent, ac
 
 void ac_routers_set_expert_masking(ac_routers *r, ac_expert_masking mode)
 {
-    const float *const *m = (const float *const *)r->mask_ptr[SLOT_EXPERTS];
-    float *const *g = r->grad_ptr[SLOT_EXPERTS];
+    const float *const *m = (const float *const *)r->mask_ptr[AC_LAYER_EXPERTS];
+    float *const *g = r->grad_ptr[AC_LAYER_EXPERTS];
     int scores = mode == AC_EXPERT_SCORE_MASKING;
     r->masks.experts = scores ? NULL : m;
     r->masks.expert_scores = scores ? m : NULL;

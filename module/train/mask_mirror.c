@@ -15,7 +15,7 @@ static size_t axis_floats(const ac_block_dims *b, int axis)
     case 0: return (size_t)b->mamba_heads;
     case 1:
     case 2: return (size_t)b->n_experts;
-    case 3: return (size_t)(b->kind == AC_BLOCK_MOE ? b->expert_ffn : b->ffn);
+    case 3: return (size_t)ac_block(b)->axis_length(b, AC_LAYER_FFN);
     default: return (size_t)b->shared_ffn;
     }
 }
