@@ -5,10 +5,10 @@
  * The CPU implementations (kernels/cpu) are the reference for every other backend.
  *
  * A backend is a table of function pointers (struct ac_backend below): its memory
- * (alloc, free, copy, memset_zero, sync) and one member per op of kernels/ops.def. A
- * kernel context names the backend its ops run on; ac_k_X(ctx, ...) calls
- * ctx->backend->X(ctx, ...), the CPU backend's when ctx->backend is NULL, so callers
- * never name a backend themselves. */
+ * (alloc, free, copy, memset_zero, sync), the device facts that measurement and planning
+ * ask for, and one member per op of kernels/ops.def. A kernel context names the backend
+ * its ops run on; ac_k_X(ctx, ...) calls ctx->backend->X(ctx, ...), the CPU backend's
+ * when ctx->backend is NULL, so callers never name a backend themselves. */
 #ifndef AC_KERNELS_H
 #define AC_KERNELS_H
 
@@ -27,6 +27,7 @@ extern "C" {
 #endif
 
 typedef struct ac_backend ac_backend;
+typedef struct ac_probe ac_probe; /* autocompress/probe.h */
 
 /* One MoE layer's feed-forward as ac_k_moe_token reads it: the struct in host memory, what
  * it points to in the backend's. Widths D (hidden), E experts of I channels, a shared
@@ -63,11 +64,6 @@ typedef enum {
  * call it first. */
 void ac_k_flush_denormals(void);
 
-/* The workspace (in bytes) that ac_k_attention needs for `queries` new tokens of one
- * sequence reaching `keys` positions when `threads` threads run it (the CPU kernel gives
- * each OpenMP thread up to 8 rows of scores when decoding, a tile of query rows by a block of
- * keys when prefilling). The runtime's plan and the memory model both size it here. */
-size_t ac_k_attention_workspace(int threads, int queries, int keys);
 /* The workspace ac_k_attention_backward needs for sequences of up to `longest` tokens
  * (the CPU kernel gives each thread two tiles of query rows by keys). */
 size_t ac_k_attention_backward_workspace(int threads, int longest);
@@ -104,6 +100,20 @@ struct ac_backend {
      * and the device's reason (NULL: none), and forgets it. Ops return nothing: a caller
      * checks here after a sync, where an accelerator reports what went wrong. */
     const char *(*take_error)(void);
+
+    /* ---- device facts: what planning and measurement ask of the device ---- */
+
+    /* Device memory in use by the device's own accounting, 0 when it cannot say (the
+     * CPU: the process's resident size is the host's measure, probes/cpu). */
+    size_t (*bytes_in_use)(void);
+    /* A probe (autocompress/probe.h) that times the sites of forwards run on this
+     * backend: the CPU probe, keeping up to `capacity` spans; CUDA's CUPTI probe, which
+     * keeps every record. AC_ERR_UNSUPPORTED with *probe NULL where there is none. */
+    ac_status (*probe_create)(size_t capacity, ac_probe **probe);
+    /* The workspace (in bytes) that ac_k_attention needs for `queries` new tokens of one
+     * sequence reaching `keys` positions when `threads` threads run it. The runtime
+     * reserves it; the memory model plans the CPU's (runtime/plan.c). */
+    size_t (*attention_workspace)(int threads, int queries, int keys);
 
     /* ---- the ops, with their contracts: kernels/ops.def ---- */
 

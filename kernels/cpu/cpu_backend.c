@@ -2,6 +2,8 @@
  * checked against these ops (tests/unit/test_backend_ops.c). */
 #include "kernels/cpu/cpu_ops.h"
 
+#include "autocompress/probe.h"
+
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -71,6 +73,12 @@ static const char *cpu_take_error(void)
     return NULL;
 }
 
+/* The host's memory is the process's resident size, which probes/cpu measures. */
+static size_t cpu_bytes_in_use(void)
+{
+    return 0;
+}
+
 _Static_assert(AC_CPU_SSD_STATE_INTERVAL <= AC_SSD_MAX_STATE_INTERVAL,
                "plans bound the scan's work with the largest interval");
 
@@ -86,6 +94,9 @@ const ac_backend ac_cpu_backend = {
     .sync = cpu_sync,
     .unavailable = cpu_unavailable,
     .take_error = cpu_take_error,
+    .bytes_in_use = cpu_bytes_in_use,
+    .probe_create = ac_cpu_probe_create,
+    .attention_workspace = ac_cpu_attention_workspace,
 #define AC_OP(name, params, args) .name = ac_cpu_##name,
 #define AC_OP_VALUE(type, name, params, args) .name = ac_cpu_##name,
 #include "kernels/ops.def"

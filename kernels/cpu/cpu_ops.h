@@ -15,6 +15,12 @@ extern "C" {
  * backward runs chunks of as many steps. At most AC_SSD_MAX_STATE_INTERVAL. */
 #define AC_CPU_SSD_STATE_INTERVAL 32
 
+/* The workspace (in bytes) of ac_cpu_attention for `queries` new tokens of one sequence
+ * reaching `keys` positions when `threads` threads run it: each OpenMP thread gets up to 8
+ * rows of scores when decoding, a tile of query rows by a block of keys when prefilling.
+ * The CPU backend's attention_workspace. */
+size_t ac_cpu_attention_workspace(int threads, int queries, int keys);
+
 #define AC_OP(name, params, args) void ac_cpu_##name params;
 #define AC_OP_VALUE(type, name, params, args) type ac_cpu_##name params;
 #include "kernels/ops.def"

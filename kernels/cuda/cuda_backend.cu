@@ -2,6 +2,9 @@
  * It is listed by the registry whenever it is compiled in; `unavailable` says when this
  * machine has no device to run it on, and callers (the runtime, the tests) ask first. */
 #include "kernels/cuda/cuda_common.cuh"
+#include "kernels/cpu/cpu_ops.h"
+
+#include "autocompress/probe.h"
 
 #include <cublas_v2.h>
 #include <pthread.h>
@@ -115,7 +118,9 @@ static void cuda_memset_zero(void *p, size_t bytes)
         ac_cuda_check("memset_zero");
 }
 
-extern "C" size_t ac_cuda_bytes_in_use(void)
+/* Device memory in use, by the device's own accounting (total - free); 0 when it cannot
+ * say (the failure goes to take_error). */
+static size_t cuda_bytes_in_use(void)
 {
     size_t free_bytes = 0, total = 0;
     if (cudaMemGetInfo(&free_bytes, &total) != cudaSuccess) {
@@ -123,6 +128,22 @@ extern "C" size_t ac_cuda_bytes_in_use(void)
         return 0;
     }
     return total - free_bytes;
+}
+
+/* The CUPTI probe (probes/cupti, declared in autocompress/probe.h): it keeps every
+ * record, so no capacity. */
+static ac_status cuda_probe_create(size_t capacity, ac_probe **probe)
+{
+    (void)capacity;
+    return ac_cupti_probe_create(probe);
+}
+
+/* CUDA's attention takes no workspace, but the runtime reserves this and the memory model
+ * plans it (runtime/plan.c, which knows no backend, sizes the CPU's), so the CPU's size
+ * keeps a device's measured memory where the model puts it. */
+static size_t cuda_attention_workspace(int threads, int queries, int keys)
+{
+    return ac_cpu_attention_workspace(threads, queries, keys);
 }
 
 static void cuda_sync(ac_kctx *ctx)
@@ -143,6 +164,9 @@ const ac_backend ac_cuda_backend = {
     .sync = cuda_sync,
     .unavailable = cuda_unavailable,
     .take_error = cuda_take_error,
+    .bytes_in_use = cuda_bytes_in_use,
+    .probe_create = cuda_probe_create,
+    .attention_workspace = cuda_attention_workspace,
 #define AC_OP(name, params, args) .name = ac_cuda_##name,
 #define AC_OP_VALUE(type, name, params, args) .name = ac_cuda_##name,
 #include "kernels/ops.def"

@@ -17,9 +17,6 @@ extern "C" {
 
 /* The backend table (kernels/cuda/cuda_backend.cu). */
 extern const ac_backend ac_cuda_backend;
-/* Device memory in use, by the device's own accounting (cudaMemGetInfo: total - free);
- * 0 when it cannot say (the failure goes to take_error). */
-size_t ac_cuda_bytes_in_use(void);
 
 #define AC_OP(name, params, args) void ac_cuda_##name params;
 #define AC_OP_VALUE(type, name, params, args) type ac_cuda_##name params;

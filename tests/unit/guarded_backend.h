@@ -18,6 +18,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "autocompress/probe.h"
 #include "kernels/cpu/cpu_ops.h"
 
 #define GUARDED_RESERVE ((size_t)64 << 30) /* address space, not memory (MAP_NORESERVE) */
@@ -152,6 +153,17 @@ static void guarded_sync(ac_kctx *ctx) { (void)ctx; }
 static const char *guarded_unavailable(void) { return NULL; }
 static const char *guarded_take_error(void) { return NULL; }
 
+/* The bytes of the blocks handed out and not yet freed. */
+static size_t guarded_bytes_in_use(void)
+{
+    size_t bytes = 0;
+    guarded_enter();
+    for (int i = 0; i < guarded_count; i++)
+        bytes += guarded_regions[i].len;
+    guarded_leave();
+    return bytes;
+}
+
 #define AC_OP(name, params, args)     \
     static void guarded_##name params \
     {                                 \
@@ -169,6 +181,7 @@ static const char *guarded_take_error(void) { return NULL; }
     }
 #include "kernels/ops.def"
 
+/* The CPU's ops run on the host, so the CPU probe times them. */
 static const ac_backend guarded_backend = {
     .name = "guarded",
     .ssd_state_interval = AC_CPU_SSD_STATE_INTERVAL,
@@ -181,6 +194,9 @@ static const ac_backend guarded_backend = {
     .sync = guarded_sync,
     .unavailable = guarded_unavailable,
     .take_error = guarded_take_error,
+    .bytes_in_use = guarded_bytes_in_use,
+    .probe_create = ac_cpu_probe_create,
+    .attention_workspace = ac_cpu_attention_workspace,
 #define AC_OP(name, params, args) .name = guarded_##name,
 #define AC_OP_VALUE(type, name, params, args) .name = guarded_##name,
 #include "kernels/ops.def"

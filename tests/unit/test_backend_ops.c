@@ -31,6 +31,7 @@
 #include <string.h>
 
 #include "autocompress/dtype.h"
+#include "autocompress/probe.h"
 #include "kernels/cpu/cpu_ops.h"
 #ifdef AC_TEST_CUDA_EMU
 #include "cudaemu.h"
@@ -71,6 +72,11 @@ static void host_sync(ac_kctx *ctx)
     (void)ctx;
 }
 
+static size_t host_bytes_in_use(void)
+{
+    return 0;
+}
+
 /* Wired here from kernels/ops.def, not copied from ac_cpu_backend: a member of
  * kernels/cpu/cpu_backend.c that points at the wrong op then disagrees with this table
  * instead of with itself. */
@@ -84,6 +90,9 @@ static const ac_backend reference = {
     .copy = host_copy,
     .memset_zero = host_zero,
     .sync = host_sync,
+    .bytes_in_use = host_bytes_in_use,
+    .probe_create = ac_cpu_probe_create,
+    .attention_workspace = ac_cpu_attention_workspace,
 #define AC_OP(name, params, args) .name = ac_cpu_##name,
 #define AC_OP_VALUE(type, name, params, args) .name = ac_cpu_##name,
 #include "kernels/ops.def"
@@ -430,7 +439,7 @@ static void op_attention(run *r, const op_case *c)
     float *out = f32(r, BUF_OUT, (size_t)n_new * ldout, -1.0f, 1.0f);
     int ldlse = c->p[8];
     float *lse = ldlse ? f32(r, BUF_OUT, (size_t)n_new * ldlse, -1.0f, 1.0f) : NULL;
-    workspace(r, ac_k_attention_workspace(omp_get_max_threads(), n_new, past + n_new));
+    workspace(r, r->be->attention_workspace(omp_get_max_threads(), n_new, past + n_new));
     CALL(r, attention, n_new, past, n_heads, n_kv, hd, q, ldq, k, v, cap, c->f[0], out, ldout, lse, ldlse);
 }
 
@@ -1240,6 +1249,9 @@ static const ac_backend counting = {
     .copy = host_copy,
     .memset_zero = host_zero,
     .sync = host_sync,
+    .bytes_in_use = host_bytes_in_use,
+    .probe_create = ac_cpu_probe_create,
+    .attention_workspace = ac_cpu_attention_workspace,
 #define AC_OP(name, params, args) .name = counted_##name,
 #define AC_OP_VALUE(type, name, params, args) .name = counted_##name,
 #include "kernels/ops.def"
@@ -1331,6 +1343,7 @@ static void test_registry(void **state)
         assert_ptr_equal(ac_backend_of(&named), be);
         assert_true(be->alloc && be->alloc_dense && be->free && be->copy && be->memset_zero && be->sync &&
                     be->unavailable && be->take_error);
+        assert_true(be->bytes_in_use && be->probe_create && be->attention_workspace);
         for (int s = 0; s < N_OPS; s++) {
             any_fn op;
             memcpy(&op, (const char *)be + offsetof(ac_backend, linear) + (size_t)s * sizeof op, sizeof op);
