@@ -64,7 +64,7 @@ static void attention_by_query(ac_kctx *ctx, int n_new, int past, int n_heads, i
                                int ldout, float *lse, int ldlse)
 {
     int group = n_heads / n_kv, chunks = (group + DECODE_HEADS - 1) / DECODE_HEADS;
-    size_t stride = ac_k_attention_workspace(1, n_new, past + n_new) / sizeof(float);
+    size_t stride = ac_cpu_attention_workspace(1, n_new, past + n_new) / sizeof(float);
 #pragma omp parallel
     {
         float *scores = (float *)ctx->workspace + (size_t)omp_get_thread_num() * stride;
@@ -152,7 +152,7 @@ static void attention_by_tile(ac_kctx *ctx, int n_new, int past, int n_heads, in
                               int ldout, float *lse, int ldlse)
 {
     int group = n_heads / n_kv, tiles = (n_new + QUERY_TILE - 1) / QUERY_TILE;
-    size_t stride = ac_k_attention_workspace(1, n_new, past + n_new) / sizeof(float);
+    size_t stride = ac_cpu_attention_workspace(1, n_new, past + n_new) / sizeof(float);
 #pragma omp parallel
     {
         float *S = (float *)ctx->workspace + (size_t)omp_get_thread_num() * stride;
@@ -181,7 +181,7 @@ void ac_cpu_attention(ac_kctx *ctx, int n_new, int past, int n_heads, int n_kv, 
                           ldlse);
 }
 
-size_t ac_k_attention_workspace(int threads, int queries, int keys)
+size_t ac_cpu_attention_workspace(int threads, int queries, int keys)
 {
     size_t per_thread;
     if (queries < TILED_MIN_QUERIES)

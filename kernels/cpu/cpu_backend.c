@@ -2,6 +2,8 @@
  * checked against these ops (tests/unit/test_backend_ops.c). */
 #include "kernels/cpu/cpu_ops.h"
 
+#include "autocompress/probe.h"
+
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -71,6 +73,12 @@ static const char *cpu_take_error(void)
     return NULL;
 }
 
+/* The host's memory is the process's resident size, which probes/cpu measures. */
+static size_t cpu_bytes_in_use(void)
+{
+    return 0;
+}
+
 _Static_assert(AC_CPU_SSD_STATE_INTERVAL <= AC_SSD_MAX_STATE_INTERVAL,
                "plans bound the scan's work with the largest interval");
 
@@ -86,50 +94,10 @@ const ac_backend ac_cpu_backend = {
     .sync = cpu_sync,
     .unavailable = cpu_unavailable,
     .take_error = cpu_take_error,
-    .linear = ac_cpu_linear,
-    .gemv_batch = ac_cpu_gemv_batch,
-    .gemv_sum = ac_cpu_gemv_sum,
-    .linear_batch = ac_cpu_linear_batch,
-    .rmsnorm = ac_cpu_rmsnorm,
-    .gated_rmsnorm = ac_cpu_gated_rmsnorm,
-    .conv1d_silu = ac_cpu_conv1d_silu,
-    .softplus_dt = ac_cpu_softplus_dt,
-    .ssd_scan = ac_cpu_ssd_scan,
-    .attention = ac_cpu_attention,
-    .moe_route = ac_cpu_moe_route,
-    .moe_token = ac_cpu_moe_token,
-    .moe_mask_scores = ac_cpu_moe_mask_scores,
-    .gather_rows = ac_cpu_gather_rows,
-    .linear_bf16 = ac_cpu_linear_bf16,
-    .gather_rows_bf16 = ac_cpu_gather_rows_bf16,
-    .scatter_add_rows = ac_cpu_scatter_add_rows,
-    .relu2 = ac_cpu_relu2,
-    .add = ac_cpu_add,
-    .mul_columns = ac_cpu_mul_columns,
-    .column_dot = ac_cpu_column_dot,
-    .neg_exp = ac_cpu_neg_exp,
-    .linear_backward = ac_cpu_linear_backward,
-    .linear_batch_backward = ac_cpu_linear_batch_backward,
-    .rmsnorm_backward = ac_cpu_rmsnorm_backward,
-    .relu2_backward = ac_cpu_relu2_backward,
-    .cross_entropy = ac_cpu_cross_entropy,
-    .kd_loss = ac_cpu_kd_loss,
-    .adamw = ac_cpu_adamw,
-    .sum_squares = ac_cpu_sum_squares,
-    .scale = ac_cpu_scale,
-    .ssd_scan_save = ac_cpu_ssd_scan_save,
-    .ssd_scan_backward = ac_cpu_ssd_scan_backward,
-    .mul_heads = ac_cpu_mul_heads,
-    .mul_heads_backward = ac_cpu_mul_heads_backward,
-    .softplus_dt_backward = ac_cpu_softplus_dt_backward,
-    .conv1d_silu_backward = ac_cpu_conv1d_silu_backward,
-    .gated_rmsnorm_backward = ac_cpu_gated_rmsnorm_backward,
-    .gated_rmsnorm_width_backward = ac_cpu_gated_rmsnorm_width_backward,
-    .attention_backward = ac_cpu_attention_backward,
-    .moe_route_backward = ac_cpu_moe_route_backward,
-    .moe_mask_scores_backward = ac_cpu_moe_mask_scores_backward,
-    .rmsnorm_width_backward = ac_cpu_rmsnorm_width_backward,
-    .moe_combine_backward = ac_cpu_moe_combine_backward,
-    .gather_rows_backward = ac_cpu_gather_rows_backward,
-    .embedding_backward = ac_cpu_embedding_backward,
+    .bytes_in_use = cpu_bytes_in_use,
+    .probe_create = ac_cpu_probe_create,
+    .attention_workspace = ac_cpu_attention_workspace,
+#define AC_OP(name, params, args) .name = ac_cpu_##name,
+#define AC_OP_VALUE(type, name, params, args) .name = ac_cpu_##name,
+#include "kernels/ops.def"
 };

@@ -1,7 +1,7 @@
-/* The CPU implementations of the ops of kernels/kernels.h, one ac_cpu_X per member X of
- * struct ac_backend, with the same signature and meaning (documented there). Only
- * kernels/cpu and tests comparing against the reference include this header; everything
- * else calls the ac_k_* dispatchers, which reach these through ac_cpu_backend. */
+/* The CPU implementations of the ops of kernels/ops.def, one ac_cpu_X per op X, with its
+ * signature and meaning. Only kernels/cpu and tests comparing against the reference
+ * include this header; everything else calls the ac_k_* dispatchers, which reach these
+ * through ac_cpu_backend. */
 #ifndef AC_KERNELS_CPU_OPS_H
 #define AC_KERNELS_CPU_OPS_H
 
@@ -15,107 +15,15 @@ extern "C" {
  * backward runs chunks of as many steps. At most AC_SSD_MAX_STATE_INTERVAL. */
 #define AC_CPU_SSD_STATE_INTERVAL 32
 
-/* ---- forward ---- */
+/* The workspace (in bytes) of ac_cpu_attention for `queries` new tokens of one sequence
+ * reaching `keys` positions when `threads` threads run it: each OpenMP thread gets up to 8
+ * rows of scores when decoding, a tile of query rows by a block of keys when prefilling.
+ * The CPU backend's attention_workspace. */
+size_t ac_cpu_attention_workspace(int threads, int queries, int keys);
 
-void ac_cpu_linear(ac_kctx *ctx, int M, int N, int K, const float *A, int lda, const float *W, float beta,
-                   float *C, int ldc);
-void ac_cpu_gemv_batch(ac_kctx *ctx, int n, const float *const *W, const int *rows, const int *cols,
-                       const float *const *x, float *const *y);
-void ac_cpu_gemv_sum(ac_kctx *ctx, int n, const float *const *W, int rows, const int *cols, const float *const *x,
-                     const float *alpha, float *y);
-void ac_cpu_linear_batch(ac_kctx *ctx, int n, const int *M, int N, int K, const float *const *A, int lda,
-                         const float *const *W, float *const *C, int ldc);
-void ac_cpu_rmsnorm(ac_kctx *ctx, int rows, int dim, const float *x, int ldx, const float *w, float eps,
-                    float *y, int ldy);
-void ac_cpu_gated_rmsnorm(ac_kctx *ctx, int rows, int dim, int group_size, const float *y, int ldy,
-                          const float *z, int ldz, const float *w, float eps, float *out, int ldout);
-void ac_cpu_conv1d_silu(ac_kctx *ctx, int T, int C, int K, const float *x, int ldx, const float *w,
-                        const float *bias, float *state, float *y, int ldy);
-void ac_cpu_softplus_dt(ac_kctx *ctx, int T, int H, const float *raw, int ldraw, const float *bias,
-                        float dt_min, float *dt);
-void ac_cpu_ssd_scan(ac_kctx *ctx, int T, int H, int P, int N, int G, const float *x, int ldx, const float *B,
-                     const float *C, int ldbc, const float *dt, const float *A, const float *Dskip,
-                     float *state, float *y, int ldy);
-void ac_cpu_attention(ac_kctx *ctx, int n_new, int past, int n_heads, int n_kv, int hd, const float *q, int ldq,
-                      const float *k_cache, const float *v_cache, int cap, float scale, float *out, int ldout,
-                      float *lse, int ldlse);
-void ac_cpu_moe_route(ac_kctx *ctx, int T, int E, const float *logits, const float *bias, int n_group,
-                      int topk_group, int top_k, int norm, float scale, int32_t *idx, float *weight);
-void ac_cpu_moe_token(ac_kctx *ctx, const ac_k_moe_ffn *ffn, int T, int k, const int32_t *idx, const float *weight,
-                      const float *x, float *hidden, float *y);
-void ac_cpu_moe_mask_scores(ac_kctx *ctx, int T, int E, const float *mask, const float *bias, float *logits,
-                            float *masked_bias);
-void ac_cpu_gather_rows(ac_kctx *ctx, int n, int D, const float *src, int ldsrc, const int32_t *rows,
-                        float *dst);
-void ac_cpu_linear_bf16(ac_kctx *ctx, int M, int N, int K, float alpha, const float *A, int lda,
-                        const uint16_t *W, float beta, float *C, int ldc);
-void ac_cpu_gather_rows_bf16(ac_kctx *ctx, int n, int D, const uint16_t *src, int ldsrc, const int32_t *rows,
-                             float *dst);
-void ac_cpu_scatter_add_rows(ac_kctx *ctx, int n, int D, const float *src, const int32_t *rows,
-                             const float *weight, float *dst, int lddst);
-void ac_cpu_relu2(ac_kctx *ctx, size_t n, const float *x, float *y);
-void ac_cpu_add(ac_kctx *ctx, size_t n, const float *x, float *y);
-void ac_cpu_mul_columns(ac_kctx *ctx, int rows, int cols, const float *mask, float *x, int ldx);
-void ac_cpu_column_dot(ac_kctx *ctx, int rows, int cols, const float *a, int lda, const float *b, int ldb,
-                       float *out);
-void ac_cpu_neg_exp(ac_kctx *ctx, int n, const float *x, float *y);
-
-/* ---- backward ---- */
-
-void ac_cpu_linear_backward(ac_kctx *ctx, int M, int N, int K, const float *A, int lda, const float *W,
-                            const float *dC, int lddc, float beta_dA, float *dA, int ldda, float *dW);
-void ac_cpu_linear_batch_backward(ac_kctx *ctx, int n, const int *M, int N, int K, const float *const *A, int lda,
-                                  const float *const *W, const float *const *dC, int lddc, float *const *dA, int ldda,
-                                  float *const *dW);
-void ac_cpu_rmsnorm_backward(ac_kctx *ctx, int rows, int dim, const float *x, int ldx, const float *w, float eps,
-                             const float *dy, int lddy, float beta_dx, float *dx, int lddx, float *dw);
-void ac_cpu_relu2_backward(ac_kctx *ctx, size_t n, const float *pre, float *grad);
-void ac_cpu_cross_entropy(ac_kctx *ctx, int rows, int V, const float *logits, const int32_t *targets,
-                          float scale, float *dlogits, double *row_loss);
-void ac_cpu_kd_loss(ac_kctx *ctx, int rows, int V, const float *student, const float *teacher, float tau,
-                    float scale, float *dlogits, double *row_loss);
-void ac_cpu_adamw(ac_kctx *ctx, size_t n, float *w, const float *g, float g_scale, float *m, float *v, float lr,
-                  float beta1, float beta2, float eps, float weight_decay, int step);
-double ac_cpu_sum_squares(ac_kctx *ctx, size_t n, const float *x);
-void ac_cpu_scale(ac_kctx *ctx, size_t n, float s, float *x);
-void ac_cpu_ssd_scan_save(ac_kctx *ctx, int T, int H, int P, int N, int G, const float *x, int ldx,
-                          const float *B, const float *C, int ldbc, const float *dt, const float *A,
-                          const float *Dskip, const float *state0, float *states, float *y, int ldy);
-void ac_cpu_ssd_scan_backward(ac_kctx *ctx, int T, int H, int P, int N, int G, const float *x, int ldx,
-                              const float *B, const float *C, int ldbc, const float *dt, const float *A,
-                              const float *Dskip, const float *state0, float *states, const float *dy,
-                              int lddy, float *dx, int lddx, float *dB, float *dC, int lddbc, float *ddt,
-                              float *dA, float *dD, float *work);
-void ac_cpu_mul_heads(ac_kctx *ctx, int T, int H, int P, const float *mask, float *x, int ldx);
-void ac_cpu_mul_heads_backward(ac_kctx *ctx, int T, int H, int P, const float *mask, const float *y, int ldy,
-                               float *dy, int lddy, float *dmask);
-void ac_cpu_softplus_dt_backward(ac_kctx *ctx, int T, int H, const float *raw, int ldraw, const float *bias,
-                                 float dt_min, const float *ddt, float *draw, int lddraw, float *dbias);
-void ac_cpu_conv1d_silu_backward(ac_kctx *ctx, int T, int C, int K, const float *x, int ldx, const float *w,
-                                 const float *bias, const float *state, const float *dy, int lddy, float *dx,
-                                 int lddx, float *dw, float *dbias);
-void ac_cpu_gated_rmsnorm_backward(ac_kctx *ctx, int rows, int dim, int group_size, const float *y, int ldy,
-                                   const float *z, int ldz, const float *w, float eps, const float *dout,
-                                   int lddout, float *dy, int lddy, float *dz, int lddz, float *dw,
-                                   float *rstd);
-void ac_cpu_gated_rmsnorm_width_backward(ac_kctx *ctx, int rows, int dim, const float *out, int ldout,
-                                     const float *dout, int lddout, const float *rstd, float eps, float width,
-                                     float scale, float per_head, int heads, float *dmask);
-void ac_cpu_attention_backward(ac_kctx *ctx, int L, int n_heads, int n_kv, int hd, const float *q, int ldq,
-                               const float *k, const float *v, int ldkv, const float *datt, float scale,
-                               const float *out, float *stats, float *dq, float *dk, float *dv);
-void ac_cpu_moe_route_backward(ac_kctx *ctx, int T, int E, const float *logits, int top_k, int norm,
-                               float scale, const int32_t *idx, const float *dweight, float *dlogits);
-void ac_cpu_rmsnorm_width_backward(ac_kctx *ctx, int rows, int dim, const float *x, int ldx, const float *w,
-                                   float eps, float width, const float *dy, int lddy, float *dwidth);
-void ac_cpu_moe_mask_scores_backward(ac_kctx *ctx, int T, int E, const float *mask, const float *dlogits,
-                                     float *dmask);
-void ac_cpu_moe_combine_backward(ac_kctx *ctx, int n, int D, const float *dout, int lddout, const int32_t *rows,
-                                 const float *y, const float *weight, const float *mask, const int32_t *pair,
-                                 float *dweight, float *dmask, float *dy);
-void ac_cpu_gather_rows_backward(ac_kctx *ctx, int n, int D, const float *ddst, const int32_t *rows,
-                                 float *dsrc, int lddsrc);
-void ac_cpu_embedding_backward(ac_kctx *ctx, int n, int D, const float *drows, const int32_t *ids, float *dtable);
+#define AC_OP(name, params, args) void ac_cpu_##name params;
+#define AC_OP_VALUE(type, name, params, args) type ac_cpu_##name params;
+#include "kernels/ops.def"
 
 #ifdef __cplusplus
 }

@@ -2,6 +2,9 @@
  * It is listed by the registry whenever it is compiled in; `unavailable` says when this
  * machine has no device to run it on, and callers (the runtime, the tests) ask first. */
 #include "kernels/cuda/cuda_common.cuh"
+#include "kernels/cpu/cpu_ops.h"
+
+#include "autocompress/probe.h"
 
 #include <cublas_v2.h>
 #include <pthread.h>
@@ -115,7 +118,9 @@ static void cuda_memset_zero(void *p, size_t bytes)
         ac_cuda_check("memset_zero");
 }
 
-extern "C" size_t ac_cuda_bytes_in_use(void)
+/* Device memory in use, by the device's own accounting (total - free); 0 when it cannot
+ * say (the failure goes to take_error). */
+static size_t cuda_bytes_in_use(void)
 {
     size_t free_bytes = 0, total = 0;
     if (cudaMemGetInfo(&free_bytes, &total) != cudaSuccess) {
@@ -123,6 +128,22 @@ extern "C" size_t ac_cuda_bytes_in_use(void)
         return 0;
     }
     return total - free_bytes;
+}
+
+/* The CUPTI probe (probes/cupti, declared in autocompress/probe.h): it keeps every
+ * record, so no capacity. */
+static ac_status cuda_probe_create(size_t capacity, ac_probe **probe)
+{
+    (void)capacity;
+    return ac_cupti_probe_create(probe);
+}
+
+/* CUDA's attention takes no workspace, but the runtime reserves this and the memory model
+ * plans it (runtime/plan.c, which knows no backend, sizes the CPU's), so the CPU's size
+ * keeps a device's measured memory where the model puts it. */
+static size_t cuda_attention_workspace(int threads, int queries, int keys)
+{
+    return ac_cpu_attention_workspace(threads, queries, keys);
 }
 
 static void cuda_sync(ac_kctx *ctx)
@@ -143,50 +164,10 @@ const ac_backend ac_cuda_backend = {
     .sync = cuda_sync,
     .unavailable = cuda_unavailable,
     .take_error = cuda_take_error,
-    .linear = ac_cuda_linear,
-    .gemv_batch = ac_cuda_gemv_batch,
-    .gemv_sum = ac_cuda_gemv_sum,
-    .linear_batch = ac_cuda_linear_batch,
-    .rmsnorm = ac_cuda_rmsnorm,
-    .gated_rmsnorm = ac_cuda_gated_rmsnorm,
-    .conv1d_silu = ac_cuda_conv1d_silu,
-    .softplus_dt = ac_cuda_softplus_dt,
-    .ssd_scan = ac_cuda_ssd_scan,
-    .attention = ac_cuda_attention,
-    .moe_route = ac_cuda_moe_route,
-    .moe_token = ac_cuda_moe_token,
-    .moe_mask_scores = ac_cuda_moe_mask_scores,
-    .gather_rows = ac_cuda_gather_rows,
-    .linear_bf16 = ac_cuda_linear_bf16,
-    .gather_rows_bf16 = ac_cuda_gather_rows_bf16,
-    .scatter_add_rows = ac_cuda_scatter_add_rows,
-    .relu2 = ac_cuda_relu2,
-    .add = ac_cuda_add,
-    .mul_columns = ac_cuda_mul_columns,
-    .column_dot = ac_cuda_column_dot,
-    .neg_exp = ac_cuda_neg_exp,
-    .linear_backward = ac_cuda_linear_backward,
-    .linear_batch_backward = ac_cuda_linear_batch_backward,
-    .rmsnorm_backward = ac_cuda_rmsnorm_backward,
-    .rmsnorm_width_backward = ac_cuda_rmsnorm_width_backward,
-    .relu2_backward = ac_cuda_relu2_backward,
-    .cross_entropy = ac_cuda_cross_entropy,
-    .kd_loss = ac_cuda_kd_loss,
-    .adamw = ac_cuda_adamw,
-    .sum_squares = ac_cuda_sum_squares,
-    .scale = ac_cuda_scale,
-    .ssd_scan_save = ac_cuda_ssd_scan_save,
-    .ssd_scan_backward = ac_cuda_ssd_scan_backward,
-    .mul_heads = ac_cuda_mul_heads,
-    .mul_heads_backward = ac_cuda_mul_heads_backward,
-    .softplus_dt_backward = ac_cuda_softplus_dt_backward,
-    .conv1d_silu_backward = ac_cuda_conv1d_silu_backward,
-    .gated_rmsnorm_backward = ac_cuda_gated_rmsnorm_backward,
-    .gated_rmsnorm_width_backward = ac_cuda_gated_rmsnorm_width_backward,
-    .attention_backward = ac_cuda_attention_backward,
-    .moe_route_backward = ac_cuda_moe_route_backward,
-    .moe_mask_scores_backward = ac_cuda_moe_mask_scores_backward,
-    .moe_combine_backward = ac_cuda_moe_combine_backward,
-    .gather_rows_backward = ac_cuda_gather_rows_backward,
-    .embedding_backward = ac_cuda_embedding_backward,
+    .bytes_in_use = cuda_bytes_in_use,
+    .probe_create = cuda_probe_create,
+    .attention_workspace = cuda_attention_workspace,
+#define AC_OP(name, params, args) .name = ac_cuda_##name,
+#define AC_OP_VALUE(type, name, params, args) .name = ac_cuda_##name,
+#include "kernels/ops.def"
 };

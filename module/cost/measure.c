@@ -20,10 +20,6 @@
  * varies half as much as either time). */
 #include "cost/cost_internal.h"
 #include "kernels/kernels.h"
-#ifdef AC_HAVE_CUDA
-#include "kernels/cuda/cuda_ops.h"
-#include "probes/cupti/cupti_probe.h"
-#endif
 
 #include <malloc.h>
 #include <stdlib.h>
@@ -145,26 +141,6 @@ static ac_status open_device(const ac_measure_job *job, const ac_backend **be)
     return *be ? AC_OK : ac_fail(AC_ERR_UNSUPPORTED, "measure: %s", why);
 }
 
-static ac_status device_probe_create(ac_probe **probe)
-{
-#ifdef AC_HAVE_CUDA
-    return ac_cupti_probe_create(probe);
-#else
-    *probe = NULL;
-    return ac_fail(AC_ERR_UNSUPPORTED, "measure: this build has no CUPTI probe");
-#endif
-}
-
-/* Device memory in use (the device's own accounting: total - free). */
-static size_t device_bytes_in_use(void)
-{
-#ifdef AC_HAVE_CUDA
-    return ac_cuda_bytes_in_use();
-#else
-    return 0;
-#endif
-}
-
 static ac_status measure_child(void *arg, int fd)
 {
     const ac_measure_job *job = ((child_arg *)arg)->job;
@@ -192,7 +168,7 @@ static ac_status measure_child(void *arg, int fd)
         st = ac_load_parent(job->model_dir, 1, &parent);
     span_buffer kept = {NULL, 0, 0};
     if (st == AC_OK && job->probe_capacity > 0) {
-        st = be ? device_probe_create(&probe) : ac_cpu_probe_create(job->probe_capacity, &probe);
+        st = (be ? be : &ac_cpu_backend)->probe_create(job->probe_capacity, &probe);
         kept.cap = job->probe_capacity * (size_t)job->repeats;
         kept.items = st == AC_OK ? malloc(kept.cap * sizeof *kept.items) : NULL;
         if (st == AC_OK && !kept.items)
@@ -215,7 +191,7 @@ static ac_status measure_child(void *arg, int fd)
          * the calling process's heap looked like */
         malloc_trim(0);
         if (be)
-            base = device_bytes_in_use();
+            base = be->bytes_in_use();
         else if (ac_cpu_reset_peak_resident() == AC_OK)
             base = ac_cpu_resident_bytes();
         else
@@ -249,7 +225,7 @@ static ac_status measure_child(void *arg, int fd)
             /* the serving peak is reached by the first full request (a device's runtime
              * allocates nothing after it); the reference's model is built after it is
              * read, so it adds nothing to it */
-            size_t peak = be ? device_bytes_in_use() : ac_cpu_peak_resident_bytes();
+            size_t peak = be ? be->bytes_in_use() : ac_cpu_peak_resident_bytes();
             res.measured_bytes = peak > base ? (double)(peak - base) : 0.0;
             res.accounted = ac_server_memory(server);
             if (job->reference)

@@ -72,8 +72,9 @@ ac_activation_plan ac_plan_activations(const ac_arch *arch, size_t scratch_per_t
 
 size_t ac_plan_serving_workspace(int threads, int queries, int keys, int longest)
 {
-    size_t prompt = ac_k_attention_workspace(threads, queries, keys);
-    size_t step = ac_k_attention_workspace(threads, 1, longest);
+    /* the CPU kernel's, which the plan knows no backend to replace (CUDA reserves the same) */
+    size_t prompt = ac_cpu_backend.attention_workspace(threads, queries, keys);
+    size_t step = ac_cpu_backend.attention_workspace(threads, 1, longest);
     return prompt > step ? prompt : step;
 }
 

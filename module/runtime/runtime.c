@@ -66,8 +66,8 @@ ac_status ac_runtime_reserve_training(ac_runtime *rt, int total_tokens, int n_se
     if (st != AC_OK)
         return st;
     /* the training forward's longest sequence is at most the whole batch */
-    return reserve_workspace(rt, ac_k_attention_workspace(omp_get_max_threads(), total_tokens, total_tokens),
-                             total_tokens);
+    size_t forward = ac_backend_of(&rt->kctx)->attention_workspace(omp_get_max_threads(), total_tokens, total_tokens);
+    return reserve_workspace(rt, forward, total_tokens);
 }
 
 ac_status ac_runtime_device_status(ac_runtime *rt, const char *what)
@@ -230,7 +230,7 @@ ac_status ac_runtime_forward(ac_runtime *rt, const ac_batch *batch, ac_logits_mo
     size_t workspace = 0;
     for (int s = 0; s < batch->n_seqs; s++) {
         int after = ac_cache_tokens(batch->caches[s]) + batch->n_tokens[s];
-        size_t need = ac_k_attention_workspace(omp_get_max_threads(), batch->n_tokens[s], after);
+        size_t need = ac_backend_of(&rt->kctx)->attention_workspace(omp_get_max_threads(), batch->n_tokens[s], after);
         T += batch->n_tokens[s];
         workspace = need > workspace ? need : workspace;
     }

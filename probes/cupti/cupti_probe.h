@@ -1,6 +1,7 @@
-/* The CUPTI probe: device time per site, for the CUDA backend (built only with AC_CUDA).
- * How it tags work with sites, eagerly and under CUDA graphs, is told at the top of
- * cupti_probe.c; the attribution itself is plain C in attribute.h. */
+/* The CUPTI probe: device time per site, for the CUDA backend (built only with AC_CUDA;
+ * ac_cupti_probe_create is public, in autocompress/probe.h, for the backend's
+ * probe_create). How it tags work with sites, eagerly and under CUDA graphs, is told at
+ * the top of cupti_probe.c; the attribution itself is plain C in attribute.h. */
 #ifndef AUTOCOMPRESS_CUPTI_PROBE_H
 #define AUTOCOMPRESS_CUPTI_PROBE_H
 
@@ -9,13 +10,6 @@
 
 #include "autocompress/probe.h"
 #include "probes/cupti/attribute.h"
-
-/* Enables CUPTI's Activity API for this process and returns a probe that turns its
- * records into spans. One at a time per process (CUPTI's buffers are process-wide);
- * create it before any graph whose replays it should split is captured.
- * AC_ERR_UNSUPPORTED when another is active, when CUPTI at run time is not the version
- * this was built against, or when another tool holds CUPTI's callbacks. */
-ac_status ac_cupti_probe_create(ac_probe **probe);
 
 /* The detail behind the spans of the last successful collect: per occurrence the sum of
  * its records' durations (what a span's end - start is), its first start and last end,

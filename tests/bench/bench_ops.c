@@ -12,7 +12,6 @@
 #include <string.h>
 #include <time.h>
 
-#include "../unit/cpu_op_list.h"
 #include "autocompress/model.h"
 #include "autocompress/probe.h"
 #include "autocompress/runtime.h"
@@ -49,14 +48,22 @@ static void account(const char *key, double s)
     calls[n_keys++] = 1;
 }
 
-#define TIMED(member, params, args)                 \
-    static void timed_##member params               \
-    {                                               \
-        double t0_ = now_s();                       \
-        ac_cpu_##member args;                       \
-        account(#member, now_s() - t0_);            \
+#define AC_OP(name, params, args)      \
+    static void timed_##name params    \
+    {                                  \
+        double t0_ = now_s();          \
+        ac_cpu_##name args;            \
+        account(#name, now_s() - t0_); \
     }
-CPU_VOID_OPS(TIMED)
+#define AC_OP_VALUE(type, name, params, args) \
+    static type timed_##name params           \
+    {                                         \
+        double t0_ = now_s();                 \
+        type value_ = ac_cpu_##name args;     \
+        account(#name, now_s() - t0_);        \
+        return value_;                        \
+    }
+#include "kernels/ops.def"
 
 /* GEMMs by shape, the rest by name */
 static void timed_linear_shaped(ac_kctx *ctx, int M, int N, int K, const float *A, int lda, const float *W,
@@ -79,13 +86,6 @@ static void timed_linear_backward_shaped(ac_kctx *ctx, int M, int N, int K, cons
     account(key, now_s() - t0);
 }
 
-static double timed_sum_squares(ac_kctx *ctx, size_t n, const float *x)
-{
-    double t0 = now_s(), s = ac_cpu_sum_squares(ctx, n, x);
-    account("sum_squares", now_s() - t0);
-    return s;
-}
-
 static void timed_copy(void *dst, const void *src, size_t bytes, ac_copy_kind kind)
 {
     double t0 = now_s();
@@ -106,12 +106,11 @@ static ac_backend timed_backend(void)
 {
     ac_backend b = ac_cpu_backend;
     b.name = "timed";
-#define SET(member, params, args) b.member = timed_##member;
-    CPU_VOID_OPS(SET)
-#undef SET
+#define AC_OP(name, params, args) b.name = timed_##name;
+#define AC_OP_VALUE(type, name, params, args) b.name = timed_##name;
+#include "kernels/ops.def"
     b.linear = timed_linear_shaped;
     b.linear_backward = timed_linear_backward_shaped;
-    b.sum_squares = timed_sum_squares;
     b.copy = timed_copy;
     b.memset_zero = timed_memset_zero;
     return b;

@@ -1,9 +1,10 @@
 /* The CUDA backend of kernels/cuda, built against the emulator, under the name
  * "cuda-emu" so that it can sit beside a real one. The library built from these sources
- * exports nothing but cudaemu.h's two functions (hidden visibility): its ac_cuda_* names
+ * exports nothing but cudaemu.h's function (hidden visibility): its ac_cuda_* names
  * never meet the real backend's in a build that has both. */
 #include "kernels/cuda/cuda_ops.h"
 
+#include "autocompress/probe.h"
 #include "cudaemu.h"
 
 extern "C" const ac_backend *ac_cuda_emulated_backend(void)
@@ -16,7 +17,10 @@ extern "C" const ac_backend *ac_cuda_emulated_backend(void)
     return &emulated;
 }
 
-extern "C" size_t ac_cuda_emulated_bytes_in_use(void)
+/* The backend's probe_create on the emulator, which has no CUPTI (hidden, as the rest:
+ * a build with CUDA keeps its own). */
+extern "C" ac_status ac_cupti_probe_create(ac_probe **probe)
 {
-    return ac_cuda_bytes_in_use();
+    *probe = NULL;
+    return ac_fail(AC_ERR_UNSUPPORTED, "cuda-emu: the emulator has no CUPTI probe");
 }

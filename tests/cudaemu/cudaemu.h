@@ -12,8 +12,6 @@ extern "C" {
 
 /* The backend, named "cuda-emu" (not in the registry: a test registers it). */
 __attribute__((visibility("default"))) const ac_backend *ac_cuda_emulated_backend(void);
-/* Its device memory in use (ac_cuda_bytes_in_use on the emulator). */
-__attribute__((visibility("default"))) size_t ac_cuda_emulated_bytes_in_use(void);
 
 #ifdef __cplusplus
 }

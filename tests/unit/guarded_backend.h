@@ -18,7 +18,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "cpu_op_list.h"
+#include "autocompress/probe.h"
 #include "kernels/cpu/cpu_ops.h"
 
 #define GUARDED_RESERVE ((size_t)64 << 30) /* address space, not memory (MAP_NORESERVE) */
@@ -153,24 +153,35 @@ static void guarded_sync(ac_kctx *ctx) { (void)ctx; }
 static const char *guarded_unavailable(void) { return NULL; }
 static const char *guarded_take_error(void) { return NULL; }
 
-#define GUARDED(member, params, args) \
-    static void guarded_##member params \
-    {                                  \
-        guarded_open();                \
-        ac_cpu_##member args;          \
-        guarded_close();               \
-    }
-
-CPU_VOID_OPS(GUARDED)
-
-static double guarded_sum_squares(ac_kctx *ctx, size_t n, const float *x)
+/* The bytes of the blocks handed out and not yet freed. */
+static size_t guarded_bytes_in_use(void)
 {
-    guarded_open();
-    double s = ac_cpu_sum_squares(ctx, n, x);
-    guarded_close();
-    return s;
+    size_t bytes = 0;
+    guarded_enter();
+    for (int i = 0; i < guarded_count; i++)
+        bytes += guarded_regions[i].len;
+    guarded_leave();
+    return bytes;
 }
 
+#define AC_OP(name, params, args)     \
+    static void guarded_##name params \
+    {                                 \
+        guarded_open();               \
+        ac_cpu_##name args;           \
+        guarded_close();              \
+    }
+#define AC_OP_VALUE(type, name, params, args) \
+    static type guarded_##name params         \
+    {                                         \
+        guarded_open();                       \
+        type value = ac_cpu_##name args;      \
+        guarded_close();                      \
+        return value;                         \
+    }
+#include "kernels/ops.def"
+
+/* The CPU's ops run on the host, so the CPU probe times them. */
 static const ac_backend guarded_backend = {
     .name = "guarded",
     .ssd_state_interval = AC_CPU_SSD_STATE_INTERVAL,
@@ -183,52 +194,12 @@ static const ac_backend guarded_backend = {
     .sync = guarded_sync,
     .unavailable = guarded_unavailable,
     .take_error = guarded_take_error,
-    .linear = guarded_linear,
-    .gemv_batch = guarded_gemv_batch,
-    .gemv_sum = guarded_gemv_sum,
-    .linear_batch = guarded_linear_batch,
-    .rmsnorm = guarded_rmsnorm,
-    .gated_rmsnorm = guarded_gated_rmsnorm,
-    .conv1d_silu = guarded_conv1d_silu,
-    .softplus_dt = guarded_softplus_dt,
-    .ssd_scan = guarded_ssd_scan,
-    .attention = guarded_attention,
-    .moe_route = guarded_moe_route,
-    .moe_token = guarded_moe_token,
-    .moe_mask_scores = guarded_moe_mask_scores,
-    .gather_rows = guarded_gather_rows,
-    .linear_bf16 = guarded_linear_bf16,
-    .gather_rows_bf16 = guarded_gather_rows_bf16,
-    .scatter_add_rows = guarded_scatter_add_rows,
-    .relu2 = guarded_relu2,
-    .add = guarded_add,
-    .mul_columns = guarded_mul_columns,
-    .column_dot = guarded_column_dot,
-    .neg_exp = guarded_neg_exp,
-    .linear_backward = guarded_linear_backward,
-    .linear_batch_backward = guarded_linear_batch_backward,
-    .rmsnorm_backward = guarded_rmsnorm_backward,
-    .rmsnorm_width_backward = guarded_rmsnorm_width_backward,
-    .relu2_backward = guarded_relu2_backward,
-    .cross_entropy = guarded_cross_entropy,
-    .kd_loss = guarded_kd_loss,
-    .adamw = guarded_adamw,
-    .sum_squares = guarded_sum_squares,
-    .scale = guarded_scale,
-    .ssd_scan_save = guarded_ssd_scan_save,
-    .ssd_scan_backward = guarded_ssd_scan_backward,
-    .mul_heads = guarded_mul_heads,
-    .mul_heads_backward = guarded_mul_heads_backward,
-    .softplus_dt_backward = guarded_softplus_dt_backward,
-    .conv1d_silu_backward = guarded_conv1d_silu_backward,
-    .gated_rmsnorm_backward = guarded_gated_rmsnorm_backward,
-    .gated_rmsnorm_width_backward = guarded_gated_rmsnorm_width_backward,
-    .attention_backward = guarded_attention_backward,
-    .moe_route_backward = guarded_moe_route_backward,
-    .moe_mask_scores_backward = guarded_moe_mask_scores_backward,
-    .moe_combine_backward = guarded_moe_combine_backward,
-    .gather_rows_backward = guarded_gather_rows_backward,
-    .embedding_backward = guarded_embedding_backward,
+    .bytes_in_use = guarded_bytes_in_use,
+    .probe_create = ac_cpu_probe_create,
+    .attention_workspace = ac_cpu_attention_workspace,
+#define AC_OP(name, params, args) .name = guarded_##name,
+#define AC_OP_VALUE(type, name, params, args) .name = guarded_##name,
+#include "kernels/ops.def"
 };
 
 #endif

@@ -30,8 +30,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cpu_op_list.h"
 #include "autocompress/dtype.h"
+#include "autocompress/probe.h"
 #include "kernels/cpu/cpu_ops.h"
 #ifdef AC_TEST_CUDA_EMU
 #include "cudaemu.h"
@@ -72,8 +72,14 @@ static void host_sync(ac_kctx *ctx)
     (void)ctx;
 }
 
-/* Wired here, not copied from ac_cpu_backend: a member of kernels/cpu/cpu_backend.c that
- * points at the wrong op then disagrees with this table instead of with itself. */
+static size_t host_bytes_in_use(void)
+{
+    return 0;
+}
+
+/* Wired here from kernels/ops.def, not copied from ac_cpu_backend: a member of
+ * kernels/cpu/cpu_backend.c that points at the wrong op then disagrees with this table
+ * instead of with itself. */
 static const ac_backend reference = {
     .name = "reference",
     .ssd_state_interval = AC_CPU_SSD_STATE_INTERVAL,
@@ -84,52 +90,12 @@ static const ac_backend reference = {
     .copy = host_copy,
     .memset_zero = host_zero,
     .sync = host_sync,
-    .linear = ac_cpu_linear,
-    .gemv_batch = ac_cpu_gemv_batch,
-    .gemv_sum = ac_cpu_gemv_sum,
-    .linear_batch = ac_cpu_linear_batch,
-    .rmsnorm = ac_cpu_rmsnorm,
-    .gated_rmsnorm = ac_cpu_gated_rmsnorm,
-    .conv1d_silu = ac_cpu_conv1d_silu,
-    .softplus_dt = ac_cpu_softplus_dt,
-    .ssd_scan = ac_cpu_ssd_scan,
-    .attention = ac_cpu_attention,
-    .moe_route = ac_cpu_moe_route,
-    .moe_token = ac_cpu_moe_token,
-    .moe_mask_scores = ac_cpu_moe_mask_scores,
-    .gather_rows = ac_cpu_gather_rows,
-    .linear_bf16 = ac_cpu_linear_bf16,
-    .gather_rows_bf16 = ac_cpu_gather_rows_bf16,
-    .scatter_add_rows = ac_cpu_scatter_add_rows,
-    .relu2 = ac_cpu_relu2,
-    .add = ac_cpu_add,
-    .mul_columns = ac_cpu_mul_columns,
-    .column_dot = ac_cpu_column_dot,
-    .neg_exp = ac_cpu_neg_exp,
-    .linear_backward = ac_cpu_linear_backward,
-    .linear_batch_backward = ac_cpu_linear_batch_backward,
-    .rmsnorm_backward = ac_cpu_rmsnorm_backward,
-    .relu2_backward = ac_cpu_relu2_backward,
-    .cross_entropy = ac_cpu_cross_entropy,
-    .kd_loss = ac_cpu_kd_loss,
-    .adamw = ac_cpu_adamw,
-    .sum_squares = ac_cpu_sum_squares,
-    .scale = ac_cpu_scale,
-    .ssd_scan_save = ac_cpu_ssd_scan_save,
-    .ssd_scan_backward = ac_cpu_ssd_scan_backward,
-    .mul_heads = ac_cpu_mul_heads,
-    .mul_heads_backward = ac_cpu_mul_heads_backward,
-    .softplus_dt_backward = ac_cpu_softplus_dt_backward,
-    .conv1d_silu_backward = ac_cpu_conv1d_silu_backward,
-    .gated_rmsnorm_backward = ac_cpu_gated_rmsnorm_backward,
-    .gated_rmsnorm_width_backward = ac_cpu_gated_rmsnorm_width_backward,
-    .attention_backward = ac_cpu_attention_backward,
-    .moe_route_backward = ac_cpu_moe_route_backward,
-    .moe_mask_scores_backward = ac_cpu_moe_mask_scores_backward,
-    .rmsnorm_width_backward = ac_cpu_rmsnorm_width_backward,
-    .moe_combine_backward = ac_cpu_moe_combine_backward,
-    .gather_rows_backward = ac_cpu_gather_rows_backward,
-    .embedding_backward = ac_cpu_embedding_backward,
+    .bytes_in_use = host_bytes_in_use,
+    .probe_create = ac_cpu_probe_create,
+    .attention_workspace = ac_cpu_attention_workspace,
+#define AC_OP(name, params, args) .name = ac_cpu_##name,
+#define AC_OP_VALUE(type, name, params, args) .name = ac_cpu_##name,
+#include "kernels/ops.def"
 };
 
 /* ---- buffers and runs ---- */
@@ -473,7 +439,7 @@ static void op_attention(run *r, const op_case *c)
     float *out = f32(r, BUF_OUT, (size_t)n_new * ldout, -1.0f, 1.0f);
     int ldlse = c->p[8];
     float *lse = ldlse ? f32(r, BUF_OUT, (size_t)n_new * ldlse, -1.0f, 1.0f) : NULL;
-    workspace(r, ac_k_attention_workspace(omp_get_max_threads(), n_new, past + n_new));
+    workspace(r, r->be->attention_workspace(omp_get_max_threads(), n_new, past + n_new));
     CALL(r, attention, n_new, past, n_heads, n_kv, hd, q, ldq, k, v, cap, c->f[0], out, ldout, lse, ldlse);
 }
 
@@ -1259,20 +1225,19 @@ static target backend_target(const ac_backend *be, int dispatch)
 
 static int calls[N_OPS];
 
-#define COUNTED(member, params, args)          \
-    static void counted_##member params        \
-    {                                          \
-        calls[SLOT(member)]++;                 \
-        ac_cpu_##member args;                  \
+#define AC_OP(name, params, args)      \
+    static void counted_##name params  \
+    {                                  \
+        calls[SLOT(name)]++;           \
+        ac_cpu_##name args;            \
     }
-
-CPU_VOID_OPS(COUNTED)
-
-static double counted_sum_squares(ac_kctx *ctx, size_t n, const float *x)
-{
-    calls[SLOT(sum_squares)]++;
-    return ac_cpu_sum_squares(ctx, n, x);
-}
+#define AC_OP_VALUE(type, name, params, args) \
+    static type counted_##name params         \
+    {                                         \
+        calls[SLOT(name)]++;                  \
+        return ac_cpu_##name args;            \
+    }
+#include "kernels/ops.def"
 
 static const ac_backend counting = {
     .name = "counting",
@@ -1284,52 +1249,12 @@ static const ac_backend counting = {
     .copy = host_copy,
     .memset_zero = host_zero,
     .sync = host_sync,
-    .linear = counted_linear,
-    .gemv_batch = counted_gemv_batch,
-    .gemv_sum = counted_gemv_sum,
-    .linear_batch = counted_linear_batch,
-    .rmsnorm = counted_rmsnorm,
-    .gated_rmsnorm = counted_gated_rmsnorm,
-    .conv1d_silu = counted_conv1d_silu,
-    .softplus_dt = counted_softplus_dt,
-    .ssd_scan = counted_ssd_scan,
-    .attention = counted_attention,
-    .moe_route = counted_moe_route,
-    .moe_token = counted_moe_token,
-    .moe_mask_scores = counted_moe_mask_scores,
-    .gather_rows = counted_gather_rows,
-    .linear_bf16 = counted_linear_bf16,
-    .gather_rows_bf16 = counted_gather_rows_bf16,
-    .scatter_add_rows = counted_scatter_add_rows,
-    .relu2 = counted_relu2,
-    .add = counted_add,
-    .mul_columns = counted_mul_columns,
-    .column_dot = counted_column_dot,
-    .neg_exp = counted_neg_exp,
-    .linear_backward = counted_linear_backward,
-    .linear_batch_backward = counted_linear_batch_backward,
-    .rmsnorm_backward = counted_rmsnorm_backward,
-    .relu2_backward = counted_relu2_backward,
-    .cross_entropy = counted_cross_entropy,
-    .kd_loss = counted_kd_loss,
-    .adamw = counted_adamw,
-    .sum_squares = counted_sum_squares,
-    .scale = counted_scale,
-    .ssd_scan_save = counted_ssd_scan_save,
-    .ssd_scan_backward = counted_ssd_scan_backward,
-    .mul_heads = counted_mul_heads,
-    .mul_heads_backward = counted_mul_heads_backward,
-    .softplus_dt_backward = counted_softplus_dt_backward,
-    .conv1d_silu_backward = counted_conv1d_silu_backward,
-    .gated_rmsnorm_backward = counted_gated_rmsnorm_backward,
-    .gated_rmsnorm_width_backward = counted_gated_rmsnorm_width_backward,
-    .attention_backward = counted_attention_backward,
-    .moe_route_backward = counted_moe_route_backward,
-    .moe_mask_scores_backward = counted_moe_mask_scores_backward,
-    .rmsnorm_width_backward = counted_rmsnorm_width_backward,
-    .moe_combine_backward = counted_moe_combine_backward,
-    .gather_rows_backward = counted_gather_rows_backward,
-    .embedding_backward = counted_embedding_backward,
+    .bytes_in_use = host_bytes_in_use,
+    .probe_create = ac_cpu_probe_create,
+    .attention_workspace = ac_cpu_attention_workspace,
+#define AC_OP(name, params, args) .name = counted_##name,
+#define AC_OP_VALUE(type, name, params, args) .name = counted_##name,
+#include "kernels/ops.def"
 };
 
 /* ---- deliberately wrong ops ---- */
@@ -1418,6 +1343,7 @@ static void test_registry(void **state)
         assert_ptr_equal(ac_backend_of(&named), be);
         assert_true(be->alloc && be->alloc_dense && be->free && be->copy && be->memset_zero && be->sync &&
                     be->unavailable && be->take_error);
+        assert_true(be->bytes_in_use && be->probe_create && be->attention_workspace);
         for (int s = 0; s < N_OPS; s++) {
             any_fn op;
             memcpy(&op, (const char *)be + offsetof(ac_backend, linear) + (size_t)s * sizeof op, sizeof op);

@@ -379,7 +379,7 @@ static void check_forward(int n_new, int past, float spread)
     float *k = malloc(sizeof(float) * LKV * FCAP * LHD), *v = malloc(sizeof(float) * LKV * FCAP * LHD);
     float *lse = malloc(sizeof(float) * n_new * LH);
     double *want = calloc((size_t)n_new * LDQ, sizeof(double)), *want_lse = calloc((size_t)n_new * LH, sizeof(double));
-    size_t bytes = ac_k_attention_workspace(omp_get_max_threads(), n_new, past + n_new);
+    size_t bytes = ac_cpu_backend.attention_workspace(omp_get_max_threads(), n_new, past + n_new);
     void *ws = malloc(bytes);
     assert_true(q && out && k && v && lse && want && want_lse && ws);
     gc_fill(q, n_new * LDQ, -spread, spread, 11);
@@ -419,7 +419,7 @@ static void test_decode_heads_in_chunks(void **state)
     gc_fill(k, CAP * HD, -2.0f, 2.0f, 22);
     gc_fill(v, CAP * HD, -1.0f, 1.0f, 23);
     float scale = 1.0f / sqrtf((float)HD);
-    size_t bytes = ac_k_attention_workspace(omp_get_max_threads(), NEW, CAP);
+    size_t bytes = ac_cpu_backend.attention_workspace(omp_get_max_threads(), NEW, CAP);
     void *ws = malloc(bytes);
     assert_non_null(ws);
     ac_kctx ctx = {.workspace = ws, .workspace_bytes = bytes};

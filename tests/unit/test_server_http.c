@@ -567,7 +567,7 @@ static void test_health_and_models(void **state)
     /* on a device the served model's weights, caches and buffers are there */
 #ifdef AC_TEST_CUDA_EMU
     if (strcmp(cfg.device, "cuda-emu") == 0)
-        assert_true(ac_cuda_emulated_bytes_in_use() > 0);
+        assert_true(ac_cuda_emulated_backend()->bytes_in_use() > 0);
     else
 #endif
         assert_true(cfg.device[0] && strcmp(cfg.device, "cpu") ? guarded_count > 0 : guarded_count == 0);

@@ -120,6 +120,14 @@ void ac_probe_reset(ac_probe *probe);
 /* Frees the probe and its state (NULL is fine). */
 void ac_probe_free(ac_probe *probe);
 
+/* The CUPTI probe (probes/cupti; only in builds with the CUDA backend, whose probe_create
+ * returns it): enables CUPTI's Activity API for this process and returns a probe that
+ * turns its records into spans. One at a time per process (CUPTI's buffers are
+ * process-wide); create it before any graph whose replays it should split is captured.
+ * AC_ERR_UNSUPPORTED when another is active, when CUPTI at run time is not the version
+ * this was built against, or when another tool holds CUPTI's callbacks. */
+ac_status ac_cupti_probe_create(ac_probe **probe);
+
 const char *ac_phase_name(ac_phase phase);  /* "prefill", "decode", "context" */
 const char *ac_site_name(ac_site_kind kind); /* "mamba", ..., "embedding", "lm_head", "sample", "step" */
 
