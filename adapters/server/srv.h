@@ -19,6 +19,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "autocompress/contract.h"
 #include "autocompress/control.h"
 #include "autocompress/model.h"
 #include "autocompress/runtime.h"
@@ -205,6 +206,9 @@ char *srv_metrics_prometheus(srv_metrics *m, int active_slots, int queue_depth, 
 /* The live workload's histograms and the contract workload they imply (JSON, malloc'd;
  * NULL when out of memory). */
 char *srv_metrics_workload_json(srv_metrics *m);
+/* The contract workload the live one implies (its medians, as the JSON's implied_workload):
+ * 0 when no request has been served yet, or out of memory. */
+int srv_metrics_live_workload(srv_metrics *m, ac_contract_workload *w);
 /* The requests completed since `since` (monotonic seconds, as the requests' times) as
  * the SLA policy reads them: p95 latency, median time per output token, generated
  * tokens per second, resident memory, median prompt and output tokens, mean batch over

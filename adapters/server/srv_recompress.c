@@ -167,26 +167,6 @@ static int check_paths(recompress_body *b)
     return 1;
 }
 
-/* The live workload's medians, from the metrics' workload view. */
-static int live_workload(srv_metrics *m, ac_live_workload *w)
-{
-    char *text = srv_metrics_workload_json(m);
-    cJSON *o = text ? cJSON_Parse(text) : NULL;
-    free(text);
-    const cJSON *iw = cJSON_GetObjectItemCaseSensitive(o, "implied_workload");
-    const char *keys[] = {"batch", "cached_tokens", "input_tokens", "output_tokens"};
-    int *out[] = {&w->batch, &w->cached_tokens, &w->input_tokens, &w->output_tokens};
-    int ok = cJSON_IsObject(iw);
-    for (int i = 0; ok && i < 4; i++) {
-        const cJSON *v = cJSON_GetObjectItemCaseSensitive(iw, keys[i]);
-        ok = cJSON_IsNumber(v);
-        if (ok)
-            *out[i] = (int)v->valuedouble;
-    }
-    cJSON_Delete(o);
-    return ok;
-}
-
 /* A contract file on the server, whole (NULL with the reason in `problem`). */
 static char *read_contract_file(const char *path, char *problem, size_t size)
 {
@@ -234,8 +214,8 @@ static char *contract_for(srv_control *c, recompress_body *b, int *status, char 
     ac_contract check;
     ac_status st = text ? AC_OK : ac_fail(AC_ERR_NOMEM, "out of memory");
     if (st == AC_OK && b->from_live) {
-        ac_live_workload w;
-        if (!live_workload(srv_control_metrics(c), &w)) {
+        ac_contract_workload w;
+        if (!srv_metrics_live_workload(srv_control_metrics(c), &w)) {
             free(text);
             *status = srv_control_error(409, "no_live_workload",
                                         "from_live: no requests served yet, so there is no live workload", json);
