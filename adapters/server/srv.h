@@ -130,7 +130,7 @@ long srv_find_stop(const char *text, size_t len, size_t from, char *const *stop,
 /* Bytes at the end of text that could begin a stop string: held back from a stream. */
 size_t srv_stop_holdback(const char *text, size_t len, char *const *stop, int n_stop);
 
-/* ---- requests (srv_request.c) ---- */
+/* ---- requests (srv_api.c) ---- */
 
 typedef struct {
     int32_t id;
@@ -215,7 +215,7 @@ int srv_metrics_live_workload(srv_metrics *m, ac_contract_workload *w);
  * the recent steps. 0 when out of memory. */
 int srv_metrics_sla_sample(srv_metrics *m, double since, double now, ac_sla_sample *sample);
 
-/* ---- scheduler and swaps (srv_sched.c) ---- */
+/* ---- the server: life cycle, swaps, introspection (srv_server.c; its scheduler in srv_sched.c) ---- */
 
 typedef struct {
     double at;              /* unix seconds */
@@ -273,10 +273,12 @@ void srv_server_model_name(srv_server *server, char *name, size_t size);
 
 typedef struct srv_http srv_http;
 typedef struct srv_control srv_control;
+typedef struct srv_policy srv_policy;
 
-/* control may be NULL: its endpoints then answer 503. */
-ac_status srv_http_start(srv_server *server, srv_metrics *metrics, srv_control *control, srv_http **http,
-                         int *bound_port);
+/* control may be NULL: its endpoints then answer 503; policy may be NULL (no sla group):
+ * GET /admin/policy then says it is not enabled. */
+ac_status srv_http_start(srv_server *server, srv_metrics *metrics, srv_control *control, srv_policy *policy,
+                         srv_http **http, int *bound_port);
 void srv_http_stop(srv_http *http);
 /* Refuses new completions (503, and /health 503 "stopping") and waits up to timeout_s for
  * every accepted one to be answered in full (a stream to its last byte): the number
