@@ -259,11 +259,22 @@ typedef struct {
     int ready;
 } srv_gauges;
 srv_gauges srv_server_gauges(srv_server *server);
-/* GET /admin/status JSON (malloc'd). */
-char *srv_server_status_json(srv_server *server);
-/* GET /admin/profile: the served model's in-situ profile beside the cost tables (200), or
- * 503 and why there is none; *json gets the body (NULL: no memory). */
-int srv_server_profile(srv_server *server, char **json);
+/* What GET /admin/status shows: the served model, the slots and queue, the last swaps. */
+typedef struct {
+    int has_model;
+    char name[SRV_NAME_MAX], path[SRV_PATH_MAX], architecture[256];
+    int64_t parameters;
+    int generation;
+    double loaded_at;
+    const char *state;      /* "serving", "draining" or "loading" */
+    int slots, active_slots, queue_depth, models_loaded;
+    int n_swaps;
+    srv_swap_record swaps[SRV_SWAP_HISTORY]; /* oldest first */
+} srv_status;
+void srv_server_status(srv_server *server, srv_status *status);
+/* GET /admin/profile: the served model's in-situ profile beside the cost tables (200;
+ * *json gets module/control's JSON, NULL when out of memory), or 503 and why there is none. */
+int srv_server_profile(srv_server *server, char **json, char *why, size_t size);
 /* Sets the sampling rate of the served model's profile and of models loaded later (0: pause). */
 void srv_server_set_profile_every(srv_server *server, int every);
 /* The current model's name for /v1/models and responses, copied. */

@@ -423,9 +423,46 @@ static enum MHD_Result profile_rate(srv_http *h, struct MHD_Connection *c, const
     return send_cjson(h, c, ep, 200, r);
 }
 
+static cJSON *swap_json(const srv_swap_record *r)
+{
+    cJSON *e = cJSON_CreateObject();
+    cJSON_AddNumberToObject(e, "at", r->at);
+    cJSON_AddStringToObject(e, "model_path", r->path);
+    cJSON_AddBoolToObject(e, "ok", r->ok);
+    cJSON_AddBoolToObject(e, "drain_first", r->drain_first);
+    cJSON_AddNumberToObject(e, "seconds", r->seconds);
+    cJSON_AddStringToObject(e, "message", r->message);
+    return e;
+}
+
 static enum MHD_Result server_status(srv_http *h, struct MHD_Connection *c, const route_call *k)
 {
-    return send_json(h, c, k->endpoint, 200, srv_server_status_json(h->server));
+    srv_status *st = malloc(sizeof *st); /* the swap history makes it large for a stack */
+    if (!st)
+        return send_json(h, c, k->endpoint, 500, NULL);
+    srv_server_status(h->server, st);
+    cJSON *o = cJSON_CreateObject();
+    if (st->has_model) {
+        cJSON *jm = cJSON_AddObjectToObject(o, "model");
+        cJSON_AddStringToObject(jm, "name", st->name);
+        cJSON_AddStringToObject(jm, "path", st->path);
+        cJSON_AddStringToObject(jm, "architecture", st->architecture);
+        cJSON_AddNumberToObject(jm, "parameters", (double)st->parameters);
+        cJSON_AddNumberToObject(jm, "generation", st->generation);
+        cJSON_AddNumberToObject(jm, "loaded_at", st->loaded_at);
+    } else {
+        cJSON_AddNullToObject(o, "model");
+    }
+    cJSON_AddStringToObject(o, "state", st->state);
+    cJSON_AddNumberToObject(o, "slots", st->slots);
+    cJSON_AddNumberToObject(o, "active_slots", st->active_slots);
+    cJSON_AddNumberToObject(o, "queue_depth", st->queue_depth);
+    cJSON_AddNumberToObject(o, "models_loaded", st->models_loaded);
+    cJSON *swaps = cJSON_AddArrayToObject(o, "swaps");
+    for (int i = 0; i < st->n_swaps; i++)
+        cJSON_AddItemToArray(swaps, swap_json(&st->swaps[i]));
+    free(st);
+    return send_cjson(h, c, k->endpoint, 200, o);
 }
 
 static enum MHD_Result workload(srv_http *h, struct MHD_Connection *c, const route_call *k)
@@ -435,8 +472,10 @@ static enum MHD_Result workload(srv_http *h, struct MHD_Connection *c, const rou
 
 static enum MHD_Result profile(srv_http *h, struct MHD_Connection *c, const route_call *k)
 {
-    char *json = NULL;
-    int status = srv_server_profile(h->server, &json);
+    char *json = NULL, why[256];
+    int status = srv_server_profile(h->server, &json, why, sizeof why);
+    if (status != 200)
+        return send_error(h, c, k->endpoint, status, "server_error", "no_profile", why);
     return send_json(h, c, k->endpoint, status, json);
 }
 

@@ -9,8 +9,6 @@
 #include <string.h>
 #include <time.h>
 
-#include <cjson/cJSON.h>
-
 #include "autocompress/probe.h"
 
 static double now_s(void) { return 1e-9 * (double)ac_monotonic_ns(); }
@@ -284,46 +282,31 @@ void srv_server_model_name(srv_server *s, char *name, size_t size)
     pthread_mutex_unlock(&s->mu);
 }
 
-char *srv_server_status_json(srv_server *s)
+void srv_server_status(srv_server *s, srv_status *out)
 {
-    cJSON *o = cJSON_CreateObject();
+    memset(out, 0, sizeof *out);
     pthread_mutex_lock(&s->mu);
     srv_model *m = s->current;
     if (m) {
-        cJSON *jm = cJSON_AddObjectToObject(o, "model");
-        cJSON_AddStringToObject(jm, "name", m->name);
-        cJSON_AddStringToObject(jm, "path", m->path);
-        cJSON_AddStringToObject(jm, "architecture", m->summary);
-        cJSON_AddNumberToObject(jm, "parameters", (double)m->params);
-        cJSON_AddNumberToObject(jm, "generation", m->generation);
-        cJSON_AddNumberToObject(jm, "loaded_at", m->loaded_at);
-    } else {
-        cJSON_AddNullToObject(o, "model");
+        out->has_model = 1;
+        snprintf(out->name, sizeof out->name, "%s", m->name);
+        snprintf(out->path, sizeof out->path, "%s", m->path);
+        snprintf(out->architecture, sizeof out->architecture, "%s", m->summary);
+        out->parameters = m->params;
+        out->generation = m->generation;
+        out->loaded_at = m->loaded_at;
     }
-    cJSON_AddStringToObject(o, "state", s->draining ? "draining" : m ? "serving" : "loading");
-    cJSON_AddNumberToObject(o, "slots", s->cfg.slots);
-    cJSON_AddNumberToObject(o, "active_slots", s->active);
-    cJSON_AddNumberToObject(o, "queue_depth", s->q_len);
-    cJSON_AddNumberToObject(o, "models_loaded", s->live_models);
-    cJSON *h = cJSON_AddArrayToObject(o, "swaps");
-    for (int i = 0; i < s->n_history; i++) {
-        const srv_swap_record *r = &s->history[i];
-        cJSON *e = cJSON_CreateObject();
-        cJSON_AddNumberToObject(e, "at", r->at);
-        cJSON_AddStringToObject(e, "model_path", r->path);
-        cJSON_AddBoolToObject(e, "ok", r->ok);
-        cJSON_AddBoolToObject(e, "drain_first", r->drain_first);
-        cJSON_AddNumberToObject(e, "seconds", r->seconds);
-        cJSON_AddStringToObject(e, "message", r->message);
-        cJSON_AddItemToArray(h, e);
-    }
+    out->state = s->draining ? "draining" : m ? "serving" : "loading";
+    out->slots = s->cfg.slots;
+    out->active_slots = s->active;
+    out->queue_depth = s->q_len;
+    out->models_loaded = s->live_models;
+    out->n_swaps = s->n_history;
+    memcpy(out->swaps, s->history, (size_t)s->n_history * sizeof *s->history);
     pthread_mutex_unlock(&s->mu);
-    char *text = cJSON_PrintUnformatted(o);
-    cJSON_Delete(o);
-    return text;
 }
 
-int srv_server_profile(srv_server *s, char **json)
+int srv_server_profile(srv_server *s, char **json, char *why, size_t size)
 {
     *json = NULL;
     pthread_mutex_lock(&s->mu);
@@ -332,10 +315,8 @@ int srv_server_profile(srv_server *s, char **json)
         srv_model_ref_locked(m);
     pthread_mutex_unlock(&s->mu);
     if (!m || !m->live) {
-        srv_error e = {503, "server_error", "no_profile", ""};
-        snprintf(e.message, sizeof e.message, "%s", m ? "the served model has no profile (out of memory when it was loaded)"
-                                                       : "no model is being served");
-        *json = srv_api_error_json(&e);
+        snprintf(why, size, "%s", m ? "the served model has no profile (out of memory when it was loaded)"
+                                    : "no model is being served");
         if (m)
             srv_server_release_model(s, m);
         return 503;
