@@ -125,7 +125,8 @@ ac_status ac_cfg_double(const ac_cfg *r, const config_setting_t *s, const char *
     return AC_OK;
 }
 
-ac_status ac_cfg_positive(const ac_cfg *r, const config_setting_t *s, const char *name, double *out)
+/* A finite number > 0. */
+static ac_status positive(const ac_cfg *r, const config_setting_t *s, const char *name, double *out)
 {
     double v = 0;
     ac_status st = ac_cfg_number(r, s, name, &v);
@@ -201,7 +202,8 @@ ac_status ac_cfg_check_keys(const ac_cfg *r, const config_setting_t *group, cons
     return AC_OK;
 }
 
-ac_status ac_cfg_missing(const ac_cfg *r, const config_setting_t *group, const char *path, const char *key,
+/* "missing required WHAT 'key' in path", at the group's line. */
+static ac_status missing(const ac_cfg *r, const config_setting_t *group, const char *path, const char *key,
                          const char *what)
 {
     return ac_cfg_fail(r, group, "missing required %s '%s' in %s", what, key, path[0] ? path : "the top level");
@@ -213,7 +215,7 @@ static ac_status member(const ac_cfg *r, const config_setting_t *group, const ch
 {
     ac_cfg_join(full, 256, path, key);
     *out = config_setting_get_member(group, key);
-    return !*out && required ? ac_cfg_missing(r, group, path, key, what) : AC_OK;
+    return !*out && required ? missing(r, group, path, key, what) : AC_OK;
 }
 
 ac_status ac_cfg_get_group(const ac_cfg *r, const config_setting_t *group, const char *path, const char *key,
@@ -272,7 +274,7 @@ ac_status ac_cfg_read_positive(const ac_cfg *r, const config_setting_t *group, c
     char full[256];
     config_setting_t *s;
     ac_status st = scalar(r, group, path, key, present, full, &s);
-    return st == AC_OK && s ? ac_cfg_positive(r, s, full, out) : st;
+    return st == AC_OK && s ? positive(r, s, full, out) : st;
 }
 
 ac_status ac_cfg_read_string(const ac_cfg *r, const config_setting_t *group, const char *path, const char *key,

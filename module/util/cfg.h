@@ -43,8 +43,6 @@ ac_status ac_cfg_number(const ac_cfg *r, const config_setting_t *s, const char *
 /* A number in [lo, hi]. */
 ac_status ac_cfg_double(const ac_cfg *r, const config_setting_t *s, const char *name, double lo, double hi,
                         double *out);
-/* A finite number > 0. */
-ac_status ac_cfg_positive(const ac_cfg *r, const config_setting_t *s, const char *name, double *out);
 /* A string copied into out[size]; an empty one is refused when `nonempty`. */
 ac_status ac_cfg_string(const ac_cfg *r, const config_setting_t *s, const char *name, bool nonempty, char *out,
                         size_t size);
@@ -60,9 +58,6 @@ void ac_cfg_join(char *out, size_t size, const char *path, const char *key);
 /* Every member of `group` must be named in the NULL-terminated `allowed`. */
 ac_status ac_cfg_check_keys(const ac_cfg *r, const config_setting_t *group, const char *path,
                             const char *const *allowed);
-/* "missing required WHAT 'key' in path", at the group's line. */
-ac_status ac_cfg_missing(const ac_cfg *r, const config_setting_t *group, const char *path, const char *key,
-                         const char *what);
 
 /* The readers below take `present`: NULL makes the member required; otherwise it may be
  * absent (*present false, *out untouched). */
@@ -78,6 +73,7 @@ ac_status ac_cfg_read_int64(const ac_cfg *r, const config_setting_t *group, cons
 /* An int >= lo. */
 ac_status ac_cfg_read_int(const ac_cfg *r, const config_setting_t *group, const char *path, const char *key,
                           bool *present, int lo, int *out);
+/* A finite number > 0. */
 ac_status ac_cfg_read_positive(const ac_cfg *r, const config_setting_t *group, const char *path, const char *key,
                                bool *present, double *out);
 /* A non-empty string; *where (may be NULL) gets the member, NULL when absent. */
