@@ -1,6 +1,8 @@
-/* HTTP on libmicrohttpd, one thread per connection: routing, bodies within the size
- * limit, bearer tokens for /admin, JSON and SSE responses. Handlers block (waiting for a
- * completion, or inside a stream's reader) only on their own connection's thread. */
+/* HTTP on libmicrohttpd, one thread per connection: routing (one table of handlers),
+ * bodies within the size limit, bearer tokens for /admin, JSON and SSE responses. The
+ * server's parts answer with typed results; their JSON is made here. Handlers block
+ * (waiting for a completion, or inside a stream's reader) only on their own
+ * connection's thread. */
 #define _GNU_SOURCE /* POLLRDHUP */
 #include "server/srv.h"
 #include "server/srv_control.h"
