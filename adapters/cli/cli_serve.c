@@ -103,6 +103,14 @@ static ac_status start_control(srv_server *server, srv_metrics *metrics, const c
     return st == AC_OK ? st : ac_fail_context(st, "the controller (the control and sla groups of the config)");
 }
 
+/* The SLA policy, with an sla group in the config: it starts jobs through the controller. */
+static ac_status start_policy(srv_control *control, srv_metrics *metrics, const srv_config *cfg,
+                              srv_policy **policy)
+{
+    ac_status st = srv_policy_create(control, metrics, cfg, policy);
+    return st == AC_OK ? st : ac_fail_context(st, "the controller (the control and sla groups of the config)");
+}
+
 int cli_serve(int argc, char **argv)
 {
     serve_args a = {.port = -1, .slots = -1, .threads = -1};
@@ -124,6 +132,7 @@ int cli_serve(int argc, char **argv)
     srv_server *server = NULL;
     srv_http *http = NULL;
     srv_control *control = NULL;
+    srv_policy *policy = NULL;
     int port = 0;
     ac_status st = srv_metrics_create(cfg.slots, &metrics);
     if (st == AC_OK)
@@ -131,8 +140,10 @@ int cli_serve(int argc, char **argv)
     /* jobs come from the admin API or the SLA policy: without either, no jobs directory */
     if (st == AC_OK && (cfg.admin_token[0] || cfg.sla.enabled))
         st = start_control(server, metrics, a.model, &control);
+    if (st == AC_OK && cfg.sla.enabled)
+        st = start_policy(control, metrics, &cfg, &policy);
     if (st == AC_OK)
-        st = srv_http_start(server, metrics, control, &http, &port);
+        st = srv_http_start(server, metrics, control, policy, &http, &port);
     if (st == AC_OK) {
         fprintf(stderr, "autocompress serve: listening on http://%s:%d (admin %s)\n", cfg.host, port,
                 cfg.admin_token[0] ? "enabled" : "disabled: no token");
@@ -160,6 +171,7 @@ int cli_serve(int argc, char **argv)
     }
     srv_server_stop(server);
     srv_http_stop(http);
+    srv_policy_free(policy);
     srv_control_free(control); /* a running job stops and reads interrupted */
     srv_server_free(server);
     srv_metrics_free(metrics);

@@ -19,6 +19,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "autocompress/contract.h"
 #include "autocompress/control.h"
 #include "autocompress/model.h"
 #include "autocompress/runtime.h"
@@ -129,7 +130,7 @@ long srv_find_stop(const char *text, size_t len, size_t from, char *const *stop,
 /* Bytes at the end of text that could begin a stop string: held back from a stream. */
 size_t srv_stop_holdback(const char *text, size_t len, char *const *stop, int n_stop);
 
-/* ---- requests (srv_request.c) ---- */
+/* ---- requests (srv_api.c) ---- */
 
 typedef struct {
     int32_t id;
@@ -205,13 +206,16 @@ char *srv_metrics_prometheus(srv_metrics *m, int active_slots, int queue_depth, 
 /* The live workload's histograms and the contract workload they imply (JSON, malloc'd;
  * NULL when out of memory). */
 char *srv_metrics_workload_json(srv_metrics *m);
+/* The contract workload the live one implies (its medians, as the JSON's implied_workload):
+ * 0 when no request has been served yet, or out of memory. */
+int srv_metrics_live_workload(srv_metrics *m, ac_contract_workload *w);
 /* The requests completed since `since` (monotonic seconds, as the requests' times) as
  * the SLA policy reads them: p95 latency, median time per output token, generated
  * tokens per second, resident memory, median prompt and output tokens, mean batch over
  * the recent steps. 0 when out of memory. */
 int srv_metrics_sla_sample(srv_metrics *m, double since, double now, ac_sla_sample *sample);
 
-/* ---- scheduler and swaps (srv_sched.c) ---- */
+/* ---- the server: life cycle, swaps, introspection (srv_server.c; its scheduler in srv_sched.c) ---- */
 
 typedef struct {
     double at;              /* unix seconds */
@@ -255,11 +259,22 @@ typedef struct {
     int ready;
 } srv_gauges;
 srv_gauges srv_server_gauges(srv_server *server);
-/* GET /admin/status JSON (malloc'd). */
-char *srv_server_status_json(srv_server *server);
-/* GET /admin/profile: the served model's in-situ profile beside the cost tables (200), or
- * 503 and why there is none; *json gets the body (NULL: no memory). */
-int srv_server_profile(srv_server *server, char **json);
+/* What GET /admin/status shows: the served model, the slots and queue, the last swaps. */
+typedef struct {
+    int has_model;
+    char name[SRV_NAME_MAX], path[SRV_PATH_MAX], architecture[256];
+    int64_t parameters;
+    int generation;
+    double loaded_at;
+    const char *state;      /* "serving", "draining" or "loading" */
+    int slots, active_slots, queue_depth, models_loaded;
+    int n_swaps;
+    srv_swap_record swaps[SRV_SWAP_HISTORY]; /* oldest first */
+} srv_status;
+void srv_server_status(srv_server *server, srv_status *status);
+/* GET /admin/profile: the served model's in-situ profile beside the cost tables (200;
+ * *json gets module/control's JSON, NULL when out of memory), or 503 and why there is none. */
+int srv_server_profile(srv_server *server, char **json, char *why, size_t size);
 /* Sets the sampling rate of the served model's profile and of models loaded later (0: pause). */
 void srv_server_set_profile_every(srv_server *server, int every);
 /* The current model's name for /v1/models and responses, copied. */
@@ -269,10 +284,12 @@ void srv_server_model_name(srv_server *server, char *name, size_t size);
 
 typedef struct srv_http srv_http;
 typedef struct srv_control srv_control;
+typedef struct srv_policy srv_policy;
 
-/* control may be NULL: its endpoints then answer 503. */
-ac_status srv_http_start(srv_server *server, srv_metrics *metrics, srv_control *control, srv_http **http,
-                         int *bound_port);
+/* control may be NULL: its endpoints then answer 503; policy may be NULL (no sla group):
+ * GET /admin/policy then says it is not enabled. */
+ac_status srv_http_start(srv_server *server, srv_metrics *metrics, srv_control *control, srv_policy *policy,
+                         srv_http **http, int *bound_port);
 void srv_http_stop(srv_http *http);
 /* Refuses new completions (503, and /health 503 "stopping") and waits up to timeout_s for
  * every accepted one to be answered in full (a stream to its last byte): the number

@@ -18,7 +18,10 @@
  *           window_s = 60.0; hysteresis = 0.1; cooldown_s = 900.0; interval_s = 5.0; }; */
 #include "server/srv.h"
 
+#include "util/cfg.h"
+
 #include <libconfig.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -53,73 +56,28 @@ void srv_config_defaults(srv_config *c)
 typedef struct {
     const char *name;
     int *value;
-    long long min, max;
+    int min, max;
 } int_setting;
 
-static ac_status bad(const char *path, const config_setting_t *s, const char *what)
-{
-    return ac_fail(AC_ERR_INVALID, "%s:%u: %s %s", path, config_setting_source_line(s), config_setting_name(s), what);
-}
-
-static ac_status read_int(const char *path, const config_setting_t *s, const int_setting *spec)
-{
-    int type = config_setting_type(s);
-    if (type != CONFIG_TYPE_INT && type != CONFIG_TYPE_INT64)
-        return bad(path, s, "must be an integer");
-    long long v = config_setting_get_int64(s);
-    if (v < spec->min || v > spec->max)
-        return ac_fail(AC_ERR_INVALID, "%s:%u: %s must be in [%lld, %lld], got %lld", path,
-                       config_setting_source_line(s), spec->name, spec->min, spec->max, v);
-    *spec->value = (int)v;
-    return AC_OK;
-}
-
-static ac_status read_string(const char *path, const config_setting_t *s, char *out, size_t size)
-{
-    const char *v = config_setting_get_string(s);
-    if (!v)
-        return bad(path, s, "must be a string");
-    if (strlen(v) >= size)
-        return bad(path, s, "is too long");
-    snprintf(out, size, "%s", v);
-    return AC_OK;
-}
-
-static ac_status read_weights(const char *path, const config_setting_t *s, ac_dtype *out)
+static ac_status read_weights(const ac_cfg *r, const config_setting_t *s, ac_dtype *out)
 {
     char value[8];
-    ac_status st = read_string(path, s, value, sizeof value);
+    ac_status st = ac_cfg_string(r, s, config_setting_name(s), false, value, sizeof value);
     if (st == AC_OK && ac_weights_dtype_parse("weights", value, out) != AC_OK)
-        st = bad(path, s, "must be \"f32\" or \"bf16\"");
+        st = ac_cfg_fail(r, s, "%s must be \"f32\" or \"bf16\"", config_setting_name(s));
     return st;
 }
 
-static ac_status read_double(const char *path, const config_setting_t *s, double min, double max, double *out)
+static ac_status read_flag(const ac_cfg *r, const config_setting_t *s, int *out)
 {
-    int type = config_setting_type(s);
-    if (type != CONFIG_TYPE_INT && type != CONFIG_TYPE_INT64 && type != CONFIG_TYPE_FLOAT)
-        return bad(path, s, "must be a number");
-    double v = type == CONFIG_TYPE_FLOAT ? config_setting_get_float(s) : (double)config_setting_get_int64(s);
-    if (!(v >= min && v <= max))
-        return ac_fail(AC_ERR_INVALID, "%s:%u: %s must be in [%g, %g], got %g", path, config_setting_source_line(s),
-                       config_setting_name(s), min, max, v);
-    *out = v;
-    return AC_OK;
+    bool v = false;
+    ac_status st = ac_cfg_bool(r, s, config_setting_name(s), &v);
+    if (st == AC_OK)
+        *out = v;
+    return st;
 }
 
-static ac_status read_long(const char *path, const config_setting_t *s, long long *out)
-{
-    int type = config_setting_type(s);
-    if (type != CONFIG_TYPE_INT && type != CONFIG_TYPE_INT64)
-        return bad(path, s, "must be an integer");
-    long long v = config_setting_get_int64(s);
-    if (v < 0)
-        return bad(path, s, "must not be negative");
-    *out = v;
-    return AC_OK;
-}
-
-static ac_status read_control(const char *path, const config_setting_t *s, void *group)
+static ac_status read_control(const ac_cfg *r, const config_setting_t *s, void *group)
 {
     srv_control_config *c = group;
     const char *name = config_setting_name(s);
@@ -130,22 +88,22 @@ static ac_status read_control(const char *path, const config_setting_t *s, void 
                    {"parent", c->parent},     {"contract", c->contract}};
     for (size_t i = 0; i < sizeof strings / sizeof strings[0]; i++)
         if (!strcmp(name, strings[i].name))
-            return read_string(path, s, strings[i].out, SRV_PATH_MAX);
+            return ac_cfg_string(r, s, name, false, strings[i].out, SRV_PATH_MAX);
     const int_setting ints[] = {{"threads", &c->threads, 0, 1024},
                                 {"nice", &c->nice, 0, 19},
                                 {"measure_sweeps", &c->measure_sweeps, 0, 64},
                                 {"eval_batches", &c->eval_batches, 0, 1 << 20}};
     for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++)
         if (!strcmp(name, ints[i].name))
-            return read_int(path, s, &ints[i]);
+            return ac_cfg_int(r, s, name, ints[i].min, ints[i].max, ints[i].value);
     if (!strcmp(name, "search_tokens"))
-        return read_long(path, s, &c->search_tokens);
+        return ac_cfg_int64(r, s, name, 0, LLONG_MAX, &c->search_tokens);
     if (!strcmp(name, "kd_tokens"))
-        return read_long(path, s, &c->kd_tokens);
-    return bad(path, s, "is not a control setting");
+        return ac_cfg_int64(r, s, name, 0, LLONG_MAX, &c->kd_tokens);
+    return ac_cfg_fail(r, s, "%s is not a control setting", name);
 }
 
-static ac_status read_sla(const char *path, const config_setting_t *s, void *group)
+static ac_status read_sla(const ac_cfg *r, const config_setting_t *s, void *group)
 {
     srv_sla_config *c = group;
     const struct {
@@ -163,23 +121,21 @@ static ac_status read_sla(const char *path, const config_setting_t *s, void *gro
     const char *name = config_setting_name(s);
     for (size_t i = 0; i < sizeof numbers / sizeof numbers[0]; i++)
         if (!strcmp(name, numbers[i].name))
-            return read_double(path, s, numbers[i].min, numbers[i].max, numbers[i].out);
-    return bad(path, s, "is not an sla setting");
+            return ac_cfg_double(r, s, name, numbers[i].min, numbers[i].max, numbers[i].out);
+    return ac_cfg_fail(r, s, "%s is not an sla setting", name);
 }
 
 /* A group's settings, one by one, through read_one. */
-static ac_status read_group(const char *path, const config_setting_t *g, void *out,
-                            ac_status (*read_one)(const char *, const config_setting_t *, void *))
+static ac_status read_group(const ac_cfg *r, const config_setting_t *g, void *out,
+                            ac_status (*read_one)(const ac_cfg *, const config_setting_t *, void *))
 {
-    if (!config_setting_is_group(g))
-        return bad(path, g, "must be a group { ... }");
-    ac_status st = AC_OK;
+    ac_status st = ac_cfg_group(r, g, config_setting_name(g));
     for (int i = 0; st == AC_OK && i < config_setting_length(g); i++)
-        st = read_one(path, config_setting_get_elem(g, (unsigned)i), out);
+        st = read_one(r, config_setting_get_elem(g, (unsigned)i), out);
     return st;
 }
 
-static ac_status read_setting(const char *path, const config_setting_t *s, srv_config *c)
+static ac_status read_setting(const ac_cfg *r, const config_setting_t *s, srv_config *c)
 {
     int body_bytes = (int)c->max_body_bytes;
     const int_setting ints[] = {
@@ -201,37 +157,33 @@ static ac_status read_setting(const char *path, const config_setting_t *s, srv_c
     for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++) {
         if (strcmp(name, ints[i].name))
             continue;
-        ac_status st = read_int(path, s, &ints[i]);
+        ac_status st = ac_cfg_int(r, s, name, ints[i].min, ints[i].max, ints[i].value);
         c->max_body_bytes = (size_t)body_bytes;
         return st;
     }
     if (!strcmp(name, "host"))
-        return read_string(path, s, c->host, sizeof c->host);
+        return ac_cfg_string(r, s, name, false, c->host, sizeof c->host);
     if (!strcmp(name, "drain_timeout_s"))
-        return read_double(path, s, 0, 3600, &c->drain_timeout_s);
+        return ac_cfg_double(r, s, name, 0, 3600, &c->drain_timeout_s);
     if (!strcmp(name, "control"))
-        return read_group(path, s, &c->control, read_control);
+        return read_group(r, s, &c->control, read_control);
     if (!strcmp(name, "sla")) {
         c->sla.enabled = 1;
-        return read_group(path, s, &c->sla, read_sla);
+        return read_group(r, s, &c->sla, read_sla);
     }
     if (!strcmp(name, "profile_tables"))
-        return read_string(path, s, c->profile_tables, sizeof c->profile_tables);
+        return ac_cfg_string(r, s, name, false, c->profile_tables, sizeof c->profile_tables);
     if (!strcmp(name, "device"))
-        return read_string(path, s, c->device, sizeof c->device);
+        return ac_cfg_string(r, s, name, false, c->device, sizeof c->device);
     if (!strcmp(name, "weights"))
-        return read_weights(path, s, &c->weights);
+        return read_weights(r, s, &c->weights);
     if (!strcmp(name, "model_name"))
-        return read_string(path, s, c->model_name, sizeof c->model_name);
+        return ac_cfg_string(r, s, name, false, c->model_name, sizeof c->model_name);
     if (!strcmp(name, "admin_token"))
-        return read_string(path, s, c->admin_token, sizeof c->admin_token);
-    if (!strcmp(name, "prefix_reuse")) {
-        if (config_setting_type(s) != CONFIG_TYPE_BOOL)
-            return bad(path, s, "must be true or false");
-        c->prefix_reuse = config_setting_get_bool(s);
-        return AC_OK;
-    }
-    return bad(path, s, "is not a server setting (see adapters/server/srv_config.c)");
+        return ac_cfg_string(r, s, name, false, c->admin_token, sizeof c->admin_token);
+    if (!strcmp(name, "prefix_reuse"))
+        return read_flag(r, s, &c->prefix_reuse);
+    return ac_cfg_fail(r, s, "%s is not a server setting (see adapters/server/srv_config.c)", name);
 }
 
 ac_status srv_config_load(const char *path, srv_config *c)
@@ -245,9 +197,10 @@ ac_status srv_config_load(const char *path, srv_config *c)
         else
             st = ac_fail(AC_ERR_INVALID, "%s:%d: %s", path, config_error_line(&cfg), config_error_text(&cfg));
     }
+    const ac_cfg r = {path, AC_CFG_SAY_MUST};
     const config_setting_t *root = st == AC_OK ? config_root_setting(&cfg) : NULL;
     for (int i = 0; root && st == AC_OK && i < config_setting_length(root); i++)
-        st = read_setting(path, config_setting_get_elem(root, (unsigned)i), c);
+        st = read_setting(&r, config_setting_get_elem(root, (unsigned)i), c);
     config_destroy(&cfg);
     return st;
 }

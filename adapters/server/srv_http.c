@@ -1,6 +1,8 @@
-/* HTTP on libmicrohttpd, one thread per connection: routing, bodies within the size
- * limit, bearer tokens for /admin, JSON and SSE responses. Handlers block (waiting for a
- * completion, or inside a stream's reader) only on their own connection's thread. */
+/* HTTP on libmicrohttpd, one thread per connection: routing (one table of handlers),
+ * bodies within the size limit, bearer tokens for /admin, JSON and SSE responses. The
+ * server's parts answer with typed results; their JSON is made here. Handlers block
+ * (waiting for a completion, or inside a stream's reader) only on their own
+ * connection's thread. */
 #define _GNU_SOURCE /* POLLRDHUP */
 #include "server/srv.h"
 #include "server/srv_control.h"
@@ -22,6 +24,7 @@ struct srv_http {
     srv_server *server;
     srv_metrics *metrics;
     srv_control *control;
+    srv_policy *policy;
     int closing;   /* draining for a stop: no new completions */
     int in_flight; /* accepted completions not yet answered in full */
 };
@@ -34,6 +37,15 @@ typedef struct {
     int answered;      /* a 413 went out before the end of the body */
     int in_flight;     /* this request counts in srv_http.in_flight until it completes */
 } connection_ctx;
+
+enum { ID_MAX = 64 };
+
+/* A request as its route's handler sees it. */
+typedef struct {
+    const char *endpoint;  /* the route's path: metrics count requests by it */
+    char id[ID_MAX];       /* the job id a star in the path stood for */
+    connection_ctx *conn;  /* the body */
+} route_call;
 
 /* A body over the limit is still read (and dropped) up to this many bytes, so a client
  * that sends it all before reading (most do, without Expect: 100-continue) gets the 413
@@ -277,9 +289,10 @@ static int wait_for_completion(struct MHD_Connection *c, srv_request *req)
     return !gone;
 }
 
-static enum MHD_Result completions(srv_http *h, struct MHD_Connection *c, connection_ctx *cc)
+static enum MHD_Result completions(srv_http *h, struct MHD_Connection *c, const route_call *k)
 {
-    const char *ep = "/v1/completions";
+    const char *ep = k->endpoint;
+    connection_ctx *cc = k->conn;
     if (__atomic_load_n(&h->closing, __ATOMIC_ACQUIRE))
         return send_error(h, c, ep, 503, "server_error", "shutting_down", "the server is shutting down");
     srv_model *m = srv_server_acquire_model(h->server);
@@ -321,7 +334,7 @@ static enum MHD_Result completions(srv_http *h, struct MHD_Connection *c, connec
     return res;
 }
 
-static enum MHD_Result models(srv_http *h, struct MHD_Connection *c)
+static enum MHD_Result models(srv_http *h, struct MHD_Connection *c, const route_call *k)
 {
     char name[SRV_NAME_MAX];
     srv_server_model_name(h->server, name, sizeof name);
@@ -336,28 +349,29 @@ static enum MHD_Result models(srv_http *h, struct MHD_Connection *c)
         cJSON_AddStringToObject(m, "owned_by", "autocompress");
         cJSON_AddItemToArray(data, m);
     }
-    return send_cjson(h, c, "/v1/models", 200, o);
+    return send_cjson(h, c, k->endpoint, 200, o);
 }
 
-static enum MHD_Result health(srv_http *h, struct MHD_Connection *c)
+static enum MHD_Result health(srv_http *h, struct MHD_Connection *c, const route_call *k)
 {
     int closing = __atomic_load_n(&h->closing, __ATOMIC_ACQUIRE);
     int ready = !closing && srv_server_ready(h->server);
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "status", closing ? "stopping" : ready ? "ok" : "loading");
-    return send_cjson(h, c, "/health", ready ? 200 : 503, o);
+    return send_cjson(h, c, k->endpoint, ready ? 200 : 503, o);
 }
 
-static enum MHD_Result metrics(srv_http *h, struct MHD_Connection *c)
+static enum MHD_Result metrics(srv_http *h, struct MHD_Connection *c, const route_call *k)
 {
     srv_gauges g = srv_server_gauges(h->server);
     char *text = srv_metrics_prometheus(h->metrics, g.active_slots, g.queue_depth, g.generation);
-    return send_text(h, c, "/metrics", 200, text, "text/plain; version=0.0.4; charset=utf-8");
+    return send_text(h, c, k->endpoint, 200, text, "text/plain; version=0.0.4; charset=utf-8");
 }
 
-static enum MHD_Result swap(srv_http *h, struct MHD_Connection *c, const connection_ctx *cc)
+static enum MHD_Result swap(srv_http *h, struct MHD_Connection *c, const route_call *k)
 {
-    const char *ep = "/admin/swap";
+    const char *ep = k->endpoint;
+    const connection_ctx *cc = k->conn;
     cJSON *o = srv_json_parse_whole(cc->body ? cc->body : "", cc->len, NULL);
     const cJSON *path = o ? cJSON_GetObjectItemCaseSensitive(o, "model_path") : NULL;
     const cJSON *drain = o ? cJSON_GetObjectItemCaseSensitive(o, "drain_first") : NULL;
@@ -386,9 +400,10 @@ static enum MHD_Result swap(srv_http *h, struct MHD_Connection *c, const connect
 }
 
 /* POST /admin/profile {"sample_every": N}: the in-situ profile's rate (0: pause). */
-static enum MHD_Result profile_rate(srv_http *h, struct MHD_Connection *c, const connection_ctx *cc)
+static enum MHD_Result profile_rate(srv_http *h, struct MHD_Connection *c, const route_call *k)
 {
-    const char *ep = "/admin/profile";
+    const char *ep = k->endpoint;
+    const connection_ctx *cc = k->conn;
     cJSON *o = srv_json_parse_whole(cc->body ? cc->body : "", cc->len, NULL);
     const cJSON *every = o ? cJSON_GetObjectItemCaseSensitive(o, "sample_every") : NULL;
     const char *problem = !o || !cJSON_IsObject(o) ? "the body must be a JSON object"
@@ -410,26 +425,153 @@ static enum MHD_Result profile_rate(srv_http *h, struct MHD_Connection *c, const
     return send_cjson(h, c, ep, 200, r);
 }
 
-typedef enum { ROUTE_NONE, ROUTE_HEALTH, ROUTE_MODELS, ROUTE_COMPLETIONS, ROUTE_METRICS, ROUTE_SWAP,
-               ROUTE_STATUS, ROUTE_WORKLOAD, ROUTE_RECOMPRESS, ROUTE_JOBS, ROUTE_JOB, ROUTE_JOB_CANCEL,
-               ROUTE_JOB_RESUME, ROUTE_POLICY, ROUTE_PROFILE, ROUTE_PROFILE_RATE } route;
+static cJSON *swap_json(const srv_swap_record *r)
+{
+    cJSON *e = cJSON_CreateObject();
+    cJSON_AddNumberToObject(e, "at", r->at);
+    cJSON_AddStringToObject(e, "model_path", r->path);
+    cJSON_AddBoolToObject(e, "ok", r->ok);
+    cJSON_AddBoolToObject(e, "drain_first", r->drain_first);
+    cJSON_AddNumberToObject(e, "seconds", r->seconds);
+    cJSON_AddStringToObject(e, "message", r->message);
+    return e;
+}
 
-/* A star in a path stands for one job id (a path segment). */
+static enum MHD_Result server_status(srv_http *h, struct MHD_Connection *c, const route_call *k)
+{
+    srv_status *st = malloc(sizeof *st); /* the swap history makes it large for a stack */
+    if (!st)
+        return send_json(h, c, k->endpoint, 500, NULL);
+    srv_server_status(h->server, st);
+    cJSON *o = cJSON_CreateObject();
+    if (st->has_model) {
+        cJSON *jm = cJSON_AddObjectToObject(o, "model");
+        cJSON_AddStringToObject(jm, "name", st->name);
+        cJSON_AddStringToObject(jm, "path", st->path);
+        cJSON_AddStringToObject(jm, "architecture", st->architecture);
+        cJSON_AddNumberToObject(jm, "parameters", (double)st->parameters);
+        cJSON_AddNumberToObject(jm, "generation", st->generation);
+        cJSON_AddNumberToObject(jm, "loaded_at", st->loaded_at);
+    } else {
+        cJSON_AddNullToObject(o, "model");
+    }
+    cJSON_AddStringToObject(o, "state", st->state);
+    cJSON_AddNumberToObject(o, "slots", st->slots);
+    cJSON_AddNumberToObject(o, "active_slots", st->active_slots);
+    cJSON_AddNumberToObject(o, "queue_depth", st->queue_depth);
+    cJSON_AddNumberToObject(o, "models_loaded", st->models_loaded);
+    cJSON *swaps = cJSON_AddArrayToObject(o, "swaps");
+    for (int i = 0; i < st->n_swaps; i++)
+        cJSON_AddItemToArray(swaps, swap_json(&st->swaps[i]));
+    free(st);
+    return send_cjson(h, c, k->endpoint, 200, o);
+}
+
+static enum MHD_Result workload(srv_http *h, struct MHD_Connection *c, const route_call *k)
+{
+    return send_json(h, c, k->endpoint, 200, srv_metrics_workload_json(h->metrics));
+}
+
+static enum MHD_Result profile(srv_http *h, struct MHD_Connection *c, const route_call *k)
+{
+    char *json = NULL, why[256];
+    int status = srv_server_profile(h->server, &json, why, sizeof why);
+    if (status != 200)
+        return send_error(h, c, k->endpoint, status, "server_error", "no_profile", why);
+    return send_json(h, c, k->endpoint, status, json);
+}
+
+/* ---- the controller's endpoints ---- */
+
+/* A job as JSON, or the refusal as an error. */
+static enum MHD_Result send_job(srv_http *h, struct MHD_Connection *c, const char *ep, const srv_job_result *r)
+{
+    if (r->status == 200 || r->status == 202)
+        return send_json(h, c, ep, r->status, ac_job_json(&r->job));
+    const char *type = r->status == 404   ? "not_found_error"
+                       : r->status == 409 ? "conflict_error"
+                       : r->status >= 500 ? "server_error"
+                                          : "invalid_request_error";
+    return send_error(h, c, ep, r->status, type, r->code, r->message);
+}
+
+static enum MHD_Result recompress(srv_http *h, struct MHD_Connection *c, const route_call *k)
+{
+    srv_job_result r;
+    srv_recompress_request(h->control, k->conn->body, k->conn->len, &r);
+    return send_job(h, c, k->endpoint, &r);
+}
+
+static enum MHD_Result jobs(srv_http *h, struct MHD_Connection *c, const route_call *k)
+{
+    return send_json(h, c, k->endpoint, 200, ac_jobs_list_json(srv_control_jobs(h->control)));
+}
+
+static enum MHD_Result job(srv_http *h, struct MHD_Connection *c, const route_call *k)
+{
+    srv_job_result r;
+    srv_control_job(h->control, k->id, &r);
+    return send_job(h, c, k->endpoint, &r);
+}
+
+static enum MHD_Result job_cancel(srv_http *h, struct MHD_Connection *c, const route_call *k)
+{
+    srv_job_result r;
+    srv_control_cancel(h->control, k->id, &r);
+    return send_job(h, c, k->endpoint, &r);
+}
+
+static enum MHD_Result job_resume(srv_http *h, struct MHD_Connection *c, const route_call *k)
+{
+    srv_job_result r;
+    srv_control_resume(h->control, k->id, &r);
+    return send_job(h, c, k->endpoint, &r);
+}
+
+/* The policy's state with "enabled": true, or just "enabled": false without one. */
+static enum MHD_Result policy(srv_http *h, struct MHD_Connection *c, const route_call *k)
+{
+    if (!h->policy)
+        return send_json(h, c, k->endpoint, 200, strdup("{\"enabled\":false}"));
+    char *state = srv_policy_state_json(h->policy);
+    cJSON *o = state ? cJSON_Parse(state) : NULL;
+    free(state);
+    if (o)
+        cJSON_AddBoolToObject(o, "enabled", 1);
+    char *json = o ? cJSON_PrintUnformatted(o) : NULL;
+    cJSON_Delete(o);
+    return send_json(h, c, k->endpoint, 200, json);
+}
+
+/* ---- routing ---- */
+
+typedef enum MHD_Result (*route_handler)(srv_http *h, struct MHD_Connection *c, const route_call *k);
+
+/* A star in a path stands for one job id (a path segment). Paths under /admin/ take the
+ * admin token; `control` routes answer 503 when the controller did not start. */
 static const struct {
     const char *path, *method;
-    route r;
+    route_handler handler;
+    int control;
 } routes[] = {
-    {"/health", "GET", ROUTE_HEALTH},          {"/v1/models", "GET", ROUTE_MODELS},
-    {"/v1/completions", "POST", ROUTE_COMPLETIONS}, {"/metrics", "GET", ROUTE_METRICS},
-    {"/admin/swap", "POST", ROUTE_SWAP},       {"/admin/status", "GET", ROUTE_STATUS},
-    {"/admin/workload", "GET", ROUTE_WORKLOAD}, {"/admin/recompress", "POST", ROUTE_RECOMPRESS},
-    {"/admin/jobs", "GET", ROUTE_JOBS},        {"/admin/jobs/*", "GET", ROUTE_JOB},
-    {"/admin/jobs/*", "DELETE", ROUTE_JOB_CANCEL}, {"/admin/jobs/*/resume", "POST", ROUTE_JOB_RESUME},
-    {"/admin/policy", "GET", ROUTE_POLICY},    {"/admin/profile", "GET", ROUTE_PROFILE},
-    {"/admin/profile", "POST", ROUTE_PROFILE_RATE},
+    {"/health", "GET", health, 0},
+    {"/v1/models", "GET", models, 0},
+    {"/v1/completions", "POST", completions, 0},
+    {"/metrics", "GET", metrics, 0},
+    {"/admin/swap", "POST", swap, 0},
+    {"/admin/status", "GET", server_status, 0},
+    {"/admin/workload", "GET", workload, 0},
+    {"/admin/recompress", "POST", recompress, 1},
+    {"/admin/jobs", "GET", jobs, 1},
+    {"/admin/jobs/*", "GET", job, 1},
+    {"/admin/jobs/*", "DELETE", job_cancel, 1},
+    {"/admin/jobs/*/resume", "POST", job_resume, 1},
+    {"/admin/policy", "GET", policy, 1},
+    {"/admin/profile", "GET", profile, 0},
+    {"/admin/profile", "POST", profile_rate, 0},
 };
 
-enum { ID_MAX = 64 };
+enum { N_ROUTES = sizeof routes / sizeof routes[0] };
 
 /* 1 when url matches the route's path, the id (if the path has a star) copied out. */
 static int match_path(const char *pattern, const char *url, char id[ID_MAX])
@@ -449,78 +591,47 @@ static int match_path(const char *pattern, const char *url, char id[ID_MAX])
     return 1;
 }
 
-/* The controller's endpoints: status and body from srv_control. */
-static enum MHD_Result control_route(srv_http *h, struct MHD_Connection *c, route r, const char *ep,
-                                     const char *id, const connection_ctx *cc)
+/* 405 for a known path asked with another method: the methods it takes. */
+static enum MHD_Result wrong_method(srv_http *h, struct MHD_Connection *c, size_t route)
 {
-    if (!h->control)
-        return send_error(h, c, ep, 503, "server_error", "control_unavailable",
-                          "the controller did not start (see the server's log)");
-    char *json = NULL;
-    int status = 500;
-    switch (r) {
-    case ROUTE_RECOMPRESS: status = srv_control_recompress(h->control, cc->body, cc->len, &json); break;
-    case ROUTE_JOBS: status = srv_control_jobs(h->control, &json); break;
-    case ROUTE_JOB: status = srv_control_job(h->control, id, &json); break;
-    case ROUTE_JOB_CANCEL: status = srv_control_cancel(h->control, id, &json); break;
-    case ROUTE_JOB_RESUME: status = srv_control_resume(h->control, id, &json); break;
-    case ROUTE_POLICY: status = srv_control_policy(h->control, &json); break;
-    default: break;
-    }
-    return send_json(h, c, ep, status, json);
+    const char *ep = routes[route].path;
+    char message[96];
+    snprintf(message, sizeof message, "%s takes %s", ep, routes[route].method);
+    for (size_t i = route + 1; i < N_ROUTES; i++)
+        if (!strcmp(routes[i].path, ep))
+            snprintf(message + strlen(message), sizeof message - strlen(message), " or %s", routes[i].method);
+    return send_error(h, c, ep, 405, "invalid_request_error", "method_not_allowed", message);
 }
 
 static enum MHD_Result dispatch(srv_http *h, struct MHD_Connection *c, const char *url, const char *method,
                                 connection_ctx *cc)
 {
     int known = -1, path_known = -1;
-    char id[ID_MAX] = "";
-    for (size_t i = 0; i < sizeof routes / sizeof routes[0] && known < 0; i++)
-        if (match_path(routes[i].path, url, id)) {
+    route_call k = {NULL, "", cc};
+    for (size_t i = 0; i < N_ROUTES && known < 0; i++)
+        if (match_path(routes[i].path, url, k.id)) {
             path_known = (int)i;
             if (!strcmp(method, routes[i].method))
                 known = (int)i;
         }
     if (path_known < 0)
         return send_error(h, c, "other", 404, "not_found_error", "unknown_path", "no such endpoint");
-    if (known < 0) {
-        const char *ep = routes[path_known].path;
-        char message[96];
-        snprintf(message, sizeof message, "%s takes %s", ep, routes[path_known].method);
-        for (size_t i = (size_t)path_known + 1; i < sizeof routes / sizeof routes[0]; i++)
-            if (!strcmp(routes[i].path, ep))
-                snprintf(message + strlen(message), sizeof message - strlen(message), " or %s", routes[i].method);
-        return send_error(h, c, ep, 405, "invalid_request_error", "method_not_allowed", message);
-    }
-    const char *ep = routes[known].path;
+    if (known < 0)
+        return wrong_method(h, c, (size_t)path_known);
+    k.endpoint = routes[known].path;
     if (cc->too_large) {
         char message[96];
         snprintf(message, sizeof message, "the body is larger than %zu bytes",
                  srv_server_config(h->server)->max_body_bytes);
-        return send_error(h, c, ep, 413, "invalid_request_error", "request_too_large", message);
+        return send_error(h, c, k.endpoint, 413, "invalid_request_error", "request_too_large", message);
     }
     enum MHD_Result res = MHD_NO;
-    route r = routes[known].r;
-    if (!strncmp(ep, "/admin/", 7) && refuse_admin(h, c, ep, &res))
+    if (!strncmp(k.endpoint, "/admin/", 7) && refuse_admin(h, c, k.endpoint, &res))
         return res;
-    switch (r) {
-    case ROUTE_HEALTH: return health(h, c);
-    case ROUTE_MODELS: return models(h, c);
-    case ROUTE_COMPLETIONS: return completions(h, c, cc);
-    case ROUTE_METRICS: return metrics(h, c);
-    case ROUTE_SWAP: return swap(h, c, cc);
-    case ROUTE_STATUS: return send_json(h, c, ep, 200, srv_server_status_json(h->server));
-    case ROUTE_WORKLOAD: return send_json(h, c, ep, 200, srv_metrics_workload_json(h->metrics));
-    case ROUTE_PROFILE_RATE: return profile_rate(h, c, cc);
-    case ROUTE_PROFILE: {
-        char *json = NULL;
-        int status = srv_server_profile(h->server, &json);
-        return send_json(h, c, ep, status, json);
-    }
-    case ROUTE_NONE: break;
-    default: return control_route(h, c, r, ep, id, cc);
-    }
-    return MHD_NO;
+    if (routes[known].control && !h->control)
+        return send_error(h, c, k.endpoint, 503, "server_error", "control_unavailable",
+                          "the controller did not start (see the server's log)");
+    return routes[known].handler(h, c, &k);
 }
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
@@ -617,8 +728,8 @@ static ac_status bind_address(const char *host, int port, struct sockaddr_storag
     return ac_fail(AC_ERR_INVALID, "host '%s' is not an IPv4 or IPv6 address", host);
 }
 
-ac_status srv_http_start(srv_server *server, srv_metrics *metrics, srv_control *control, srv_http **out,
-                         int *bound_port)
+ac_status srv_http_start(srv_server *server, srv_metrics *metrics, srv_control *control, srv_policy *policy,
+                         srv_http **out, int *bound_port)
 {
     *out = NULL;
     const srv_config *cfg = srv_server_config(server);
@@ -633,6 +744,7 @@ ac_status srv_http_start(srv_server *server, srv_metrics *metrics, srv_control *
     h->server = server;
     h->metrics = metrics;
     h->control = control;
+    h->policy = policy;
     unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_POLL |
                      MHD_USE_ERROR_LOG | (ipv6 ? MHD_USE_IPv6 : 0);
     h->daemon = MHD_start_daemon(flags, (uint16_t)cfg->port, NULL, NULL, on_request, h, MHD_OPTION_SOCK_ADDR,

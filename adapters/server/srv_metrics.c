@@ -474,17 +474,28 @@ static cJSON *series_json(const int64_t *sorted, int n, uint64_t total)
 }
 
 /* The window's medians as a contract workload; input and output at least 1 token,
- * since a contract needs both. Batch samples are at least 1 already. */
-static int add_implied(cJSON *root, int64_t *const sorted[SERIES_COUNT], const int n[SERIES_COUNT])
+ * since a contract needs both. Batch samples are at least 1 already. 0 when no request
+ * has been served yet. */
+static int implied_workload(int64_t *const sorted[SERIES_COUNT], const int n[SERIES_COUNT], ac_contract_workload *w)
 {
     if (n[SERIES_BATCH] == 0 || n[SERIES_INPUT] == 0)
-        return cJSON_AddNullToObject(root, "implied_workload") && cJSON_AddNullToObject(root, "libconfig");
+        return 0;
     int64_t v[SERIES_COUNT];
     for (int s = 0; s < SERIES_COUNT; s++)
         v[s] = percentile(sorted[s], n[s], 50);
     for (int s = 0; s < SERIES_COUNT; s++)
         if (s != SERIES_CACHED && v[s] < 1)
             v[s] = 1;
+    *w = (ac_contract_workload){(int)v[SERIES_BATCH], v[SERIES_CACHED], v[SERIES_INPUT], v[SERIES_OUTPUT]};
+    return 1;
+}
+
+static int add_implied(cJSON *root, int64_t *const sorted[SERIES_COUNT], const int n[SERIES_COUNT])
+{
+    ac_contract_workload w;
+    if (!implied_workload(sorted, n, &w))
+        return cJSON_AddNullToObject(root, "implied_workload") && cJSON_AddNullToObject(root, "libconfig");
+    const int64_t v[SERIES_COUNT] = {w.batch, w.cached_tokens, w.input_tokens, w.output_tokens};
     cJSON *implied = cJSON_AddObjectToObject(root, "implied_workload");
     int ok = implied != NULL;
     for (int s = 0; ok && s < SERIES_COUNT; s++)
@@ -514,28 +525,49 @@ static char *workload_from_windows(int64_t *const sorted[SERIES_COUNT], const in
     return text;
 }
 
-char *srv_metrics_workload_json(srv_metrics *m)
+/* The windows, copied out and sorted; `buffer` (malloc'd) holds them. 0 when out of memory. */
+static int sorted_windows(srv_metrics *m, int64_t **buffer, int64_t *sorted[SERIES_COUNT], int n[SERIES_COUNT],
+                          uint64_t total[SERIES_COUNT])
 {
-    int64_t *buffer = malloc((size_t)SERIES_COUNT * WINDOW * sizeof *buffer);
-    if (!buffer)
-        return NULL;
-    int64_t *sorted[SERIES_COUNT];
-    int n[SERIES_COUNT];
-    uint64_t total[SERIES_COUNT];
+    *buffer = malloc((size_t)SERIES_COUNT * WINDOW * sizeof **buffer);
+    if (!*buffer)
+        return 0;
     /* the window's order does not matter once sorted, so copy it whole */
     pthread_mutex_lock(&m->mu);
     for (int s = 0; s < SERIES_COUNT; s++) {
-        sorted[s] = buffer + (size_t)s * WINDOW;
+        sorted[s] = *buffer + (size_t)s * WINDOW;
         n[s] = m->series[s].n;
         total[s] = m->series[s].total;
-        memcpy(sorted[s], m->series[s].values, (size_t)n[s] * sizeof *buffer);
+        memcpy(sorted[s], m->series[s].values, (size_t)n[s] * sizeof **buffer);
     }
     pthread_mutex_unlock(&m->mu);
     for (int s = 0; s < SERIES_COUNT; s++)
-        qsort(sorted[s], (size_t)n[s], sizeof *buffer, compare_int64);
+        qsort(sorted[s], (size_t)n[s], sizeof **buffer, compare_int64);
+    return 1;
+}
+
+char *srv_metrics_workload_json(srv_metrics *m)
+{
+    int64_t *buffer, *sorted[SERIES_COUNT];
+    int n[SERIES_COUNT];
+    uint64_t total[SERIES_COUNT];
+    if (!sorted_windows(m, &buffer, sorted, n, total))
+        return NULL;
     char *text = workload_from_windows(sorted, n, total);
     free(buffer);
     return text;
+}
+
+int srv_metrics_live_workload(srv_metrics *m, ac_contract_workload *w)
+{
+    int64_t *buffer, *sorted[SERIES_COUNT];
+    int n[SERIES_COUNT];
+    uint64_t total[SERIES_COUNT];
+    if (!sorted_windows(m, &buffer, sorted, n, total))
+        return 0;
+    int ok = implied_workload(sorted, n, w);
+    free(buffer);
+    return ok;
 }
 
 /* ---- the SLA policy's view ---- */

@@ -167,26 +167,6 @@ static int check_paths(recompress_body *b)
     return 1;
 }
 
-/* The live workload's medians, from the metrics' workload view. */
-static int live_workload(srv_metrics *m, ac_live_workload *w)
-{
-    char *text = srv_metrics_workload_json(m);
-    cJSON *o = text ? cJSON_Parse(text) : NULL;
-    free(text);
-    const cJSON *iw = cJSON_GetObjectItemCaseSensitive(o, "implied_workload");
-    const char *keys[] = {"batch", "cached_tokens", "input_tokens", "output_tokens"};
-    int *out[] = {&w->batch, &w->cached_tokens, &w->input_tokens, &w->output_tokens};
-    int ok = cJSON_IsObject(iw);
-    for (int i = 0; ok && i < 4; i++) {
-        const cJSON *v = cJSON_GetObjectItemCaseSensitive(iw, keys[i]);
-        ok = cJSON_IsNumber(v);
-        if (ok)
-            *out[i] = (int)v->valuedouble;
-    }
-    cJSON_Delete(o);
-    return ok;
-}
-
 /* A contract file on the server, whole (NULL with the reason in `problem`). */
 static char *read_contract_file(const char *path, char *problem, size_t size)
 {
@@ -208,8 +188,8 @@ static char *read_contract_file(const char *path, char *problem, size_t size)
     return text;
 }
 
-/* The contract text the job gets; 0 with the status and body set when there is none. */
-static char *contract_for(srv_control *c, recompress_body *b, int *status, char **json)
+/* The contract text the job gets (malloc'd), or NULL with the refusal in r. */
+static char *contract_for(srv_control *c, recompress_body *b, srv_job_result *r)
 {
     const srv_control_config *cfg = srv_control_settings(c);
     const char *path = b->contract_path                  ? b->contract_path
@@ -221,24 +201,24 @@ static char *contract_for(srv_control *c, recompress_body *b, int *status, char 
     } else if (path) {
         text = read_contract_file(path, b->problem, sizeof b->problem);
         if (!text) {
-            *status = srv_control_error(400, "invalid_value", b->problem, json);
+            srv_job_refuse(r, 400, "invalid_value", b->problem);
             return NULL;
         }
     } else {
-        *status = srv_control_error(400, "invalid_value",
-                                    "a contract is needed: 'contract' (libconfig text), 'contract_path', or "
-                                    "control.contract in the server config", json);
+        srv_job_refuse(r, 400, "invalid_value",
+                       "a contract is needed: 'contract' (libconfig text), 'contract_path', or control.contract in "
+                       "the server config");
         return NULL;
     }
     const char *name = path ? path : "contract";
     ac_contract check;
     ac_status st = text ? AC_OK : ac_fail(AC_ERR_NOMEM, "out of memory");
     if (st == AC_OK && b->from_live) {
-        ac_live_workload w;
-        if (!live_workload(srv_control_metrics(c), &w)) {
+        ac_contract_workload w;
+        if (!srv_metrics_live_workload(srv_control_metrics(c), &w)) {
             free(text);
-            *status = srv_control_error(409, "no_live_workload",
-                                        "from_live: no requests served yet, so there is no live workload", json);
+            srv_job_refuse(r, 409, "no_live_workload",
+                           "from_live: no requests served yet, so there is no live workload");
             return NULL;
         }
         char *live = NULL;
@@ -257,27 +237,27 @@ static char *contract_for(srv_control *c, recompress_body *b, int *status, char 
                      name, ac_weights_dtype_name(check.hardware.weights), ac_weights_dtype_name(served));
     if (st != AC_OK) {
         free(text);
-        *status = srv_control_error(400, "invalid_contract", ac_error_message(), json);
+        srv_job_refuse(r, 400, "invalid_contract", ac_error_message());
         return NULL;
     }
     return text;
 }
 
-static int submit(srv_control *c, recompress_body *b, char **json)
+static void submit(srv_control *c, recompress_body *b, srv_job_result *r)
 {
     apply_defaults(b, srv_control_settings(c));
-    if (!check_paths(b))
-        return srv_control_error(400, "invalid_value", b->problem, json);
-    int status = 0;
-    char *contract = contract_for(c, b, &status, json);
+    if (!check_paths(b)) {
+        srv_job_refuse(r, 400, "invalid_value", b->problem);
+        return;
+    }
+    char *contract = contract_for(c, b, r);
     if (!contract)
-        return status;
-    status = srv_control_submit(c, &b->spec, contract, json);
+        return;
+    srv_control_submit(c, &b->spec, contract, r);
     free(contract);
-    return status;
 }
 
-int srv_control_recompress(srv_control *c, const char *body, size_t len, char **json)
+void srv_recompress_request(srv_control *c, const char *body, size_t len, srv_job_result *r)
 {
     recompress_body b;
     memset(&b, 0, sizeof b);
@@ -290,12 +270,14 @@ int srv_control_recompress(srv_control *c, const char *body, size_t len, char **
         ok = fail(&b, "'%s' and 'contract_path' are both given: give one", "contract");
     if (ok && b.n_targets && !b.from_live)
         ok = fail(&b, "'%s' goes with from_live (otherwise the contract holds the targets)", "targets");
-    int status = ok ? submit(c, &b, json) : srv_control_error(400, "invalid_value", b.problem, json);
+    if (ok)
+        submit(c, &b, r);
+    else
+        srv_job_refuse(r, 400, "invalid_value", b.problem);
     cJSON_Delete(o);
-    return status;
 }
 
-int srv_control_recompress_live(srv_control *c, const char *reason, char **json)
+void srv_recompress_live(srv_control *c, const char *reason, srv_job_result *r)
 {
     recompress_body b;
     memset(&b, 0, sizeof b);
@@ -303,5 +285,5 @@ int srv_control_recompress_live(srv_control *c, const char *reason, char **json)
     b.from_live = 1;
     snprintf(b.spec.origin, sizeof b.spec.origin, "policy");
     snprintf(b.spec.reason, sizeof b.spec.reason, "%s", reason);
-    return submit(c, &b, json);
+    submit(c, &b, r);
 }

@@ -1,4 +1,4 @@
-/* The scheduler: slots, the request queue, continuous batching, and swaps.
+/* The scheduler: slots, admission and continuous batching.
  *
  * One thread runs every forward. Each step it admits queued requests into free slots
  * (preferring a slot whose cache already holds a prefix of the prompt), then, per model
@@ -7,104 +7,19 @@
  * first, so a long prompt does not stall the streams). The last logits of a sequence
  * that finished its prompt or decoded give its next token.
  *
- * Everything a slot holds is the scheduler thread's alone. The server lock guards the
- * queue, the current model, model references, the active count and the swap state. */
-#include "server/srv.h"
+ * Everything a slot holds is the scheduler thread's alone; what it shares with the
+ * server's other threads is under the server lock (srv_server.c). */
+#include "server/srv_server_internal.h"
 
-#include <errno.h>
 #include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
-
-#include <cjson/cJSON.h>
 
 #include "autocompress/probe.h"
 
-typedef struct {
-    srv_model *model;  /* the model of `cache` (a reference), or NULL */
-    ac_cache *cache;
-    int32_t *history;  /* the tokens in the cache */
-    int n_history;
-    size_t cap_history;
-    srv_request *req;  /* NULL: free */
-    int fed;           /* prompt tokens in the cache */
-    int decoding;
-    int32_t next;      /* decoding: the token fed next */
-    ac_sampler sampler;
-    uint64_t last_used;
-    /* this step */
-    int step_tokens;
-    int step_row;      /* first logits row (all-logits mode) or the sequence index */
-} slot;
-
-struct srv_server {
-    srv_config cfg;
-    srv_metrics *metrics;
-    pthread_mutex_t mu;
-    pthread_cond_t work_cv;  /* the scheduler: new work or a state change */
-    pthread_cond_t state_cv; /* swaps and admission: idle, freed, resumed */
-    pthread_t thread;
-    int thread_started, stopping;
-    srv_model *current;
-    int generation;
-    int draining;            /* a drain-first swap holds admission */
-    int live_models;         /* loaded and not yet freed */
-    srv_request **queue;     /* ring of cfg.max_queue */
-    int q_head, q_len;
-    slot *slots;
-    int active;
-    uint64_t clock;
-    pthread_mutex_t swap_mu;
-    srv_swap_record history[SRV_SWAP_HISTORY];
-    int n_history;
-    /* scheduler buffers */
-    float *logits, *work;
-    size_t logits_cap, work_cap;
-    const int32_t **tok_ptr;
-    int *n_tok;
-    ac_cache **caches;
-    slot **batch;
-    srv_model **step_models;
-    ac_cost_tables *profile_tables; /* what GET /admin/profile compares with, or NULL */
-    size_t baseline_resident;       /* the process before it loaded a model */
-    int64_t memory_sampled_ns;      /* the scheduler's last memory sample for the profile */
-};
-
 static double now_s(void) { return 1e-9 * (double)ac_monotonic_ns(); }
-
-/* ---- references (server lock held) ---- */
-
-static void model_ref(srv_model *m) { m->refs++; }
-
-static void model_unref(srv_server *s, srv_model *m)
-{
-    if (!m || --m->refs > 0)
-        return;
-    srv_model_free(m);
-    s->live_models--;
-    pthread_cond_broadcast(&s->state_cv);
-}
-
-void srv_server_release_model(srv_server *s, srv_model *m)
-{
-    pthread_mutex_lock(&s->mu);
-    model_unref(s, m);
-    pthread_mutex_unlock(&s->mu);
-}
-
-void srv_server_release_request(srv_server *s, srv_request *req)
-{
-    pthread_mutex_lock(&req->mu);
-    int last = --req->refs <= 0;
-    pthread_mutex_unlock(&req->mu);
-    if (!last)
-        return;
-    srv_server_release_model(s, req->model);
-    srv_request_free(req);
-}
 
 /* ---- publishing to a request ---- */
 
@@ -235,18 +150,18 @@ static void fill_logprobs(const float *logits, int vocab, int top, srv_token *to
 
 /* ---- slots ---- */
 
-static void slot_drop_cache(srv_server *s, slot *sl)
+static void slot_drop_cache(srv_server *s, srv_slot *sl)
 {
     ac_cache_free(sl->cache);
     sl->cache = NULL;
     sl->n_history = 0;
     pthread_mutex_lock(&s->mu);
-    model_unref(s, sl->model);
+    srv_model_unref_locked(s, sl->model);
     pthread_mutex_unlock(&s->mu);
     sl->model = NULL;
 }
 
-static int prefix_match(const slot *sl, const srv_request *req)
+static int prefix_match(const srv_slot *sl, const srv_request *req)
 {
     if (sl->n_history == 0 || sl->model != req->model || sl->n_history >= req->n_prompt)
         return 0;
@@ -255,12 +170,12 @@ static int prefix_match(const slot *sl, const srv_request *req)
 
 /* The free slot for req: the longest cached prefix, else an empty slot, else the least
  * recently used. */
-static slot *pick_slot(srv_server *s, const srv_request *req)
+static srv_slot *pick_slot(srv_server *s, const srv_request *req)
 {
-    slot *best = NULL, *empty = NULL, *lru = NULL;
+    srv_slot *best = NULL, *empty = NULL, *lru = NULL;
     int want_prefix = s->cfg.prefix_reuse && !(req->echo && req->logprobs >= 0);
     for (int i = 0; i < s->cfg.slots; i++) {
-        slot *sl = &s->slots[i];
+        srv_slot *sl = &s->slots[i];
         if (sl->req)
             continue;
         if (want_prefix && sl->n_history > 0 && prefix_match(sl, req) && (!best || sl->n_history > best->n_history))
@@ -274,7 +189,7 @@ static slot *pick_slot(srv_server *s, const srv_request *req)
 }
 
 /* Puts req in a free slot; 0 when it failed (the request is finished with an error). */
-static int start_request(srv_server *s, slot *sl, srv_request *req)
+static int start_request(srv_server *s, srv_slot *sl, srv_request *req)
 {
     if (sl->model != req->model || !sl->cache) {
         if (sl->cache || sl->model)
@@ -284,7 +199,7 @@ static int start_request(srv_server *s, slot *sl, srv_request *req)
             return 0;
         }
         pthread_mutex_lock(&s->mu);
-        model_ref(req->model);
+        srv_model_ref_locked(req->model);
         pthread_mutex_unlock(&s->mu);
         sl->model = req->model;
     }
@@ -303,7 +218,7 @@ static int start_request(srv_server *s, slot *sl, srv_request *req)
     return 1;
 }
 
-static void end_request(srv_server *s, slot *sl)
+static void end_request(srv_server *s, srv_slot *sl)
 {
     srv_request *req = sl->req;
     sl->req = NULL;
@@ -325,7 +240,7 @@ static void admit(srv_server *s)
         s->q_len--;
         s->active++;
         pthread_mutex_unlock(&s->mu);
-        slot *sl = pick_slot(s, req);
+        srv_slot *sl = pick_slot(s, req);
         pthread_mutex_lock(&req->mu);
         int cancelled = req->cancelled;
         pthread_mutex_unlock(&req->mu);
@@ -344,7 +259,7 @@ static void admit(srv_server *s)
 static void retire_idle(srv_server *s)
 {
     for (int i = 0; i < s->cfg.slots; i++) {
-        slot *sl = &s->slots[i];
+        srv_slot *sl = &s->slots[i];
         pthread_mutex_lock(&s->mu);
         int stale = !sl->req && sl->model && sl->model != s->current;
         pthread_mutex_unlock(&s->mu);
@@ -402,7 +317,7 @@ static void prompt_logprobs(srv_request *req, const float *rows, int vocab)
     pthread_mutex_unlock(&req->mu);
 }
 
-static int history_append(slot *sl, const int32_t *tokens, int n)
+static int history_append(srv_slot *sl, const int32_t *tokens, int n)
 {
     if (!grow((void **)&sl->history, &sl->cap_history, (size_t)sl->n_history + (size_t)n, sizeof *sl->history))
         return 0;
@@ -413,7 +328,7 @@ static int history_append(slot *sl, const int32_t *tokens, int n)
 
 /* After the forward: feed bookkeeping, then the next token of each sequence that has
  * one. Returns 1 when the slot's request ended. */
-static int after_forward(srv_server *s, slot *sl, const float *row, const float *all_rows, int vocab)
+static int after_forward(srv_server *s, srv_slot *sl, const float *row, const float *all_rows, int vocab)
 {
     srv_request *req = sl->req;
     const int32_t *fed = sl->decoding ? &sl->next : req->prompt + sl->fed;
@@ -458,7 +373,7 @@ static int plan_batch(srv_server *s, srv_model *m, int *total_tokens, int *all_l
     *all_logits = 0;
     for (int pass = 0; pass < 2; pass++) {
         for (int i = 0; i < s->cfg.slots; i++) {
-            slot *sl = &s->slots[i];
+            srv_slot *sl = &s->slots[i];
             if (!sl->req || sl->model != m || sl->decoding != (pass == 0))
                 continue;
             int take = 1;
@@ -478,7 +393,7 @@ static int plan_batch(srv_server *s, srv_model *m, int *total_tokens, int *all_l
     }
     int rows = 0;
     for (int i = 0; i < n; i++) {
-        slot *sl = s->batch[i];
+        srv_slot *sl = s->batch[i];
         s->tok_ptr[i] = sl->decoding ? &sl->next : sl->req->prompt + sl->fed;
         s->n_tok[i] = sl->step_tokens;
         s->caches[i] = sl->cache;
@@ -497,7 +412,7 @@ static ac_memory_sample model_memory(const srv_server *s, const srv_model *m)
     memset(&mem, 0, sizeof mem);
     mem.weights = (size_t)ac_arch_param_counts(ac_model_arch(m->model)).total * sizeof(float);
     for (int i = 0; i < s->cfg.slots; i++) {
-        const slot *sl = &s->slots[i];
+        const srv_slot *sl = &s->slots[i];
         if (sl->model != m || !sl->cache)
             continue;
         size_t state = ac_cache_state_bytes(sl->cache);
@@ -564,7 +479,7 @@ static void step_model(srv_server *s, srv_model *m)
     }
     srv_metrics_step(s->metrics, n);
     for (int i = 0; i < n; i++) {
-        slot *sl = s->batch[i];
+        srv_slot *sl = s->batch[i];
         int done;
         if (st != AC_OK) {
             char message[256];
@@ -586,7 +501,7 @@ static void step_model(srv_server *s, srv_model *m)
 static void drop_cancelled(srv_server *s)
 {
     for (int i = 0; i < s->cfg.slots; i++) {
-        slot *sl = &s->slots[i];
+        srv_slot *sl = &s->slots[i];
         if (!sl->req)
             continue;
         pthread_mutex_lock(&sl->req->mu);
@@ -599,7 +514,7 @@ static void drop_cancelled(srv_server *s)
     }
 }
 
-static void *scheduler_main(void *arg)
+void *srv_sched_main(void *arg)
 {
     srv_server *s = arg;
     ac_cpu_set_threads(s->cfg.threads, NULL);
@@ -635,62 +550,42 @@ static void *scheduler_main(void *arg)
     return NULL;
 }
 
-/* ---- life cycle ---- */
+/* ---- the scheduler's state ---- */
 
-ac_status srv_server_create(const srv_config *config, srv_metrics *metrics, srv_server **out)
+ac_status srv_sched_init(srv_server *s)
 {
-    *out = NULL;
-    srv_server *s = calloc(1, sizeof *s);
-    if (!s)
-        return ac_fail(AC_ERR_NOMEM, "out of memory for the server");
-    s->cfg = *config;
-    s->metrics = metrics;
-    s->baseline_resident = ac_cpu_resident_bytes();
-    int n = config->slots, q = config->max_queue > 0 ? config->max_queue : 1;
-    s->cfg.max_queue = q;
-    s->queue = calloc((size_t)q, sizeof *s->queue);
-    s->slots = calloc((size_t)n, sizeof *s->slots);
-    s->tok_ptr = calloc((size_t)n, sizeof *s->tok_ptr);
-    s->n_tok = calloc((size_t)n, sizeof *s->n_tok);
-    s->caches = calloc((size_t)n, sizeof *s->caches);
-    s->batch = calloc((size_t)n, sizeof *s->batch);
-    s->step_models = calloc((size_t)n, sizeof *s->step_models);
-    if (!s->queue || !s->slots || !s->tok_ptr || !s->n_tok || !s->caches || !s->batch || !s->step_models) {
-        srv_server_free(s);
-        return ac_fail(AC_ERR_NOMEM, "out of memory for %d slots", n);
-    }
-    pthread_mutex_init(&s->mu, NULL);
-    pthread_mutex_init(&s->swap_mu, NULL);
-    pthread_cond_init(&s->work_cv, NULL);
-    pthread_cond_init(&s->state_cv, NULL);
-    const char *tables = config->profile_tables[0] ? config->profile_tables : config->control.tables;
-    if (tables[0]) {
-        ac_status st = ac_cost_tables_read(tables, &s->profile_tables); /* its message names the file */
-        if (st != AC_OK) {
-            srv_server_free(s);
-            return st;
-        }
-    }
-    if (pthread_create(&s->thread, NULL, scheduler_main, s) != 0) {
-        srv_server_free(s);
-        return ac_fail(AC_ERR_INTERNAL, "cannot start the scheduler thread");
-    }
-    s->thread_started = 1;
-    *out = s;
+    size_t n = (size_t)s->cfg.slots;
+    s->slots = calloc(n, sizeof *s->slots);
+    s->tok_ptr = calloc(n, sizeof *s->tok_ptr);
+    s->n_tok = calloc(n, sizeof *s->n_tok);
+    s->caches = calloc(n, sizeof *s->caches);
+    s->batch = calloc(n, sizeof *s->batch);
+    s->step_models = calloc(n, sizeof *s->step_models);
+    if (!s->slots || !s->tok_ptr || !s->n_tok || !s->caches || !s->batch || !s->step_models)
+        return ac_fail(AC_ERR_NOMEM, "out of memory for %zu slots", n);
     return AC_OK;
 }
 
-void srv_server_stop(srv_server *s)
+void srv_sched_release(srv_server *s)
 {
-    if (!s || !s->thread_started)
-        return;
-    pthread_mutex_lock(&s->mu);
-    s->stopping = 1;
-    pthread_cond_broadcast(&s->work_cv);
-    pthread_cond_broadcast(&s->state_cv);
-    pthread_mutex_unlock(&s->mu);
-    pthread_join(s->thread, NULL);
-    s->thread_started = 0;
+    for (int i = 0; s->slots && i < s->cfg.slots; i++) {
+        ac_cache_free(s->slots[i].cache);
+        free(s->slots[i].history);
+        if (s->slots[i].model)
+            srv_model_unref_locked(s, s->slots[i].model);
+    }
+    free(s->slots);
+    free(s->tok_ptr);
+    free(s->n_tok);
+    free(s->caches);
+    free(s->batch);
+    free(s->step_models);
+    free(s->logits);
+    free(s->work);
+}
+
+void srv_sched_abort(srv_server *s)
+{
     /* what is still queued or running ends with an error its client sees */
     for (int i = 0; i < s->cfg.slots; i++)
         if (s->slots[i].req) {
@@ -707,273 +602,5 @@ void srv_server_stop(srv_server *s)
         srv_server_release_request(s, req);
         pthread_mutex_lock(&s->mu);
     }
-    pthread_mutex_unlock(&s->mu);
-}
-
-void srv_server_free(srv_server *s)
-{
-    if (!s)
-        return;
-    srv_server_stop(s);
-    for (int i = 0; s->slots && i < s->cfg.slots; i++) {
-        ac_cache_free(s->slots[i].cache);
-        free(s->slots[i].history);
-        if (s->slots[i].model)
-            model_unref(s, s->slots[i].model);
-    }
-    if (s->current)
-        model_unref(s, s->current);
-    free(s->queue);
-    free(s->slots);
-    free(s->tok_ptr);
-    free(s->n_tok);
-    free(s->caches);
-    free(s->batch);
-    free(s->step_models);
-    free(s->logits);
-    free(s->work);
-    ac_cost_tables_free(s->profile_tables);
-    pthread_mutex_destroy(&s->mu);
-    pthread_mutex_destroy(&s->swap_mu);
-    pthread_cond_destroy(&s->work_cv);
-    pthread_cond_destroy(&s->state_cv);
-    free(s);
-}
-
-const srv_config *srv_server_config(const srv_server *s) { return &s->cfg; }
-
-static void publish_model(srv_server *s, srv_model *m)
-{
-    /* without a profile (out of memory) the model serves all the same */
-    if (!m->live &&
-        ac_live_profile_create(ac_model_arch(m->model), s->cfg.profile_every, &m->live) != AC_OK)
-        m->live = NULL;
-    m->refs = 1;
-    m->generation = ++s->generation;
-    s->live_models++;
-    srv_model *old = s->current;
-    s->current = m;
-    if (old)
-        model_unref(s, old);
-    pthread_cond_broadcast(&s->work_cv); /* idle caches of the old model go now */
-    pthread_cond_broadcast(&s->state_cv);
-}
-
-ac_status srv_server_load_initial(srv_server *s, const char *path)
-{
-    srv_model *m = NULL;
-    ac_status st = srv_model_load(path, s->cfg.model_name, s->cfg.device, s->cfg.weights, &m);
-    if (st != AC_OK)
-        return st;
-    pthread_mutex_lock(&s->mu);
-    publish_model(s, m);
-    pthread_mutex_unlock(&s->mu);
-    return AC_OK;
-}
-
-int srv_server_ready(srv_server *s)
-{
-    pthread_mutex_lock(&s->mu);
-    int ready = s->current != NULL && !s->draining;
-    pthread_mutex_unlock(&s->mu);
-    return ready;
-}
-
-srv_model *srv_server_acquire_model(srv_server *s)
-{
-    pthread_mutex_lock(&s->mu);
-    while (s->draining && !s->stopping)
-        pthread_cond_wait(&s->state_cv, &s->mu);
-    srv_model *m = s->stopping ? NULL : s->current;
-    if (m)
-        model_ref(m);
-    pthread_mutex_unlock(&s->mu);
-    return m;
-}
-
-int srv_server_submit(srv_server *s, srv_request *req)
-{
-    pthread_mutex_lock(&s->mu);
-    int ok = !s->stopping && s->q_len < s->cfg.max_queue;
-    if (ok) {
-        req->refs = 2; /* the HTTP thread and the scheduler */
-        req->t_arrival = req->t_arrival > 0 ? req->t_arrival : now_s();
-        s->queue[(s->q_head + s->q_len) % s->cfg.max_queue] = req;
-        s->q_len++;
-        pthread_cond_signal(&s->work_cv);
-    }
-    pthread_mutex_unlock(&s->mu);
-    return ok;
-}
-
-/* ---- swaps ---- */
-
-static void record_swap(srv_server *s, const srv_swap_record *r)
-{
-    pthread_mutex_lock(&s->mu);
-    if (s->n_history == SRV_SWAP_HISTORY) {
-        memmove(s->history, s->history + 1, (SRV_SWAP_HISTORY - 1) * sizeof *s->history);
-        s->n_history--;
-    }
-    s->history[s->n_history++] = *r;
-    pthread_mutex_unlock(&s->mu);
-    srv_metrics_swap(s->metrics, r->ok);
-}
-
-/* Drain first: stop admitting, let every request finish, free the model, then load. On
- * a failed load the old checkpoint is loaded again. */
-static ac_status swap_draining(srv_server *s, const char *path, srv_model **loaded)
-{
-    pthread_mutex_lock(&s->mu);
-    s->draining = 1;
-    while ((s->active > 0 || s->q_len > 0) && !s->stopping)
-        pthread_cond_wait(&s->state_cv, &s->mu);
-    char old_path[SRV_PATH_MAX] = "";
-    srv_model *old = s->current;
-    if (old)
-        snprintf(old_path, sizeof old_path, "%s", old->path);
-    s->current = NULL;
-    if (old)
-        model_unref(s, old);
-    pthread_cond_broadcast(&s->work_cv);
-    while (s->live_models > 0 && !s->stopping)
-        pthread_cond_wait(&s->state_cv, &s->mu);
-    pthread_mutex_unlock(&s->mu);
-    ac_status st = srv_model_load(path, s->cfg.model_name, s->cfg.device, s->cfg.weights, loaded);
-    if (st != AC_OK && old_path[0]) {
-        char message[512];
-        snprintf(message, sizeof message, "%s", ac_error_message());
-        srv_model *back = NULL;
-        if (srv_model_load(old_path, s->cfg.model_name, s->cfg.device, s->cfg.weights, &back) == AC_OK) {
-            pthread_mutex_lock(&s->mu);
-            publish_model(s, back);
-            pthread_mutex_unlock(&s->mu);
-        }
-        st = ac_fail(st, "%s%s", message, back ? "" : "; reloading the previous model failed too: no model serves");
-    }
-    pthread_mutex_lock(&s->mu);
-    if (st == AC_OK)
-        publish_model(s, *loaded);
-    s->draining = 0;
-    pthread_cond_broadcast(&s->state_cv);
-    pthread_mutex_unlock(&s->mu);
-    return st;
-}
-
-int srv_server_swap(srv_server *s, const char *path, int drain_first, srv_swap_record *rec)
-{
-    memset(rec, 0, sizeof *rec);
-    if (pthread_mutex_trylock(&s->swap_mu) != 0) {
-        snprintf(rec->message, sizeof rec->message, "another swap is in progress");
-        return 409;
-    }
-    double t0 = now_s();
-    rec->at = (double)time(NULL);
-    rec->drain_first = drain_first;
-    snprintf(rec->path, sizeof rec->path, "%s", path);
-    srv_model *m = NULL;
-    ac_status st;
-    if (drain_first) {
-        st = swap_draining(s, path, &m);
-    } else {
-        st = srv_model_load(path, s->cfg.model_name, s->cfg.device, s->cfg.weights, &m);
-        if (st == AC_OK) {
-            pthread_mutex_lock(&s->mu);
-            publish_model(s, m);
-            pthread_mutex_unlock(&s->mu);
-        }
-    }
-    rec->ok = st == AC_OK;
-    rec->seconds = now_s() - t0;
-    snprintf(rec->message, sizeof rec->message, "%s", st == AC_OK ? "swapped" : ac_error_message());
-    record_swap(s, rec);
-    pthread_mutex_unlock(&s->swap_mu);
-    return st == AC_OK ? 200 : st == AC_ERR_NOMEM ? 507 : 422;
-}
-
-/* ---- introspection ---- */
-
-srv_gauges srv_server_gauges(srv_server *s)
-{
-    pthread_mutex_lock(&s->mu);
-    srv_gauges g = {s->active, s->q_len, s->current ? s->current->generation : 0, s->current && !s->draining};
-    pthread_mutex_unlock(&s->mu);
-    return g;
-}
-
-void srv_server_model_name(srv_server *s, char *name, size_t size)
-{
-    pthread_mutex_lock(&s->mu);
-    snprintf(name, size, "%s", s->current ? s->current->name : (s->cfg.model_name[0] ? s->cfg.model_name : "none"));
-    pthread_mutex_unlock(&s->mu);
-}
-
-char *srv_server_status_json(srv_server *s)
-{
-    cJSON *o = cJSON_CreateObject();
-    pthread_mutex_lock(&s->mu);
-    srv_model *m = s->current;
-    if (m) {
-        cJSON *jm = cJSON_AddObjectToObject(o, "model");
-        cJSON_AddStringToObject(jm, "name", m->name);
-        cJSON_AddStringToObject(jm, "path", m->path);
-        cJSON_AddStringToObject(jm, "architecture", m->summary);
-        cJSON_AddNumberToObject(jm, "parameters", (double)m->params);
-        cJSON_AddNumberToObject(jm, "generation", m->generation);
-        cJSON_AddNumberToObject(jm, "loaded_at", m->loaded_at);
-    } else {
-        cJSON_AddNullToObject(o, "model");
-    }
-    cJSON_AddStringToObject(o, "state", s->draining ? "draining" : m ? "serving" : "loading");
-    cJSON_AddNumberToObject(o, "slots", s->cfg.slots);
-    cJSON_AddNumberToObject(o, "active_slots", s->active);
-    cJSON_AddNumberToObject(o, "queue_depth", s->q_len);
-    cJSON_AddNumberToObject(o, "models_loaded", s->live_models);
-    cJSON *h = cJSON_AddArrayToObject(o, "swaps");
-    for (int i = 0; i < s->n_history; i++) {
-        const srv_swap_record *r = &s->history[i];
-        cJSON *e = cJSON_CreateObject();
-        cJSON_AddNumberToObject(e, "at", r->at);
-        cJSON_AddStringToObject(e, "model_path", r->path);
-        cJSON_AddBoolToObject(e, "ok", r->ok);
-        cJSON_AddBoolToObject(e, "drain_first", r->drain_first);
-        cJSON_AddNumberToObject(e, "seconds", r->seconds);
-        cJSON_AddStringToObject(e, "message", r->message);
-        cJSON_AddItemToArray(h, e);
-    }
-    pthread_mutex_unlock(&s->mu);
-    char *text = cJSON_PrintUnformatted(o);
-    cJSON_Delete(o);
-    return text;
-}
-
-int srv_server_profile(srv_server *s, char **json)
-{
-    *json = NULL;
-    pthread_mutex_lock(&s->mu);
-    srv_model *m = s->current;
-    if (m)
-        model_ref(m);
-    pthread_mutex_unlock(&s->mu);
-    if (!m || !m->live) {
-        srv_error e = {503, "server_error", "no_profile", ""};
-        snprintf(e.message, sizeof e.message, "%s", m ? "the served model has no profile (out of memory when it was loaded)"
-                                                       : "no model is being served");
-        *json = srv_api_error_json(&e);
-        if (m)
-            srv_server_release_model(s, m);
-        return 503;
-    }
-    *json = ac_live_profile_json(m->live, s->profile_tables);
-    srv_server_release_model(s, m);
-    return 200;
-}
-
-void srv_server_set_profile_every(srv_server *s, int every)
-{
-    pthread_mutex_lock(&s->mu);
-    s->cfg.profile_every = every;
-    if (s->current && s->current->live)
-        ac_live_profile_set_every(s->current->live, every);
     pthread_mutex_unlock(&s->mu);
 }

@@ -5,292 +5,52 @@
 #include "autocompress/contract.h"
 
 #include "contract/contract_internal.h"
+#include "util/cfg.h"
 
 #include <errno.h>
 #include <limits.h>
 #include <libconfig.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 
-typedef struct {
-    const char *file; /* stands for FILE in messages when libconfig knows none */
-} reader;
-
-static const char *setting_file(const reader *r, const config_setting_t *s)
-{
-    const char *f = s ? config_setting_source_file(s) : NULL;
-    return f ? f : r->file;
-}
-
-static unsigned setting_line(const config_setting_t *s)
-{
-    unsigned line = s ? config_setting_source_line(s) : 0;
-    return line ? line : 1; /* the root group has no line of its own */
-}
-
-static ac_status fail_at(const reader *r, const config_setting_t *s, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static ac_status fail_at(const reader *r, const config_setting_t *s, const char *fmt, ...)
-{
-    char message[768];
-    va_list args;
-    va_start(args, fmt);
-    vsnprintf(message, sizeof message, fmt, args);
-    va_end(args);
-    return ac_fail(AC_ERR_INVALID, "%s:%u: %s", setting_file(r, s), setting_line(s), message);
-}
-
-static const char *type_name(int type)
-{
-    switch (type) {
-    case CONFIG_TYPE_GROUP: return "a group";
-    case CONFIG_TYPE_INT: return "an integer";
-    case CONFIG_TYPE_INT64: return "a 64-bit integer";
-    case CONFIG_TYPE_FLOAT: return "a float";
-    case CONFIG_TYPE_STRING: return "a string";
-    case CONFIG_TYPE_BOOL: return "a boolean";
-    case CONFIG_TYPE_ARRAY: return "an array";
-    case CONFIG_TYPE_LIST: return "a list";
-    }
-    return "an unknown value";
-}
-
-/* "workload" + "batch" -> "workload.batch"; the top level has the empty path. */
-static void join_path(char *out, size_t size, const char *path, const char *key)
-{
-    if (path[0])
-        snprintf(out, size, "%s.%s", path, key);
-    else
-        snprintf(out, size, "%s", key);
-}
-
-/* Every member of `group` must be named in the NULL-terminated `allowed`. */
-static ac_status check_keys(const reader *r, const config_setting_t *group, const char *path,
-                            const char *const *allowed)
-{
-    int n = config_setting_length(group);
-    for (int i = 0; i < n; i++) {
-        const config_setting_t *s = config_setting_get_elem(group, (unsigned)i);
-        const char *key = config_setting_name(s);
-        bool known = false;
-        for (const char *const *a = allowed; *a && !known; a++)
-            known = key && !strcmp(key, *a);
-        if (known)
-            continue;
-        char expected[256] = "";
-        for (const char *const *a = allowed; *a; a++) {
-            size_t used = strlen(expected);
-            snprintf(expected + used, sizeof expected - used, "%s%s", a == allowed ? "" : ", ", *a);
-        }
-        return fail_at(r, s, "unknown key '%s' in %s (expected one of: %s)", key ? key : "?",
-                       path[0] ? path : "the top level", expected);
-    }
-    return AC_OK;
-}
-
-static ac_status missing(const reader *r, const config_setting_t *group, const char *path,
-                         const char *key, const char *what)
-{
-    return fail_at(r, group, "missing required %s '%s' in %s", what, key,
-                   path[0] ? path : "the top level");
-}
-
-/* The member `key` of `group` as a group; *out is NULL when it is absent and optional. */
-static ac_status get_group(const reader *r, const config_setting_t *group, const char *path,
-                           const char *key, bool required, config_setting_t **out)
-{
-    char full[256];
-    join_path(full, sizeof full, path, key);
-    *out = config_setting_get_member(group, key);
-    if (!*out)
-        return required ? missing(r, group, path, key, "group") : AC_OK;
-    if (config_setting_type(*out) != CONFIG_TYPE_GROUP)
-        return fail_at(r, *out, "%s: expected a group { ... }, got %s", full,
-                       type_name(config_setting_type(*out)));
-    return AC_OK;
-}
-
-/* An integer (int or int64) scalar setting `s` named `full`, checked against [lo, hi]. */
-static ac_status int_value(const reader *r, const config_setting_t *s, const char *full,
-                           long long lo, long long hi, long long *out)
-{
-    int type = config_setting_type(s);
-    long long v;
-    if (type == CONFIG_TYPE_INT)
-        v = config_setting_get_int(s);
-    else if (type == CONFIG_TYPE_INT64)
-        v = config_setting_get_int64(s);
-    else
-        return fail_at(r, s, "%s: expected an integer, got %s", full, type_name(type));
-    if (v < lo) {
-        if (lo == 1)
-            return fail_at(r, s, "%s = %lld: must be > 0", full, v);
-        return fail_at(r, s, "%s = %lld: must be >= %lld", full, v, lo);
-    }
-    if (v > hi)
-        return fail_at(r, s, "%s = %lld: must be <= %lld", full, v, hi);
-    *out = v;
-    return AC_OK;
-}
-
-/* Reads integer member `key`; *present tells whether it was given (NULL: required). */
-static ac_status read_int64(const reader *r, const config_setting_t *group, const char *path,
-                            const char *key, bool *present, long long lo, long long hi,
-                            long long *out)
-{
-    char full[256];
-    join_path(full, sizeof full, path, key);
-    const config_setting_t *s = config_setting_get_member(group, key);
-    if (present)
-        *present = s != NULL;
-    if (!s)
-        return present ? AC_OK : missing(r, group, path, key, "entry");
-    return int_value(r, s, full, lo, hi, out);
-}
-
-static ac_status read_int(const reader *r, const config_setting_t *group, const char *path,
-                          const char *key, bool *present, int lo, int *out)
-{
-    long long v = *out;
-    ac_status st = read_int64(r, group, path, key, present, lo, INT_MAX, &v);
-    if (st == AC_OK)
-        *out = (int)v;
-    return st;
-}
-
-/* A float member (integers accepted) that must be finite and > 0. */
-/* A float or integer setting as a double. */
-static ac_status read_number(const reader *r, const config_setting_t *s, const char *full, double *out)
-{
-    int type = config_setting_type(s);
-    if (type == CONFIG_TYPE_FLOAT)
-        *out = config_setting_get_float(s);
-    else if (type == CONFIG_TYPE_INT)
-        *out = config_setting_get_int(s);
-    else if (type == CONFIG_TYPE_INT64)
-        *out = (double)config_setting_get_int64(s);
-    else
-        return fail_at(r, s, "%s: expected a number, got %s", full, type_name(type));
-    return AC_OK;
-}
-
-static ac_status read_positive(const reader *r, const config_setting_t *group, const char *path,
-                               const char *key, bool *present, double *out)
-{
-    char full[256];
-    join_path(full, sizeof full, path, key);
-    const config_setting_t *s = config_setting_get_member(group, key);
-    *present = s != NULL;
-    if (!s)
-        return AC_OK;
-    double v = 0;
-    ac_status st = read_number(r, s, full, &v);
-    if (st != AC_OK)
-        return st;
-    if (!isfinite(v) || v <= 0)
-        return fail_at(r, s, "%s = %g: must be > 0", full, v);
-    *out = v;
-    return AC_OK;
-}
-
-/* A string member copied into out[size]; empty strings are rejected. */
-static ac_status read_string(const reader *r, const config_setting_t *group, const char *path,
-                             const char *key, bool *present, char *out, size_t size,
-                             const config_setting_t **where)
-{
-    char full[256];
-    join_path(full, sizeof full, path, key);
-    const config_setting_t *s = config_setting_get_member(group, key);
-    if (where)
-        *where = s;
-    if (present)
-        *present = s != NULL;
-    if (!s)
-        return present ? AC_OK : missing(r, group, path, key, "entry");
-    if (config_setting_type(s) != CONFIG_TYPE_STRING)
-        return fail_at(r, s, "%s: expected a string, got %s", full,
-                       type_name(config_setting_type(s)));
-    const char *v = config_setting_get_string(s);
-    size_t n = strlen(v);
-    if (n == 0)
-        return fail_at(r, s, "%s: must not be empty", full);
-    if (n >= size)
-        return fail_at(r, s, "%s: longer than %zu characters", full, size - 1);
-    memcpy(out, v, n + 1);
-    return AC_OK;
-}
-
-static ac_status read_bool(const reader *r, const config_setting_t *group, const char *path,
-                           const char *key, bool *out)
-{
-    char full[256];
-    join_path(full, sizeof full, path, key);
-    const config_setting_t *s = config_setting_get_member(group, key);
-    if (!s)
-        return AC_OK;
-    if (config_setting_type(s) != CONFIG_TYPE_BOOL)
-        return fail_at(r, s, "%s: expected true or false, got %s", full,
-                       type_name(config_setting_type(s)));
-    *out = config_setting_get_bool(s) != 0;
-    return AC_OK;
-}
-
-/* The member `key` as an array or list; *out is NULL when absent and optional. */
-static ac_status get_list(const reader *r, const config_setting_t *group, const char *path,
-                          const char *key, bool required, const config_setting_t **out)
-{
-    char full[256];
-    join_path(full, sizeof full, path, key);
-    const config_setting_t *s = config_setting_get_member(group, key);
-    *out = s;
-    if (!s)
-        return required ? missing(r, group, path, key, "list") : AC_OK;
-    int type = config_setting_type(s);
-    if (type != CONFIG_TYPE_ARRAY && type != CONFIG_TYPE_LIST)
-        return fail_at(r, s, "%s: expected a list [ ... ], got %s", full, type_name(type));
-    return AC_OK;
-}
-
 /* A required, non-empty, strictly descending list of integers >= lo. */
-static ac_status read_candidates(const reader *r, const config_setting_t *group, const char *path,
+static ac_status read_candidates(const ac_cfg *r, const config_setting_t *group, const char *path,
                                  const char *key, int lo, ac_candidates *out)
 {
     char full[256];
     const config_setting_t *list;
-    ac_status st = get_list(r, group, path, key, true, &list);
+    ac_status st = ac_cfg_get_list(r, group, path, key, true, &list);
     if (st != AC_OK)
         return st;
-    join_path(full, sizeof full, path, key);
+    ac_cfg_join(full, sizeof full, path, key);
     int n = config_setting_length(list);
     if (n == 0)
-        return fail_at(r, list, "%s: empty list (give at least one candidate)", full);
+        return ac_cfg_fail(r, list, "%s: empty list (give at least one candidate)", full);
     if (n > AC_CONTRACT_MAX_CANDIDATES)
-        return fail_at(r, list, "%s: %d candidates, at most %d", full, n,
-                       AC_CONTRACT_MAX_CANDIDATES);
+        return ac_cfg_fail(r, list, "%s: %d candidates, at most %d", full, n,
+                           AC_CONTRACT_MAX_CANDIDATES);
     for (int i = 0; i < n; i++) {
         const config_setting_t *e = config_setting_get_elem(list, (unsigned)i);
         char item[288];
         long long v = 0;
         snprintf(item, sizeof item, "%s[%d]", full, i);
-        st = int_value(r, e, item, lo, INT_MAX, &v);
+        st = ac_cfg_int64(r, e, item, lo, INT_MAX, &v);
         if (st != AC_OK)
             return st;
         if (i > 0 && v == out->values[i - 1])
-            return fail_at(r, e, "%s = %lld: duplicate of %s[%d]; candidates must be strictly "
-                           "descending", item, v, full, i - 1);
+            return ac_cfg_fail(r, e, "%s = %lld: duplicate of %s[%d]; candidates must be strictly "
+                               "descending", item, v, full, i - 1);
         if (i > 0 && v > out->values[i - 1])
-            return fail_at(r, e, "%s = %lld: larger than %s[%d] = %d; candidates must be "
-                           "strictly descending", item, v, full, i - 1, out->values[i - 1]);
+            return ac_cfg_fail(r, e, "%s = %lld: larger than %s[%d] = %d; candidates must be "
+                               "strictly descending", item, v, full, i - 1, out->values[i - 1]);
         out->values[i] = (int)v;
     }
     out->count = n;
     return AC_OK;
 }
 
-static ac_status parse_device(const reader *r, const config_setting_t *s, ac_contract_hardware *hw)
+static ac_status parse_device(const ac_cfg *r, const config_setting_t *s, ac_contract_hardware *hw)
 {
     const char *d = hw->device;
     if (!strcmp(d, "cpu") || !strcmp(d, "cuda")) { /* "cuda": the first device, cuda:0 */
@@ -310,11 +70,11 @@ static ac_status parse_device(const reader *r, const config_setting_t *s, ac_con
             return AC_OK;
         }
     }
-    return fail_at(r, s, "hardware.device: bad device string '%s' (expected \"cpu\", \"cuda\" or "
-                   "\"cuda:N\", N a device index)", d);
+    return ac_cfg_fail(r, s, "hardware.device: bad device string '%s' (expected \"cpu\", \"cuda\" or "
+                       "\"cuda:N\", N a device index)", d);
 }
 
-static ac_status read_hardware(const reader *r, const config_setting_t *root, ac_contract *c)
+static ac_status read_hardware(const ac_cfg *r, const config_setting_t *root, ac_contract *c)
 {
     static const char *const keys[] = {"device", "name", "threads", "memory_gib", "count",
                                        "tensor_parallel", "data_parallel", "weights", NULL};
@@ -325,45 +85,45 @@ static ac_status read_hardware(const reader *r, const config_setting_t *root, ac
     bool present;
     ac_status st;
 
-    if ((st = get_group(r, root, "", path, true, &g)) != AC_OK)
+    if ((st = ac_cfg_get_group(r, root, "", path, true, &g)) != AC_OK)
         return st;
-    if ((st = check_keys(r, g, path, keys)) != AC_OK)
+    if ((st = ac_cfg_check_keys(r, g, path, keys)) != AC_OK)
         return st;
-    st = read_string(r, g, path, "device", NULL, hw->device, sizeof hw->device, &device);
+    st = ac_cfg_read_string(r, g, path, "device", NULL, hw->device, sizeof hw->device, &device);
     if (st != AC_OK)
         return st;
     if ((st = parse_device(r, device, hw)) != AC_OK)
         return st;
-    st = read_string(r, g, path, "name", &present, hw->name, sizeof hw->name, NULL);
+    st = ac_cfg_read_string(r, g, path, "name", &present, hw->name, sizeof hw->name, NULL);
     if (st != AC_OK)
         return st;
     char weights[8] = "f32";
     const config_setting_t *where;
-    st = read_string(r, g, path, "weights", &present, weights, sizeof weights, &where);
+    st = ac_cfg_read_string(r, g, path, "weights", &present, weights, sizeof weights, &where);
     if (st != AC_OK)
         return st;
     if (ac_weights_dtype_parse("hardware.weights", weights, &hw->weights) != AC_OK)
-        return fail_at(r, where, "hardware.weights: '%s' is neither \"f32\" nor \"bf16\"", weights);
+        return ac_cfg_fail(r, where, "hardware.weights: '%s' is neither \"f32\" nor \"bf16\"", weights);
     hw->threads = 0;
     hw->count = hw->tensor_parallel = hw->data_parallel = 1;
-    if ((st = read_int(r, g, path, "threads", &present, 0, &hw->threads)) != AC_OK)
+    if ((st = ac_cfg_read_int(r, g, path, "threads", &present, 0, &hw->threads)) != AC_OK)
         return st;
-    if ((st = read_positive(r, g, path, "memory_gib", &hw->has_memory, &hw->memory_gib)) != AC_OK)
+    if ((st = ac_cfg_read_positive(r, g, path, "memory_gib", &hw->has_memory, &hw->memory_gib)) != AC_OK)
         return st;
-    if ((st = read_int(r, g, path, "count", &present, 1, &hw->count)) != AC_OK)
+    if ((st = ac_cfg_read_int(r, g, path, "count", &present, 1, &hw->count)) != AC_OK)
         return st;
-    if ((st = read_int(r, g, path, "tensor_parallel", &present, 1, &hw->tensor_parallel)) != AC_OK)
+    if ((st = ac_cfg_read_int(r, g, path, "tensor_parallel", &present, 1, &hw->tensor_parallel)) != AC_OK)
         return st;
-    if ((st = read_int(r, g, path, "data_parallel", &present, 1, &hw->data_parallel)) != AC_OK)
+    if ((st = ac_cfg_read_int(r, g, path, "data_parallel", &present, 1, &hw->data_parallel)) != AC_OK)
         return st;
     if ((long long)hw->tensor_parallel * hw->data_parallel != hw->count)
-        return fail_at(r, g, "hardware: tensor_parallel (%d) x data_parallel (%d) = %lld does "
-                       "not equal count (%d)", hw->tensor_parallel, hw->data_parallel,
-                       (long long)hw->tensor_parallel * hw->data_parallel, hw->count);
+        return ac_cfg_fail(r, g, "hardware: tensor_parallel (%d) x data_parallel (%d) = %lld does "
+                           "not equal count (%d)", hw->tensor_parallel, hw->data_parallel,
+                           (long long)hw->tensor_parallel * hw->data_parallel, hw->count);
     return AC_OK;
 }
 
-static ac_status read_workload(const reader *r, const config_setting_t *root, ac_contract *c)
+static ac_status read_workload(const ac_cfg *r, const config_setting_t *root, ac_contract *c)
 {
     static const char *const keys[] = {"batch", "cached_tokens", "input_tokens",
                                        "output_tokens", NULL};
@@ -374,35 +134,35 @@ static ac_status read_workload(const reader *r, const config_setting_t *root, ac
     long long v;
     ac_status st;
 
-    if ((st = get_group(r, root, "", path, true, &g)) != AC_OK)
+    if ((st = ac_cfg_get_group(r, root, "", path, true, &g)) != AC_OK)
         return st;
-    if ((st = check_keys(r, g, path, keys)) != AC_OK)
+    if ((st = ac_cfg_check_keys(r, g, path, keys)) != AC_OK)
         return st;
-    if ((st = read_int(r, g, path, "batch", NULL, 1, &w->batch)) != AC_OK)
+    if ((st = ac_cfg_read_int(r, g, path, "batch", NULL, 1, &w->batch)) != AC_OK)
         return st;
     v = 0;
-    if ((st = read_int64(r, g, path, "cached_tokens", &present, 0, LLONG_MAX, &v)) != AC_OK)
+    if ((st = ac_cfg_read_int64(r, g, path, "cached_tokens", &present, 0, LLONG_MAX, &v)) != AC_OK)
         return st;
     w->cached_tokens = v;
-    if ((st = read_int64(r, g, path, "input_tokens", NULL, 1, LLONG_MAX, &v)) != AC_OK)
+    if ((st = ac_cfg_read_int64(r, g, path, "input_tokens", NULL, 1, LLONG_MAX, &v)) != AC_OK)
         return st;
     w->input_tokens = v;
     v = 0;
-    if ((st = read_int64(r, g, path, "output_tokens", &present, 0, LLONG_MAX, &v)) != AC_OK)
+    if ((st = ac_cfg_read_int64(r, g, path, "output_tokens", &present, 0, LLONG_MAX, &v)) != AC_OK)
         return st;
     w->output_tokens = v;
     return AC_OK;
 }
 
-static ac_status read_costs(const reader *r, const config_setting_t *g, const char *path,
+static ac_status read_costs(const ac_cfg *r, const config_setting_t *g, const char *path,
                             ac_contract_costs *costs)
 {
-    ac_status st = read_positive(r, g, path, "latency_ms", &costs->has_latency, &costs->latency_ms);
+    ac_status st = ac_cfg_read_positive(r, g, path, "latency_ms", &costs->has_latency, &costs->latency_ms);
     if (st == AC_OK)
-        st = read_positive(r, g, path, "throughput_tok_s", &costs->has_throughput,
-                           &costs->throughput_tok_s);
+        st = ac_cfg_read_positive(r, g, path, "throughput_tok_s", &costs->has_throughput,
+                                  &costs->throughput_tok_s);
     if (st == AC_OK)
-        st = read_positive(r, g, path, "memory_gib", &costs->has_memory, &costs->memory_gib);
+        st = ac_cfg_read_positive(r, g, path, "memory_gib", &costs->has_memory, &costs->memory_gib);
     return st;
 }
 
@@ -434,24 +194,24 @@ static void ratio_slot(ac_contract_ratios *ratios, int i, bool **has, double **v
 }
 
 /* targets.margin: a fraction in [0, AC_CONTRACT_MAX_MARGIN), the default when absent. */
-static ac_status read_margin(const reader *r, const config_setting_t *g, double *margin)
+static ac_status read_margin(const ac_cfg *r, const config_setting_t *g, double *margin)
 {
     *margin = AC_CONTRACT_DEFAULT_MARGIN;
     const config_setting_t *s = config_setting_get_member(g, "margin");
     if (!s)
         return AC_OK;
     double v = 0;
-    ac_status st = read_number(r, s, "targets.margin", &v);
+    ac_status st = ac_cfg_number(r, s, "targets.margin", &v);
     if (st != AC_OK)
         return st;
     if (!isfinite(v) || v < 0 || v >= AC_CONTRACT_MAX_MARGIN)
-        return fail_at(r, s, "targets.margin = %g: must be in [0, %g) (a fraction of each target)", v,
-                       AC_CONTRACT_MAX_MARGIN);
+        return ac_cfg_fail(r, s, "targets.margin = %g: must be in [0, %g) (a fraction of each target)", v,
+                           AC_CONTRACT_MAX_MARGIN);
     *margin = v;
     return AC_OK;
 }
 
-static ac_status read_targets(const reader *r, const config_setting_t *root, ac_contract *c)
+static ac_status read_targets(const ac_cfg *r, const config_setting_t *root, ac_contract *c)
 {
     static const char *const keys[] = {"latency_ms", "throughput_tok_s", "memory_gib",
                                        "latency_ratio", "throughput_ratio", "memory_ratio",
@@ -461,9 +221,9 @@ static ac_status read_targets(const reader *r, const config_setting_t *root, ac_
     bool any = false;
     ac_status st;
 
-    if ((st = get_group(r, root, "", path, true, &g)) != AC_OK)
+    if ((st = ac_cfg_get_group(r, root, "", path, true, &g)) != AC_OK)
         return st;
-    if ((st = check_keys(r, g, path, keys)) != AC_OK)
+    if ((st = ac_cfg_check_keys(r, g, path, keys)) != AC_OK)
         return st;
     if ((st = read_costs(r, g, path, &c->targets)) != AC_OK)
         return st;
@@ -475,24 +235,24 @@ static ac_status read_targets(const reader *r, const config_setting_t *root, ac_
         double *abs, *ratio;
         cost_slot(&c->targets, i, &has_abs, &abs);
         ratio_slot(&c->ratios, i, &has_ratio, &ratio);
-        if ((st = read_positive(r, g, path, k->ratio, has_ratio, ratio)) != AC_OK)
+        if ((st = ac_cfg_read_positive(r, g, path, k->ratio, has_ratio, ratio)) != AC_OK)
             return st;
         if (*has_abs && *has_ratio)
-            return fail_at(r, config_setting_get_member(g, k->ratio),
-                           "targets.%s and targets.%s both given (give the %s target "
-                           "absolutely or relatively, not both)", k->key, k->ratio,
-                           k->quantity);
+            return ac_cfg_fail(r, config_setting_get_member(g, k->ratio),
+                               "targets.%s and targets.%s both given (give the %s target "
+                               "absolutely or relatively, not both)", k->key, k->ratio,
+                               k->quantity);
         any = any || *has_abs || *has_ratio;
     }
     if (!any)
-        return fail_at(r, g, "targets: no target given (set at least one of latency_ms, "
-                       "throughput_tok_s, memory_gib, latency_ratio, throughput_ratio, "
-                       "memory_ratio)");
+        return ac_cfg_fail(r, g, "targets: no target given (set at least one of latency_ms, "
+                           "throughput_tok_s, memory_gib, latency_ratio, throughput_ratio, "
+                           "memory_ratio)");
     if (c->targets.has_memory && c->hardware.has_memory &&
         c->targets.memory_gib > c->hardware.memory_gib)
-        return fail_at(r, config_setting_get_member(g, "memory_gib"),
-                       "targets.memory_gib = %g exceeds hardware.memory_gib = %g",
-                       c->targets.memory_gib, c->hardware.memory_gib);
+        return ac_cfg_fail(r, config_setting_get_member(g, "memory_gib"),
+                           "targets.memory_gib = %g exceeds hardware.memory_gib = %g",
+                           c->targets.memory_gib, c->hardware.memory_gib);
     return AC_OK;
 }
 
@@ -545,7 +305,7 @@ ac_status ac_contract_resolve_targets(const ac_contract *c, const ac_contract_co
     return AC_OK;
 }
 
-static ac_status read_parent(const reader *r, const config_setting_t *root, ac_contract *c)
+static ac_status read_parent(const ac_cfg *r, const config_setting_t *root, ac_contract *c)
 {
     static const char *const keys[] = {"name", "latency_ms", "throughput_tok_s", "memory_gib",
                                        NULL};
@@ -554,18 +314,18 @@ static ac_status read_parent(const reader *r, const config_setting_t *root, ac_c
     bool present;
     ac_status st;
 
-    if ((st = get_group(r, root, "", path, false, &g)) != AC_OK || !g)
+    if ((st = ac_cfg_get_group(r, root, "", path, false, &g)) != AC_OK || !g)
         return st;
     c->parent.present = true;
-    if ((st = check_keys(r, g, path, keys)) != AC_OK)
+    if ((st = ac_cfg_check_keys(r, g, path, keys)) != AC_OK)
         return st;
-    st = read_string(r, g, path, "name", &present, c->parent.name, sizeof c->parent.name, NULL);
+    st = ac_cfg_read_string(r, g, path, "name", &present, c->parent.name, sizeof c->parent.name, NULL);
     if (st != AC_OK)
         return st;
     return read_costs(r, g, path, &c->parent.cost);
 }
 
-static ac_status read_mamba_heads(const reader *r, const config_setting_t *space, ac_contract *c)
+static ac_status read_mamba_heads(const ac_cfg *r, const config_setting_t *space, ac_contract *c)
 {
     static const char *const keys[] = {"values", "scope", "remove", NULL};
     const char *path = "search_space.mamba_heads";
@@ -576,14 +336,14 @@ static ac_status read_mamba_heads(const reader *r, const config_setting_t *space
     bool present;
     ac_status st;
 
-    if ((st = get_group(r, space, "search_space", "mamba_heads", true, &g)) != AC_OK)
+    if ((st = ac_cfg_get_group(r, space, "search_space", "mamba_heads", true, &g)) != AC_OK)
         return st;
-    if ((st = check_keys(r, g, path, keys)) != AC_OK)
+    if ((st = ac_cfg_check_keys(r, g, path, keys)) != AC_OK)
         return st;
     if ((st = read_candidates(r, g, path, "values", 1, &m->values)) != AC_OK)
         return st;
     m->scope = AC_SCOPE_GLOBAL;
-    if ((st = read_string(r, g, path, "scope", &present, text, sizeof text, &scope)) != AC_OK)
+    if ((st = ac_cfg_read_string(r, g, path, "scope", &present, text, sizeof text, &scope)) != AC_OK)
         return st;
     if (present) {
         if (!strcmp(text, "global"))
@@ -591,14 +351,14 @@ static ac_status read_mamba_heads(const reader *r, const config_setting_t *space
         else if (!strcmp(text, "per_layer"))
             m->scope = AC_SCOPE_PER_LAYER;
         else
-            return fail_at(r, scope, "%s.scope: bad scope '%s' (expected \"global\" or "
-                           "\"per_layer\")", path, text);
+            return ac_cfg_fail(r, scope, "%s.scope: bad scope '%s' (expected \"global\" or "
+                               "\"per_layer\")", path, text);
     }
     m->remove = false;
-    return read_bool(r, g, path, "remove", &m->remove);
+    return ac_cfg_read_bool(r, g, path, "remove", &m->remove);
 }
 
-static ac_status read_removable(const reader *r, const config_setting_t *space, ac_contract *c)
+static ac_status read_removable(const ac_cfg *r, const config_setting_t *space, ac_contract *c)
 {
     static const char *const kinds[] = {"mamba", "moe", "mlp", "attention"};
     const char *full = "search_space.removable";
@@ -607,29 +367,29 @@ static ac_status read_removable(const reader *r, const config_setting_t *space, 
     const config_setting_t *list;
     ac_status st;
 
-    if ((st = get_list(r, space, "search_space", "removable", false, &list)) != AC_OK || !list)
+    if ((st = ac_cfg_get_list(r, space, "search_space", "removable", false, &list)) != AC_OK || !list)
         return st;
     int n = config_setting_length(list);
     for (int i = 0; i < n; i++) {
         const config_setting_t *e = config_setting_get_elem(list, (unsigned)i);
         if (config_setting_type(e) != CONFIG_TYPE_STRING)
-            return fail_at(r, e, "%s[%d]: expected a string, got %s", full, i,
-                           type_name(config_setting_type(e)));
+            return ac_cfg_fail(r, e, "%s[%d]: expected a string, got %s", full, i,
+                               ac_cfg_type_name(config_setting_type(e)));
         const char *v = config_setting_get_string(e);
         int k = 0;
         while (k < 4 && strcmp(v, kinds[k]))
             k++;
         if (k == 4)
-            return fail_at(r, e, "%s[%d]: unknown layer kind '%s' (expected one of: mamba, "
-                           "moe, mlp, attention)", full, i, v);
+            return ac_cfg_fail(r, e, "%s[%d]: unknown layer kind '%s' (expected one of: mamba, "
+                               "moe, mlp, attention)", full, i, v);
         if (*flags[k])
-            return fail_at(r, e, "%s[%d]: duplicate layer kind '%s'", full, i, v);
+            return ac_cfg_fail(r, e, "%s[%d]: duplicate layer kind '%s'", full, i, v);
         *flags[k] = true;
     }
     return AC_OK;
 }
 
-static ac_status read_search_space(const reader *r, const config_setting_t *root, ac_contract *c)
+static ac_status read_search_space(const ac_cfg *r, const config_setting_t *root, ac_contract *c)
 {
     static const char *const keys[] = {"hidden_sizes", "mamba_heads", "routed_experts",
                                        "routed_ffn", "shared_ffn", "removable", NULL};
@@ -638,9 +398,9 @@ static ac_status read_search_space(const reader *r, const config_setting_t *root
     config_setting_t *g;
     ac_status st;
 
-    if ((st = get_group(r, root, "", path, true, &g)) != AC_OK)
+    if ((st = ac_cfg_get_group(r, root, "", path, true, &g)) != AC_OK)
         return st;
-    if ((st = check_keys(r, g, path, keys)) != AC_OK)
+    if ((st = ac_cfg_check_keys(r, g, path, keys)) != AC_OK)
         return st;
     if ((st = read_candidates(r, g, path, "hidden_sizes", 1, &s->hidden_sizes)) != AC_OK)
         return st;
@@ -655,14 +415,14 @@ static ac_status read_search_space(const reader *r, const config_setting_t *root
     if ((st = read_removable(r, g, c)) != AC_OK)
         return st;
     if (s->mamba_heads.remove && !s->removable.mamba)
-        return fail_at(r, config_setting_get_member(config_setting_get_member(g, "mamba_heads"),
-                                                    "remove"),
-                       "search_space.mamba_heads.remove = true needs \"mamba\" in "
-                       "search_space.removable");
+        return ac_cfg_fail(r, config_setting_get_member(config_setting_get_member(g, "mamba_heads"),
+                                                        "remove"),
+                           "search_space.mamba_heads.remove = true needs \"mamba\" in "
+                           "search_space.removable");
     return AC_OK;
 }
 
-static ac_status read_budgets(const reader *r, const config_setting_t *root, ac_contract *c)
+static ac_status read_budgets(const ac_cfg *r, const config_setting_t *root, ac_contract *c)
 {
     static const char *const keys[] = {"search_tokens", "kd_tokens", NULL};
     const char *path = "budgets";
@@ -671,29 +431,29 @@ static ac_status read_budgets(const reader *r, const config_setting_t *root, ac_
     long long v = 0;
     ac_status st;
 
-    if ((st = get_group(r, root, "", path, false, &g)) != AC_OK || !g)
+    if ((st = ac_cfg_get_group(r, root, "", path, false, &g)) != AC_OK || !g)
         return st;
-    if ((st = check_keys(r, g, path, keys)) != AC_OK)
+    if ((st = ac_cfg_check_keys(r, g, path, keys)) != AC_OK)
         return st;
-    st = read_int64(r, g, path, "search_tokens", &b->has_search_tokens, 0, LLONG_MAX, &v);
+    st = ac_cfg_read_int64(r, g, path, "search_tokens", &b->has_search_tokens, 0, LLONG_MAX, &v);
     if (st != AC_OK)
         return st;
     b->search_tokens = b->has_search_tokens ? v : 0;
     v = 0;
-    st = read_int64(r, g, path, "kd_tokens", &b->has_kd_tokens, 0, LLONG_MAX, &v);
+    st = ac_cfg_read_int64(r, g, path, "kd_tokens", &b->has_kd_tokens, 0, LLONG_MAX, &v);
     if (st != AC_OK)
         return st;
     b->kd_tokens = b->has_kd_tokens ? v : 0;
     return AC_OK;
 }
 
-static ac_status read_contract(const reader *r, const config_setting_t *root, ac_contract *c)
+static ac_status read_contract(const ac_cfg *r, const config_setting_t *root, ac_contract *c)
 {
     static const char *const keys[] = {"name", "hardware", "workload", "targets", "parent",
                                        "search_space", "budgets", NULL};
-    ac_status st = check_keys(r, root, "", keys);
+    ac_status st = ac_cfg_check_keys(r, root, "", keys);
     if (st == AC_OK)
-        st = read_string(r, root, "", "name", NULL, c->name, sizeof c->name, NULL);
+        st = ac_cfg_read_string(r, root, "", "name", NULL, c->name, sizeof c->name, NULL);
     if (st == AC_OK)
         st = read_hardware(r, root, c);
     if (st == AC_OK)
@@ -713,7 +473,7 @@ static ac_status read_contract(const reader *r, const config_setting_t *root, ac
 static ac_status parse_text(const char *text, const char *file, const char *include_dir,
                             ac_contract *out)
 {
-    reader r = {file};
+    ac_cfg r = {file, AC_CFG_SAY_EXPECTED};
     config_t cfg;
     ac_contract c;
     ac_status st;

@@ -6,16 +6,20 @@
 #include "autocompress/control.h"
 
 #include <libconfig.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "autocompress/contract.h"
 
-static int set_int(config_setting_t *group, const char *name, int value)
+/* An integer setting; past 32 bits it is written as a 64-bit literal (with the L suffix
+ * the contract parser asks for). */
+static int set_int(config_setting_t *group, const char *name, int64_t value)
 {
-    config_setting_t *s = config_setting_add(group, name, CONFIG_TYPE_INT);
-    return s && config_setting_set_int(s, value);
+    int wide = value < INT32_MIN || value > INT32_MAX;
+    config_setting_t *s = config_setting_add(group, name, wide ? CONFIG_TYPE_INT64 : CONFIG_TYPE_INT);
+    return s && (wide ? config_setting_set_int64(s, value) : config_setting_set_int(s, (int)value));
 }
 
 /* Removes `name` from the root (when there) and adds it again, empty. */
@@ -27,7 +31,7 @@ static config_setting_t *fresh_group(config_t *cfg, const char *name)
     return config_setting_add(root, name, CONFIG_TYPE_GROUP);
 }
 
-static ac_status replace_workload(config_t *cfg, const ac_live_workload *w)
+static ac_status replace_workload(config_t *cfg, const ac_contract_workload *w)
 {
     config_setting_t *g = fresh_group(cfg, "workload");
     int ok = g && set_int(g, "batch", w->batch) && set_int(g, "cached_tokens", w->cached_tokens) &&
@@ -59,7 +63,7 @@ static ac_status write_text(config_t *cfg, char **text)
     return fclose(f) == 0 ? AC_OK : ac_fail(AC_ERR_NOMEM, "live contract: out of memory");
 }
 
-ac_status ac_contract_rewrite(const char *base, const char *base_name, const ac_live_workload *workload,
+ac_status ac_contract_rewrite(const char *base, const char *base_name, const ac_contract_workload *workload,
                               const ac_contract_target *targets, int n_targets, char **text)
 {
     *text = NULL;

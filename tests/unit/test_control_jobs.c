@@ -162,7 +162,7 @@ static const char base_contract[] =
 static void test_contract_rewrite(void **state)
 {
     (void)state;
-    ac_live_workload w = {4, 2, 17, 9};
+    ac_contract_workload w = {4, 2, 17, 9};
     char *text = NULL;
     assert_int_equal(ac_contract_rewrite(base_contract, "base.cfg", &w, NULL, 0, &text), AC_OK);
     ac_contract c;
@@ -191,7 +191,7 @@ static void test_contract_rewrite(void **state)
     assert_int_equal(ac_contract_rewrite(base_contract, "base.cfg", &w, not_a_name, 1, &text), AC_ERR_INVALID);
     assert_int_equal(ac_contract_rewrite("name = ;", "broken.cfg", &w, NULL, 0, &text), AC_ERR_INVALID);
     assert_non_null(strstr(ac_error_message(), "broken.cfg:1"));
-    ac_live_workload empty = {1, 0, 0, 9};
+    ac_contract_workload empty = {1, 0, 0, 9};
     assert_int_equal(ac_contract_rewrite(base_contract, "base.cfg", &empty, NULL, 0, &text), AC_ERR_INVALID);
 }
 

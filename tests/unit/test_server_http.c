@@ -536,7 +536,7 @@ static int setup(void **state)
         snprintf(cfg.device, sizeof cfg.device, "%s", device);
     }
     if (srv_metrics_create(cfg.slots, &metrics) != AC_OK || srv_server_create(&cfg, metrics, &server) != AC_OK ||
-        srv_http_start(server, metrics, NULL, &daemon_http, &port) != AC_OK || port <= 0 ||
+        srv_http_start(server, metrics, NULL, NULL, &daemon_http, &port) != AC_OK || port <= 0 ||
         srv_server_load_initial(server, PROSE) != AC_OK) {
         fprintf(stderr, "cannot start the server: %s\n", ac_error_message());
         return -1;
@@ -1353,7 +1353,7 @@ static void second_start(second_server *x, const srv_config *c)
     memset(x, 0, sizeof *x);
     assert_int_equal(srv_metrics_create(c->slots, &x->metrics), AC_OK);
     assert_int_equal(srv_server_create(c, x->metrics, &x->server), AC_OK);
-    assert_int_equal(srv_http_start(x->server, x->metrics, NULL, &x->http, &x->port), AC_OK);
+    assert_int_equal(srv_http_start(x->server, x->metrics, NULL, NULL, &x->http, &x->port), AC_OK);
     assert_true(x->port > 0 && x->port != port);
 }
 

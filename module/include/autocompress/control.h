@@ -19,6 +19,7 @@
 #include <stdint.h>
 
 #include "autocompress/arch.h"
+#include "autocompress/contract.h"
 #include "autocompress/cost.h"
 #include "autocompress/probe.h"
 #include "autocompress/status.h"
@@ -119,10 +120,6 @@ char *ac_jobs_list_json(ac_jobs *jobs);
 /* ---- contracts from the live workload ---- */
 
 typedef struct {
-    int batch, cached_tokens, input_tokens, output_tokens;
-} ac_live_workload;
-
-typedef struct {
     const char *name; /* a key of the contract's targets group: latency_ratio, memory_mib, ... */
     double value;
 } ac_contract_target;
@@ -130,7 +127,7 @@ typedef struct {
 /* The base contract (libconfig text; base_name names it in messages) with its workload
  * replaced by `workload` and, when n_targets > 0, its targets by these: libconfig text
  * (malloc'd) that the contract parser accepts, or an error naming what is wrong. */
-ac_status ac_contract_rewrite(const char *base, const char *base_name, const ac_live_workload *workload,
+ac_status ac_contract_rewrite(const char *base, const char *base_name, const ac_contract_workload *workload,
                               const ac_contract_target *targets, int n_targets, char **text);
 
 /* ---- the SLA policy ---- */
