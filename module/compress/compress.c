@@ -3,8 +3,8 @@
 #include "compress/compress_internal.h"
 
 #include "cost/cost_internal.h"
-#include "io/fs_util.h"
-#include "io/json_util.h"
+#include "util/fs_util.h"
+#include "util/json_util.h"
 
 #include <cjson/cJSON.h>
 #include <stdio.h>

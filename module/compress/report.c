@@ -8,7 +8,7 @@
 #include "autocompress/log.h"
 #include "autocompress/prune.h"
 #include "autocompress/train.h"
-#include "io/json_util.h"
+#include "util/json_util.h"
 #include "runtime/block.h"
 
 #include <cjson/cJSON.h>

@@ -10,7 +10,7 @@
 #include "autocompress/prune.h"
 #include "autocompress/search.h"
 #include "autocompress/train.h"
-#include "io/json_util.h"
+#include "util/json_util.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -16,8 +16,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "io/fs_util.h"
-#include "io/json_util.h"
+#include "util/fs_util.h"
+#include "util/json_util.h"
 #include "autocompress/log.h"
 
 struct ac_jobs {

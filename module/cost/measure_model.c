@@ -4,7 +4,7 @@
  * reference, the peak resident size over the pre-model baseline. */
 #include "autocompress/profile.h"
 #include "cost/cost_internal.h"
-#include "io/json_util.h"
+#include "util/json_util.h"
 
 #include <cjson/cJSON.h>
 #include <stdlib.h>

@@ -3,7 +3,7 @@
 #include "autocompress/profile.h"
 #include "cost/cost_internal.h"
 #include "runtime/block.h"
-#include "io/json_util.h"
+#include "util/json_util.h"
 
 #include <errno.h>
 #include <math.h>

@@ -1,6 +1,6 @@
 /* Tokenizing a corpus into train/val token shards and a manifest (see tokens.h). */
 #include "autocompress/tokens.h"
-#include "io/json_util.h"
+#include "util/json_util.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>

@@ -16,7 +16,7 @@
 #include "autocompress/tokens.h"
 #include "autocompress/train.h"
 #include "eval/eval_internal.h"
-#include "io/json_util.h"
+#include "util/json_util.h"
 #include "kernels/kernels.h"
 
 enum { AUTO_CODE_LINES = 200 };

@@ -2,7 +2,7 @@
  * model.safetensors.index.json, behind a single name lookup. */
 #include "autocompress/safetensors.h"
 
-#include "io/json_util.h"
+#include "util/json_util.h"
 
 #include <cjson/cJSON.h>
 #include <dirent.h>

@@ -1,7 +1,7 @@
 /* Safetensors writer: collects tensors (by pointer) and metadata, then writes a file
  * through PATH.tmp + rename, or a sharded checkpoint directory with an index. */
 #include "autocompress/safetensors.h"
-#include "io/atomic_file.h"
+#include "util/atomic_file.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>

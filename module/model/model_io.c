@@ -4,7 +4,7 @@
 
 #include "autocompress/config_json.h"
 #include "autocompress/safetensors.h"
-#include "io/fs_util.h"
+#include "util/fs_util.h"
 
 #include <errno.h>
 #include <stdio.h>

@@ -7,7 +7,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "io/json_util.h"
+#include "util/json_util.h"
 
 typedef struct {
     const char *field;
