@@ -2,7 +2,9 @@
  * of the stages done (compress.json) that a rerun resumes from. */
 #include "compress/compress_internal.h"
 
-#include "cost/cost_internal.h"
+#include "autocompress/probe.h"
+
+#include "util/child.h"
 #include "util/fs_util.h"
 #include "util/json_util.h"
 

@@ -25,8 +25,8 @@
 
 #include <cjson/cJSON.h>
 
-#include "cost/cost_internal.h"
 #include "runtime/block.h"
+#include "util/stats.h"
 
 enum { LIVE_SAMPLES = 64, LIVE_GROUPS = 32, EXTRA_SITES = 3 }; /* embedding, lm_head, forward */
 

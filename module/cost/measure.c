@@ -20,6 +20,7 @@
  * varies half as much as either time). */
 #include "cost/cost_internal.h"
 #include "kernels/kernels.h"
+#include "util/child.h"
 #ifdef AC_HAVE_CUDA
 #include "kernels/cuda/cuda_ops.h"
 #include "probes/cupti/cupti_probe.h"

@@ -5,6 +5,7 @@
 #include "autocompress/profile.h"
 #include "cost/cost_internal.h"
 #include "util/json_util.h"
+#include "util/stats.h"
 
 #include <cjson/cJSON.h>
 #include <stdlib.h>

@@ -6,6 +6,7 @@
 #include "autocompress/trace.h"
 #include "cost/cost_internal.h"
 #include "runtime/block.h"
+#include "util/stats.h"
 
 #include <math.h>
 #include <stdio.h>

@@ -7,6 +7,7 @@
  * step pays for growing it. */
 #include "cost/cost_internal.h"
 #include "runtime/plan.h"
+#include "util/rng.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -4,6 +4,8 @@
 #include "cost/cost_internal.h"
 #include "runtime/block.h"
 #include "util/json_util.h"
+#include "util/rng.h"
+#include "util/stats.h"
 
 #include <errno.h>
 #include <math.h>
