@@ -2,7 +2,7 @@
  * of the stages done (compress.json) that a rerun resumes from. */
 #include "compress/compress_internal.h"
 
-#include "autocompress/probe.h"
+#include "autocompress/clock.h"
 
 #include "util/child.h"
 #include "util/fs_util.h"

@@ -16,6 +16,8 @@
  * live only, with the reason. */
 #include "autocompress/control.h"
 
+#include "autocompress/clock.h"
+
 #include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>

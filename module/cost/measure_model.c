@@ -2,6 +2,7 @@
  * contract's workload, each against its target. The measurement is validation's: fresh
  * processes (sweeps), clean timed requests, the parent's request after each as the speed
  * reference, the peak resident size over the pre-model baseline. */
+#include "autocompress/clock.h"
 #include "autocompress/profile.h"
 #include "cost/cost_internal.h"
 #include "util/json_util.h"

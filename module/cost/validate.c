@@ -1,5 +1,6 @@
 /* Validation of the cost model against end-to-end measurement of held-out architectures
  * sampled from the search space, and the predicted-vs-measured plot. */
+#include "autocompress/clock.h"
 #include "autocompress/profile.h"
 #include "cost/cost_internal.h"
 #include "runtime/block.h"

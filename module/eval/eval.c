@@ -8,8 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 
+#include "autocompress/clock.h"
 #include "autocompress/log.h"
 #include "autocompress/sample.h"
 #include "autocompress/tokenizer.h"
@@ -25,13 +25,6 @@ ac_eval_params ac_eval_default_params(void)
 {
     return (ac_eval_params){.batches = 16, .batch = 8, .seq_len = 256, .kd_tau = 1.0f, .code_lines = -1,
                             .line_context = 128, .max_line_tokens = 48, .progress = AC_PROGRESS_AUTO};
-}
-
-static double now_seconds(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
 static ac_status join(char *out, size_t size, const char *dir, const char *name)
@@ -292,7 +285,7 @@ ac_status ac_eval_run(const ac_model *student, const ac_model *teacher, const ch
     ac_status st = check_params(p);
     if (st != AC_OK)
         return st;
-    double t0 = now_seconds();
+    double t0 = ac_monotonic_s();
     char path[4096];
     int lines = 0;
     ac_tokens *val = NULL;
@@ -312,7 +305,7 @@ ac_status ac_eval_run(const ac_model *student, const ac_model *teacher, const ch
     if (st == AC_OK && lines > 0)
         st = match_lines(student, student_dir, val, p, lines, r);
     ac_tokens_close(val);
-    r->seconds = now_seconds() - t0;
+    r->seconds = ac_monotonic_s() - t0;
     return st;
 }
 

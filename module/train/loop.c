@@ -8,8 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 
+#include "autocompress/clock.h"
 #include "autocompress/log.h"
 #include "autocompress/tokens.h"
 #include "comm/comm_device.h"
@@ -22,13 +22,6 @@ ac_train_params ac_train_default_params(void)
     return (ac_train_params){.kd_tau = 1.0f, .batch = 8, .seq_len = 256, .steps = 1000, .optim = ac_adamw_default_params(),
                              .seed = 1, .checkpoint_every = 100, .eval_every = 100, .eval_batches = 8,
                              .progress = AC_PROGRESS_AUTO};
-}
-
-static double now_seconds(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
 static ac_status join(char *out, size_t size, const char *dir, const char *name)
@@ -300,7 +293,7 @@ static ac_status train_steps(loop_state *s, int start, const char *run, ac_train
                                     "tok", ac_comm_rank(p->comm) == 0 ? p->progress : AC_PROGRESS_OFF, stderr);
     if (st != AC_OK)
         return st;
-    double t0 = now_seconds();
+    double t0 = ac_monotonic_s();
     size_t n;
     float *g = ac_model_arena(s->grads, &n);
     for (int step = start; st == AC_OK && step < p->steps; step++) {
@@ -339,11 +332,11 @@ static ac_status train_steps(loop_state *s, int start, const char *run, ac_train
         if (!isnan(val))
             snprintf(val_text, sizeof val_text, "%.6f", val);
         fprintf(s->log, "%d,%lld,%.6g,%.6f,%.6f,%s,%.2f\n", done, (long long)done * p->batch * p->seq_len, lr, loss, norm,
-                val_text, now_seconds() - t0);
+                val_text, ac_monotonic_s() - t0);
         fflush(s->log);
         if (!isnan(val)) {
             /* a line in the log at every evaluation, for runs without a TTY */
-            double elapsed = now_seconds() - t0;
+            double elapsed = ac_monotonic_s() - t0;
             ac_info("%s step %d/%d: loss %.4f, validation %.4f, %.0f tokens/s", p->teacher ? "distill" : "train", done,
                     p->steps, loss, val, elapsed > 0 ? (double)(done - start) * p->batch * p->seq_len / elapsed : 0.0);
         }
@@ -354,7 +347,7 @@ static ac_status train_steps(loop_state *s, int start, const char *run, ac_train
         if ((p->checkpoint_every > 0 && done % p->checkpoint_every == 0) || done == p->steps)
             st = save_checkpoint(s, done, run);
     }
-    double seconds = now_seconds() - t0;
+    double seconds = ac_monotonic_s() - t0;
     report->tokens_per_second = seconds > 0 ? (double)(report->steps_done - start) * p->batch * p->seq_len / seconds : 0;
     ac_progress_finish(progress);
     ac_progress_free(progress);

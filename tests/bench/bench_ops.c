@@ -14,7 +14,7 @@
 
 #include "../unit/cpu_op_list.h"
 #include "autocompress/model.h"
-#include "autocompress/probe.h"
+#include "autocompress/host.h"
 #include "autocompress/runtime.h"
 #include "autocompress/sample.h"
 #include "autocompress/train.h"
