@@ -24,7 +24,10 @@ static inline uint64_t ac_rng_next(uint64_t *state) { return ac_rng_mix(*state +
 
 /* Output `index` (0 first) of the stream seeded with `seed`: what ac_rng_next returns on
  * its index + 1-th call from state `seed`. */
-static inline uint64_t ac_rng_at(uint64_t seed, uint64_t index) { return ac_rng_mix(seed + (index + 1) * AC_RNG_GAMMA); }
+static inline uint64_t ac_rng_at(uint64_t seed, uint64_t index)
+{
+    return ac_rng_mix(seed + (index + 1) * AC_RNG_GAMMA);
+}
 
 /* A 64-bit hash of x: the first output of the stream seeded with x. */
 static inline uint64_t ac_rng_hash(uint64_t x) { return ac_rng_at(x, 0); }

@@ -20,8 +20,9 @@ int ac_cpu_threads_for(int threads, int *clamped);
 
 /* OpenBLAS picks its kernels once, while it loads, from the CPU model; one newer than the
  * OpenBLAS build gets the oldest x86 kernels (Debian 12's 0.3.21 runs SSE3 GEMMs on an
- * Emerald Rapids Xeon, several times slower), and it reads OPENBLAS_CORETYPE only then. So a program that computes starts by calling ac_cpu_blas_restart_if_legacy(argv):
- * when OpenBLAS chose a pre-Haswell kernel set on a CPU with AVX2 or AVX-512 and
+ * Emerald Rapids Xeon, several times slower), and it reads OPENBLAS_CORETYPE only then.
+ * So a program that computes starts by calling ac_cpu_blas_restart_if_legacy(argv): when
+ * OpenBLAS chose a pre-Haswell kernel set on a CPU with AVX2 or AVX-512 and
  * OPENBLAS_CORETYPE is unset, it sets it to the best set the CPU runs and executes the
  * program again with the same arguments (returning only when nothing is to be done or the
  * restart failed, with a warning). Child processes inherit the setting. */
