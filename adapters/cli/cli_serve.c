@@ -10,7 +10,7 @@
 
 #include "server/srv.h"
 #include "server/srv_control.h"
-#include "autocompress/probe.h"
+#include "autocompress/clock.h"
 
 typedef struct {
     const char *model, *config, *port_file;

@@ -2,7 +2,7 @@
 #include "cli_args.h"
 #include "cli_opts.h"
 
-#include "autocompress/probe.h"
+#include "autocompress/host.h"
 
 #include <stdio.h>
 #include <string.h>

@@ -19,6 +19,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "autocompress/clock.h"
 #include "autocompress/probe.h"
 
 static void set_error(srv_error *err, int status, const char *type, const char *code, const char *fmt, ...)

@@ -6,6 +6,7 @@
 #define _GNU_SOURCE /* POLLRDHUP */
 #include "server/srv.h"
 #include "server/srv_control.h"
+#include "autocompress/clock.h"
 
 #include <arpa/inet.h>
 #include <cjson/cJSON.h>

@@ -7,6 +7,7 @@
  * is not counted, since the callers have no way to report it. */
 #include "server/srv.h"
 
+#include "autocompress/host.h"
 #include "autocompress/probe.h"
 
 #include <cjson/cJSON.h>

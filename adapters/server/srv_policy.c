@@ -9,6 +9,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "autocompress/clock.h"
 #include "autocompress/contract.h"
 #include "autocompress/log.h"
 #include "autocompress/probe.h"
@@ -24,7 +25,6 @@ struct srv_policy {
     int thread_started, stopping;
 };
 
-static double monotonic_s(void) { return 1e-9 * (double)ac_monotonic_ns(); }
 
 /* Starts a recompression for the live workload, as the policy asked: 1 when it started. */
 static int start_job(srv_policy *p, const char *reason, char *why, size_t size)
@@ -57,13 +57,13 @@ static void wait_interval(srv_policy *p)
 static void *policy_main(void *arg)
 {
     srv_policy *p = arg;
-    double last = monotonic_s();
+    double last = ac_monotonic_s();
     pthread_mutex_lock(&p->mu);
     while (!p->stopping) {
         wait_interval(p);
         if (p->stopping)
             break;
-        double now = monotonic_s();
+        double now = ac_monotonic_s();
         ac_sla_sample sample;
         char reason[256], why[1024]; /* the reason and a refusal's message whole */
         int fire = srv_metrics_sla_sample(p->metrics, last, now, &sample) &&

@@ -17,9 +17,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "autocompress/clock.h"
+#include "autocompress/host.h"
 #include "autocompress/probe.h"
 
-static double now_s(void) { return 1e-9 * (double)ac_monotonic_ns(); }
 
 /* ---- publishing to a request ---- */
 
@@ -29,7 +30,7 @@ static void finish_locked(srv_request *req, srv_finish f, const char *message)
         return;
     req->finish = f;
     req->ready_len = req->text_len;
-    req->t_done = now_s();
+    req->t_done = ac_monotonic_s();
     if (message)
         snprintf(req->error, sizeof req->error, "%s", message);
     pthread_cond_broadcast(&req->cv);
@@ -75,7 +76,7 @@ static void publish_token(srv_request *req, const srv_token *tok)
     pthread_mutex_lock(&req->mu);
     req->n_generated++;
     if (!req->t_first_token)
-        req->t_first_token = now_s();
+        req->t_first_token = ac_monotonic_s();
     if (tok->id == m->eos) {
         finish_locked(req, SRV_FINISH_STOP, NULL);
         pthread_mutex_unlock(&req->mu);

@@ -9,9 +9,10 @@
 #include <string.h>
 #include <time.h>
 
+#include "autocompress/clock.h"
+#include "autocompress/host.h"
 #include "autocompress/probe.h"
 
-static double now_s(void) { return 1e-9 * (double)ac_monotonic_ns(); }
 
 /* ---- references (server lock held) ---- */
 
@@ -171,7 +172,7 @@ int srv_server_submit(srv_server *s, srv_request *req)
     int ok = !s->stopping && s->q_len < s->cfg.max_queue;
     if (ok) {
         req->refs = 2; /* the HTTP thread and the scheduler */
-        req->t_arrival = req->t_arrival > 0 ? req->t_arrival : now_s();
+        req->t_arrival = req->t_arrival > 0 ? req->t_arrival : ac_monotonic_s();
         s->queue[(s->q_head + s->q_len) % s->cfg.max_queue] = req;
         s->q_len++;
         pthread_cond_signal(&s->work_cv);
@@ -241,7 +242,7 @@ int srv_server_swap(srv_server *s, const char *path, int drain_first, srv_swap_r
         snprintf(rec->message, sizeof rec->message, "another swap is in progress");
         return 409;
     }
-    double t0 = now_s();
+    double t0 = ac_monotonic_s();
     rec->at = (double)time(NULL);
     rec->drain_first = drain_first;
     snprintf(rec->path, sizeof rec->path, "%s", path);
@@ -258,7 +259,7 @@ int srv_server_swap(srv_server *s, const char *path, int drain_first, srv_swap_r
         }
     }
     rec->ok = st == AC_OK;
-    rec->seconds = now_s() - t0;
+    rec->seconds = ac_monotonic_s() - t0;
     snprintf(rec->message, sizeof rec->message, "%s", st == AC_OK ? "swapped" : ac_error_message());
     record_swap(s, rec);
     pthread_mutex_unlock(&s->swap_mu);

@@ -6,7 +6,6 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 ac_comm_params ac_comm_default_params(void) { return (ac_comm_params){.kind = AC_COMM_AUTO, .timeout_s = 600.0}; }
 
@@ -22,13 +21,6 @@ ac_status ac_comm_kind_parse(const char *text, ac_comm_kind *kind)
             return AC_OK;
         }
     return ac_fail(AC_ERR_INVALID, "comm: unknown backend '%s' (auto, single, mpi or nccl)", text);
-}
-
-double ac_comm_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
 int ac_comm_launched_ranks(void)

@@ -28,7 +28,4 @@ struct ac_comm {
 ac_status ac_comm_mpi_create(const ac_comm_params *params, ac_comm **comm);
 ac_status ac_comm_nccl_create(const ac_comm_params *params, ac_comm **comm);
 
-/* Seconds on a monotonic clock, for the collectives' deadlines. */
-double ac_comm_now(void);
-
 #endif

@@ -4,6 +4,8 @@
  * the same bytes as a ring all-reduce but does not depend on MPI's choice of algorithm. */
 #include "comm/comm_mpi.h"
 
+#include "autocompress/clock.h"
+
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,7 +37,7 @@ static ac_status mpi_error(ac_comm *c, int code, const char *what)
 
 ac_status ac_comm_mpi_wait(ac_comm *c, MPI_Request *req, const char *what)
 {
-    double deadline = ac_comm_now() + c->timeout_s;
+    double deadline = ac_monotonic_s() + c->timeout_s;
     long pause_ns = 0;
     for (;;) {
         int done = 0, rc = MPI_Test(req, &done, MPI_STATUS_IGNORE);
@@ -43,7 +45,7 @@ ac_status ac_comm_mpi_wait(ac_comm *c, MPI_Request *req, const char *what)
             return mpi_error(c, rc, what);
         if (done)
             return AC_OK;
-        if (ac_comm_now() > deadline)
+        if (ac_monotonic_s() > deadline)
             return ac_fail(AC_ERR_IO, "comm (rank %d of %d): %s did not complete in %g s: another rank has died, "
                            "failed or is stuck (--comm-timeout sets the wait)", c->rank, c->size, what, c->timeout_s);
         /* spin briefly, then back off to 1 ms: the other ranks' compute needs the cores */

@@ -6,6 +6,8 @@
  * run on the same GPUs, but in ring order rather than rank order. */
 #include "comm/comm_mpi.h"
 
+#include "autocompress/clock.h"
+
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 #include <stdlib.h>
@@ -42,7 +44,7 @@ static ac_status nccl_error(const ac_comm *c, ncclResult_t r, const char *what)
 static ac_status wait_stream(ac_comm *c, const char *what)
 {
     nccl_part *p = &impl_of(c)->part;
-    double deadline = ac_comm_now() + c->timeout_s;
+    double deadline = ac_monotonic_s() + c->timeout_s;
     for (;;) {
         cudaError_t e = cudaStreamQuery(p->stream);
         if (e == cudaSuccess)
@@ -53,7 +55,7 @@ static ac_status wait_stream(ac_comm *c, const char *what)
         ncclCommGetAsyncError(p->nccl, &async);
         if (async != ncclSuccess && async != ncclInProgress)
             return nccl_error(c, async, what);
-        if (ac_comm_now() > deadline) {
+        if (ac_monotonic_s() > deadline) {
             ncclCommAbort(p->nccl);
             p->nccl = NULL;
             return ac_fail(AC_ERR_IO, "comm nccl (rank %d of %d): %s did not complete in %g s: another rank has died "

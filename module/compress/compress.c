@@ -2,9 +2,11 @@
  * of the stages done (compress.json) that a rerun resumes from. */
 #include "compress/compress_internal.h"
 
-#include "cost/cost_internal.h"
-#include "io/fs_util.h"
-#include "io/json_util.h"
+#include "autocompress/clock.h"
+
+#include "util/child.h"
+#include "util/fs_util.h"
+#include "util/json_util.h"
 
 #include <cjson/cJSON.h>
 #include <stdio.h>

@@ -8,8 +8,8 @@
 #include "autocompress/log.h"
 #include "autocompress/prune.h"
 #include "autocompress/train.h"
-#include "io/json_util.h"
 #include "blocks/block.h"
+#include "util/json_util.h"
 
 #include <cjson/cJSON.h>
 #include <stdio.h>

@@ -11,7 +11,7 @@
 #include "autocompress/minitron.h"
 #include "autocompress/search.h"
 #include "autocompress/train.h"
-#include "io/json_util.h"
+#include "util/json_util.h"
 
 #include <stdio.h>
 #include <stdlib.h>

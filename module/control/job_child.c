@@ -13,7 +13,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
-#include "io/json_util.h"
+#include "util/json_util.h"
 
 extern char **environ;
 

@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "io/json_util.h"
+#include "util/json_util.h"
 
 static const char *const state_names[AC_JOB_STATE_COUNT] = {"running",   "succeeded", "missed",
                                                             "failed",    "cancelled", "interrupted"};

@@ -16,8 +16,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "io/fs_util.h"
-#include "io/json_util.h"
+#include "util/fs_util.h"
+#include "util/json_util.h"
+#include "autocompress/clock.h"
 #include "autocompress/log.h"
 
 struct ac_jobs {
@@ -37,13 +38,6 @@ static double unix_now(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static double monotonic_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
@@ -68,7 +62,7 @@ static void follow_child(ac_jobs *jobs, int fd, FILE *log)
     char *line = NULL;
     size_t cap = 0;
     ssize_t n;
-    double last_save = monotonic_now();
+    double last_save = ac_monotonic_s();
     while ((n = getline(&line, &cap, in)) > 0) {
         if (log) {
             fwrite(line, 1, (size_t)n, log);
@@ -80,9 +74,9 @@ static void follow_child(ac_jobs *jobs, int fd, FILE *log)
         int changed = ac_job_parse_line(line, &jobs->current);
         ac_job_info snapshot = jobs->current;
         pthread_mutex_unlock(&jobs->mu);
-        if (changed || monotonic_now() - last_save > 5) {
+        if (changed || ac_monotonic_s() - last_save > 5) {
             save(&snapshot);
-            last_save = monotonic_now();
+            last_save = ac_monotonic_s();
         }
     }
     free(line);

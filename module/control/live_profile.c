@@ -16,6 +16,8 @@
  * live only, with the reason. */
 #include "autocompress/control.h"
 
+#include "autocompress/clock.h"
+
 #include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -25,8 +27,8 @@
 
 #include <cjson/cJSON.h>
 
-#include "cost/cost_internal.h"
 #include "blocks/block.h"
+#include "util/stats.h"
 
 enum { LIVE_SAMPLES = 64, LIVE_GROUPS = 32, EXTRA_SITES = 3 }; /* embedding, lm_head, forward */
 

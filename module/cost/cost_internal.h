@@ -1,5 +1,5 @@
-/* What the cost module's files share: statistics, weight slicing, the workload server,
- * child processes and the search-space helpers. */
+/* What the cost module's files share: the search-space helpers, the memory formula's
+ * terms, the parent, the workload server, one measurement and the tables' keys. */
 #ifndef AC_COST_INTERNAL_H
 #define AC_COST_INTERNAL_H
 
@@ -11,27 +11,6 @@
 #include "autocompress/model.h"
 #include "autocompress/probe.h"
 #include "autocompress/runtime.h"
-
-/* ---- statistics (stats.c) ---- */
-
-/* Median of n values (n >= 1; the array is reordered). */
-double ac_stat_median(double *v, size_t n);
-/* 1.4826 x the median absolute deviation from the median (0 for n < 2; reorders v). */
-double ac_stat_spread(double *v, size_t n);
-/* The least-squares slope of y on x within groups: group g holds points start[g] ..
- * start[g + 1] - 1, and each group's own means are removed first, so the slope is how y
- * moves with x apart from what sets each group's level. Clamped to [0, 2]; 1 when x does
- * not vary within the groups. */
-double ac_stat_within_slope(const double *x, const double *y, const size_t *start, size_t groups);
-/* The speed correction of a time measured when the reference took `now` seconds, to
- * what it would be when the reference takes `typical`: (typical / now)^slope. */
-double ac_speed_factor(double typical, double now, double slope);
-/* Least-squares y = a + b x over n points (b = 0 when x does not vary). */
-void ac_stat_line(const double *x, const double *y, size_t n, double *a, double *b);
-/* splitmix64 */
-uint64_t ac_rng_next(uint64_t *state);
-/* Uniform integer in [0, n). */
-int ac_rng_below(uint64_t *state, int n);
 
 /* ---- the search space (space.c) ---- */
 
@@ -79,19 +58,6 @@ ac_status ac_server_build_context(ac_server *server);
 ac_status ac_server_request(ac_server *server, int max_steps, double *seconds);
 /* The runtime's own accounting of what it holds now (resident: the process's). */
 ac_memory_sample ac_server_memory(const ac_server *server);
-
-/* ---- child processes (child.c) ---- */
-
-/* Work for a child: writes its result with ac_child_write; a failure's message goes
- * back to the parent. */
-typedef ac_status (*ac_child_fn)(void *arg, int fd);
-ac_status ac_child_write(int fd, const void *data, size_t bytes);
-/* Tells the parent the child runs (send it once the child has run an OpenMP region). */
-ac_status ac_child_heartbeat(int fd);
-/* How long a child may take to send its first frame (default 30 s; tests shorten it). */
-void ac_child_set_start_timeout(int seconds);
-/* Runs fn in a forked child; *out (malloc'd, *bytes long) is what it wrote. */
-ac_status ac_run_in_child(ac_child_fn fn, void *arg, void **out, size_t *bytes);
 
 /* ---- one measurement: a model built from the parent, serving the workload in a child
  * process (measure.c) ---- */

@@ -4,6 +4,7 @@
  * cost.h has the factorisation). A concrete candidate is the one-hot case. */
 #include "cost/cost_internal.h"
 #include "blocks/block.h"
+#include "util/stats.h"
 
 #include <math.h>
 #include <stdio.h>

@@ -18,8 +18,10 @@
  * model, when the parent of the measured checkpoint is another one): the caller can express each
  * time relative to the speed of its own moment (measured here: the log ratio of the two
  * varies half as much as either time). */
+#include "autocompress/host.h"
 #include "cost/cost_internal.h"
 #include "kernels/kernels.h"
+#include "util/child.h"
 
 #include <malloc.h>
 #include <stdlib.h>

@@ -2,9 +2,11 @@
  * contract's workload, each against its target. The measurement is validation's: fresh
  * processes (sweeps), clean timed requests, the parent's request after each as the speed
  * reference, the peak resident size over the pre-model baseline. */
+#include "autocompress/clock.h"
 #include "autocompress/profile.h"
 #include "cost/cost_internal.h"
-#include "io/json_util.h"
+#include "util/json_util.h"
+#include "util/stats.h"
 
 #include <cjson/cJSON.h>
 #include <stdlib.h>

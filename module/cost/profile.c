@@ -1,11 +1,14 @@
 /* Profiling runs (autocompress/profile.h): plan models that carry many candidate
  * configurations, measure each in a child process with the CPU probe, split the spans
  * at layer boundaries per phase and step, and reduce them to table rows. */
+#include "autocompress/clock.h"
+#include "autocompress/host.h"
 #include "autocompress/log.h"
 #include "autocompress/profile.h"
 #include "autocompress/trace.h"
 #include "cost/cost_internal.h"
 #include "blocks/block.h"
+#include "util/stats.h"
 
 #include <math.h>
 #include <stdio.h>

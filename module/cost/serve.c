@@ -5,8 +5,11 @@
  * is restored from a snapshot, so repeats need not rebuild the context. Each cache is
  * reserved up front for the whole request, as a server sizes its KV per slot, so no
  * step pays for growing it. */
+#include "autocompress/clock.h"
+#include "autocompress/host.h"
 #include "cost/cost_internal.h"
 #include "runtime/plan.h"
+#include "util/rng.h"
 
 #include <stdlib.h>
 #include <string.h>

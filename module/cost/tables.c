@@ -1,6 +1,6 @@
 /* Cost tables in memory and as JSON. */
 #include "cost/cost_internal.h"
-#include "io/json_util.h"
+#include "util/json_util.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>

@@ -1,9 +1,12 @@
 /* Validation of the cost model against end-to-end measurement of held-out architectures
  * sampled from the search space, and the predicted-vs-measured plot. */
+#include "autocompress/clock.h"
 #include "autocompress/profile.h"
 #include "cost/cost_internal.h"
 #include "blocks/block.h"
-#include "io/json_util.h"
+#include "util/json_util.h"
+#include "util/rng.h"
+#include "util/stats.h"
 
 #include <errno.h>
 #include <math.h>

@@ -1,6 +1,6 @@
 /* Tokenizing a corpus into train/val token shards and a manifest (see tokens.h). */
 #include "autocompress/tokens.h"
-#include "io/json_util.h"
+#include "util/json_util.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -9,8 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 
+#include "autocompress/clock.h"
 #include "autocompress/tokenizer.h"
 
 uint64_t ac_fnv1a64(const void *data, size_t len)
@@ -54,13 +54,6 @@ ac_tokenize_params ac_tokenize_default_params(void)
         .eos_token = "<|endoftext|>",
         .progress = AC_PROGRESS_AUTO,
     };
-}
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
 static ac_status read_all(const char *path, char **data, size_t *len)
@@ -301,7 +294,7 @@ ac_status ac_tokenize_corpus(const ac_tokenize_params *p, ac_tokenize_stats *sta
     if (st == AC_OK)
         st = ac_progress_init(&j.progress, "tokenize", (double)stats->input_bytes / 1e6, "MB", p->progress, stderr);
     cJSON *sources = cJSON_CreateArray();
-    double t0 = now_s();
+    double t0 = ac_monotonic_s();
     for (size_t i = 0; i < p->input_count && st == AC_OK; i++) {
         char *data;
         size_t len;
@@ -320,7 +313,7 @@ ac_status ac_tokenize_corpus(const ac_tokenize_params *p, ac_tokenize_stats *sta
         cJSON_AddNumberToObject(src, "tokens", (double)j.src_tokens);
         cJSON_AddItemToArray(sources, src);
     }
-    stats->seconds = now_s() - t0;
+    stats->seconds = ac_monotonic_s() - t0;
     if (j.progress) {
         if (st == AC_OK)
             ac_progress_finish(j.progress);

@@ -2,20 +2,14 @@
  * row) for training, and consecutive windows for evaluation (see tokens.h). */
 #include "autocompress/tokens.h"
 
-static uint64_t splitmix64(uint64_t x)
-{
-    x += 0x9e3779b97f4a7c15ULL;
-    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-    return x ^ (x >> 31);
-}
+#include "util/rng.h"
 
 uint64_t ac_tokens_window_start(uint64_t count, int seq_len, uint64_t seed, uint64_t step, int b)
 {
     uint64_t span = count - (uint64_t)seq_len; /* starts 0 .. count - seq_len - 1 */
-    uint64_t h = splitmix64(seed ^ 0x6a09e667f3bcc908ULL);
-    h = splitmix64(h ^ step);
-    h = splitmix64(h ^ (uint64_t)(uint32_t)b);
+    uint64_t h = ac_rng_hash(seed ^ 0x6a09e667f3bcc908ULL);
+    h = ac_rng_hash(h ^ step);
+    h = ac_rng_hash(h ^ (uint64_t)(uint32_t)b);
     /* the high bits of the 128-bit product: unbiased enough and no division */
     __extension__ unsigned __int128 wide = (unsigned __int128)h * span;
     return (uint64_t)(wide >> 64);

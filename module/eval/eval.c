@@ -8,15 +8,16 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 
+#include "autocompress/clock.h"
 #include "autocompress/log.h"
 #include "autocompress/sample.h"
 #include "autocompress/tokenizer.h"
 #include "autocompress/tokens.h"
 #include "autocompress/train.h"
 #include "eval/eval_internal.h"
-#include "io/json_util.h"
+#include "util/json_util.h"
+#include "util/path.h"
 #include "kernels/kernels.h"
 
 enum { AUTO_CODE_LINES = 200 };
@@ -25,19 +26,6 @@ ac_eval_params ac_eval_default_params(void)
 {
     return (ac_eval_params){.batches = 16, .batch = 8, .seq_len = 256, .kd_tau = 1.0f, .code_lines = -1,
                             .line_context = 128, .max_line_tokens = 48, .progress = AC_PROGRESS_AUTO};
-}
-
-static double now_seconds(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static ac_status join(char *out, size_t size, const char *dir, const char *name)
-{
-    int n = snprintf(out, size, "%s/%s", dir, name);
-    return n < 0 || (size_t)n >= size ? ac_fail(AC_ERR_INVALID, "%s/%s: path too long", dir, name) : AC_OK;
 }
 
 static ac_status check_params(const ac_eval_params *p)
@@ -66,7 +54,7 @@ static ac_status resolve_code_lines(const ac_eval_params *p, int *lines)
     *lines = 0;
     char path[4096];
     struct stat sb;
-    ac_status st = join(path, sizeof path, p->data_dir, "manifest.json");
+    ac_status st = ac_path_join(path, sizeof path, p->data_dir, "manifest.json");
     if (st != AC_OK || stat(path, &sb) != 0)
         return st;
     cJSON *root;
@@ -216,7 +204,7 @@ static ac_status load_tokenizer(const ac_eval_params *p, const char *student_dir
     if (!student_dir)
         return ac_fail(AC_ERR_INVALID, "eval: next-line matching needs a tokenizer: give tokenizer_path or the "
                        "student's directory");
-    ac_status st = join(path, sizeof path, student_dir, "tokenizer.json");
+    ac_status st = ac_path_join(path, sizeof path, student_dir, "tokenizer.json");
     return st == AC_OK ? ac_tokenizer_load(path, tok) : st;
 }
 
@@ -292,13 +280,13 @@ ac_status ac_eval_run(const ac_model *student, const ac_model *teacher, const ch
     ac_status st = check_params(p);
     if (st != AC_OK)
         return st;
-    double t0 = now_seconds();
+    double t0 = ac_monotonic_s();
     char path[4096];
     int lines = 0;
     ac_tokens *val = NULL;
     st = resolve_code_lines(p, &lines);
     if (st == AC_OK)
-        st = join(path, sizeof path, p->data_dir, "val.bin");
+        st = ac_path_join(path, sizeof path, p->data_dir, "val.bin");
     if (st == AC_OK)
         st = ac_tokens_open(path, &val);
     if (st == AC_OK)
@@ -312,7 +300,7 @@ ac_status ac_eval_run(const ac_model *student, const ac_model *teacher, const ch
     if (st == AC_OK && lines > 0)
         st = match_lines(student, student_dir, val, p, lines, r);
     ac_tokens_close(val);
-    r->seconds = now_seconds() - t0;
+    r->seconds = ac_monotonic_s() - t0;
     return st;
 }
 

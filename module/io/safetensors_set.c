@@ -2,7 +2,8 @@
  * model.safetensors.index.json, behind a single name lookup. */
 #include "autocompress/safetensors.h"
 
-#include "io/json_util.h"
+#include "util/json_util.h"
+#include "util/path.h"
 
 #include <cjson/cJSON.h>
 #include <dirent.h>
@@ -31,15 +32,6 @@ typedef struct {
     const char *shard;
     size_t shard_index;
 } set_mapping;
-
-static char *join_path(const char *dir, const char *name)
-{
-    size_t a = strlen(dir), b = strlen(name);
-    char *p = malloc(a + b + 2);
-    if (p)
-        snprintf(p, a + b + 2, "%s%s%s", dir, (a && dir[a - 1] == '/') ? "" : "/", name);
-    return p;
-}
 
 static bool is_regular_file(const char *path)
 {
@@ -186,13 +178,10 @@ static ac_status open_index(ac_safetensors_set *set, const char *index_path)
         goto done;
     }
     for (size_t k = 0; k < nshards; k++) {
-        char *path = join_path(set->dir, names[k]);
-        if (!path) {
-            rc = ac_fail(AC_ERR_NOMEM, "%s: out of memory", index_path);
-            goto done;
-        }
-        rc = ac_safetensors_open(path, &set->shards[k]);
-        free(path);
+        char path[AC_PATH_MAX];
+        rc = ac_path_join(path, sizeof path, set->dir, names[k]);
+        if (rc == AC_OK)
+            rc = ac_safetensors_open(path, &set->shards[k]);
         if (rc != AC_OK) {
             rc = ac_fail_context(rc, "%s: shard '%s'", index_path, names[k]);
             goto done;
@@ -263,7 +252,7 @@ static ac_status open_only_file(ac_safetensors_set *set)
     if (!d)
         return ac_fail(AC_ERR_IO, "%s: cannot read the checkpoint directory: %s", dir,
                        strerror(errno));
-    char *found = NULL;
+    char found[AC_PATH_MAX], path[AC_PATH_MAX];
     size_t n = 0;
     char listed[256] = "";
     ac_status rc = AC_OK;
@@ -271,21 +260,15 @@ static ac_status open_only_file(ac_safetensors_set *set)
     while ((ent = readdir(d)) != NULL) {
         if (!has_suffix(ent->d_name, ".safetensors"))
             continue;
-        char *path = join_path(dir, ent->d_name);
-        if (!path) {
-            rc = ac_fail(AC_ERR_NOMEM, "%s: out of memory", dir);
+        if ((rc = ac_path_join(path, sizeof path, dir, ent->d_name)) != AC_OK)
             break;
-        }
-        if (!is_regular_file(path)) {
-            free(path);
+        if (!is_regular_file(path))
             continue;
-        }
         size_t used = strlen(listed);
         if (used + strlen(ent->d_name) + 8 < sizeof listed)
             snprintf(listed + used, sizeof listed - used, "%s%s", n ? ", " : "", ent->d_name);
         n++;
-        free(found);
-        found = path;
+        memcpy(found, path, strlen(path) + 1);
     }
     closedir(d);
     if (rc == AC_OK && n == 0)
@@ -297,10 +280,7 @@ static ac_status open_only_file(ac_safetensors_set *set)
                      "%s: no " AC_INDEX_NAME " and %zu *.safetensors files (%s); cannot tell "
                      "which to load",
                      dir, n, listed);
-    if (rc == AC_OK)
-        rc = open_single(set, found);
-    free(found);
-    return rc;
+    return rc == AC_OK ? open_single(set, found) : rc;
 }
 
 ac_status ac_safetensors_index_open(const char *dir, ac_safetensors_set **out)
@@ -320,19 +300,16 @@ ac_status ac_safetensors_index_open(const char *dir, ac_safetensors_set **out)
         free(set);
         return ac_fail(AC_ERR_NOMEM, "%s: out of memory", dir);
     }
-    char *index = join_path(dir, AC_INDEX_NAME);
-    char *single = join_path(dir, AC_SINGLE_NAME);
-    ac_status rc;
-    if (!index || !single)
-        rc = ac_fail(AC_ERR_NOMEM, "%s: out of memory", dir);
-    else if (is_regular_file(index))
+    char index[AC_PATH_MAX], single[AC_PATH_MAX];
+    ac_status rc = ac_path_join(index, sizeof index, dir, AC_INDEX_NAME);
+    if (rc == AC_OK)
+        rc = ac_path_join(single, sizeof single, dir, AC_SINGLE_NAME);
+    if (rc == AC_OK && is_regular_file(index))
         rc = open_index(set, index);
-    else if (is_regular_file(single))
+    else if (rc == AC_OK && is_regular_file(single))
         rc = open_single(set, single);
-    else
+    else if (rc == AC_OK)
         rc = open_only_file(set);
-    free(index);
-    free(single);
     if (rc != AC_OK) {
         ac_safetensors_set_close(set);
         return rc;

@@ -1,7 +1,8 @@
 /* Safetensors writer: collects tensors (by pointer) and metadata, then writes a file
  * through PATH.tmp + rename, or a sharded checkpoint directory with an index. */
 #include "autocompress/safetensors.h"
-#include "io/atomic_file.h"
+#include "util/atomic_file.h"
+#include "util/path.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -229,15 +230,6 @@ ac_status ac_safetensors_writer_set_metadata(ac_safetensors_writer *w, const cha
 
 /* ---- file output ---- */
 
-static char *join_path(const char *dir, const char *name)
-{
-    size_t a = strlen(dir), b = strlen(name);
-    char *p = malloc(a + b + 2);
-    if (p)
-        snprintf(p, a + b + 2, "%s%s%s", dir, (a && dir[a - 1] == '/') ? "" : "/", name);
-    return p;
-}
-
 static int compare_slot_data_order(const void *a, const void *b)
 {
     const wr_slot *x = a, *y = b;
@@ -424,13 +416,10 @@ ac_status ac_safetensors_writer_write(const ac_safetensors_writer *w, const char
 /* Removes `name` in `dir` if present. */
 static ac_status remove_stale(const char *dir, const char *name)
 {
-    char *p = join_path(dir, name);
-    if (!p)
-        return ac_fail(AC_ERR_NOMEM, "%s: out of memory", dir);
-    ac_status rc = AC_OK;
-    if (unlink(p) != 0 && errno != ENOENT)
+    char p[AC_PATH_MAX];
+    ac_status rc = ac_path_join(p, sizeof p, dir, name);
+    if (rc == AC_OK && unlink(p) != 0 && errno != ENOENT)
         rc = ac_fail(AC_ERR_IO, "%s: cannot remove the stale file: %s", p, strerror(errno));
-    free(p);
     return rc;
 }
 
@@ -447,14 +436,12 @@ ac_status ac_safetensors_writer_write_dir(const ac_safetensors_writer *w, const 
         total += list[i]->nbytes;
 
     ac_status rc = AC_OK;
-    char *path = NULL, *json = NULL;
+    char path[AC_PATH_MAX], *json = NULL;
     size_t *first = NULL;
     cJSON *index = NULL;
     if (max_shard_bytes == 0 || total <= max_shard_bytes) {
-        if (!(path = join_path(dir, "model.safetensors"))) {
-            rc = ac_fail(AC_ERR_NOMEM, "%s: out of memory", dir);
+        if ((rc = ac_path_join(path, sizeof path, dir, "model.safetensors")) != AC_OK)
             goto done;
-        }
         rc = write_file(w, list, w->count, path);
         if (rc == AC_OK)
             rc = remove_stale(dir, "model.safetensors.index.json");
@@ -488,11 +475,8 @@ ac_status ac_safetensors_writer_write_dir(const ac_safetensors_writer *w, const 
     for (size_t k = 0; k < nshards && rc == AC_OK; k++) {
         char name[64];
         snprintf(name, sizeof name, "model-%05zu-of-%05zu.safetensors", k + 1, nshards);
-        free(path);
-        if (!(path = join_path(dir, name))) {
-            rc = ac_fail(AC_ERR_NOMEM, "%s: out of memory", dir);
+        if ((rc = ac_path_join(path, sizeof path, dir, name)) != AC_OK)
             break;
-        }
         rc = write_file(w, list + first[k], first[k + 1] - first[k], path);
         for (size_t i = first[k]; i < first[k + 1] && rc == AC_OK; i++)
             if (!cJSON_AddStringToObject(map, list[i]->name, name))
@@ -500,10 +484,10 @@ ac_status ac_safetensors_writer_write_dir(const ac_safetensors_writer *w, const 
     }
     if (rc != AC_OK)
         goto done;
+    if ((rc = ac_path_join(path, sizeof path, dir, "model.safetensors.index.json")) != AC_OK)
+        goto done;
     json = cJSON_Print(index);
-    free(path);
-    path = join_path(dir, "model.safetensors.index.json");
-    if (!json || !path) {
+    if (!json) {
         rc = ac_fail(AC_ERR_NOMEM, "%s: out of memory", dir);
         goto done;
     }
@@ -516,7 +500,6 @@ done:
     cJSON_Delete(index);
     free(json);
     free(first);
-    free(path);
     free(list);
     return rc;
 }

@@ -7,8 +7,8 @@
 #include "autocompress/prune.h"
 #include "autocompress/tokens.h"
 #include "autocompress/train.h"
-#include "io/fs_util.h"
-#include "io/json_util.h"
+#include "util/fs_util.h"
+#include "util/json_util.h"
 
 #include <cjson/cJSON.h>
 #include <math.h>

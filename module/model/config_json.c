@@ -2,7 +2,7 @@
  * names, aliases and the layer-type spellings follow transformers'
  * configuration_nemotron_h.py. */
 #include "autocompress/config_json.h"
-#include "io/json_util.h"
+#include "util/json_util.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>

@@ -3,20 +3,13 @@
  * the inverse softplus of a log-uniform dt in [dt_min, dt_max], out projections scaled
  * by 1/sqrt(layers). */
 #include "model/model_internal.h"
+#include "util/rng.h"
 
 #include <math.h>
 #include <string.h>
 
-/* splitmix64 and Box-Muller: deterministic across machines */
-static uint64_t next_u64(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ULL);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-}
-
-static double uniform(uint64_t *s) { return ((double)(next_u64(s) >> 11) + 0.5) * 0x1.0p-53; }
+/* splitmix64 (util/rng.h) and Box-Muller: deterministic across machines */
+static double uniform(uint64_t *s) { return ((double)(ac_rng_next(s) >> 11) + 0.5) * 0x1.0p-53; }
 
 static float normal(uint64_t *s)
 {

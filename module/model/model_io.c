@@ -4,27 +4,14 @@
 
 #include "autocompress/config_json.h"
 #include "autocompress/safetensors.h"
-#include "io/fs_util.h"
+#include "util/fs_util.h"
+#include "util/path.h"
 
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-
-static char *join(const char *dir, const char *name)
-{
-    size_t a = strlen(dir), b = strlen(name);
-    char *p = malloc(a + b + 2);
-    if (!p)
-        return NULL;
-    memcpy(p, dir, a);
-    size_t o = a;
-    if (a && dir[a - 1] != '/')
-        p[o++] = '/';
-    memcpy(p + o, name, b + 1);
-    return p;
-}
 
 /* ---- loading ---- */
 
@@ -253,12 +240,12 @@ static ac_status load_weights(loader *l, ac_model *m)
 ac_status ac_model_load(const char *dir, ac_model **model)
 {
     *model = NULL;
-    char *config = join(dir, "config.json");
-    if (!config)
-        return ac_fail(AC_ERR_NOMEM, "%s: out of memory", dir);
+    char config[AC_PATH_MAX];
+    ac_status st = ac_path_join(config, sizeof config, dir, "config.json");
+    if (st != AC_OK)
+        return st;
     ac_arch arch;
-    ac_status st = ac_config_json_read(config, &arch);
-    free(config);
+    st = ac_config_json_read(config, &arch);
     if (st != AC_OK)
         return st;
     ac_model *m = NULL;
@@ -366,10 +353,7 @@ static ac_status save_host_model(const ac_model *model, const char *dir, ac_dtyp
     free(bf16);
     if (st != AC_OK)
         return st;
-    char *config = join(dir, "config.json");
-    if (!config)
-        return ac_fail(AC_ERR_NOMEM, "%s: out of memory", dir);
-    st = ac_config_json_write_dtype(config, &model->arch, dtype);
-    free(config);
-    return st;
+    char config[AC_PATH_MAX];
+    st = ac_path_join(config, sizeof config, dir, "config.json");
+    return st == AC_OK ? ac_config_json_write_dtype(config, &model->arch, dtype) : st;
 }

@@ -8,7 +8,7 @@
 #include <sys/stat.h>
 
 #include "blocks/block.h"
-#include "io/json_util.h"
+#include "util/json_util.h"
 
 ac_status ac_prune_check(const ac_arch *parent, const ac_arch *child, const int *parent_layers)
 {

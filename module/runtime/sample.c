@@ -1,18 +1,13 @@
 #include "autocompress/sample.h"
 
+#include "util/rng.h"
+
 #include <math.h>
 #include <stdlib.h>
 
-/* splitmix64: small, fast, and good enough to draw one uniform per token */
-static uint64_t next_u64(uint64_t *state)
-{
-    uint64_t z = (*state += 0x9e3779b97f4a7c15ULL);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-}
-
-static double next_uniform(uint64_t *state) { return (double)(next_u64(state) >> 11) * 0x1.0p-53; }
+/* A uniform in [0, 1) from splitmix64 (util/rng.h): small, fast, and good enough for one
+ * draw per token. */
+static double next_uniform(uint64_t *state) { return (double)(ac_rng_next(state) >> 11) * 0x1.0p-53; }
 
 void ac_sampler_init(ac_sampler *s, float temperature, float top_p, uint64_t seed)
 {

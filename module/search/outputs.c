@@ -5,7 +5,7 @@
 
 #include "autocompress/config_json.h"
 #include "autocompress/log.h"
-#include "io/json_util.h"
+#include "util/json_util.h"
 
 #include <cjson/cJSON.h>
 #include <math.h>

@@ -7,6 +7,8 @@
  * layer gates. */
 #include "autocompress/search.h"
 
+#include "util/rng.h"
+
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -299,14 +301,11 @@ int ac_routers_count(const ac_routers *r) { return r->n_probs; }
 
 float *ac_routers_logits(ac_routers *r) { return r->logits; }
 
-/* Gumbel(0, 1) noise for flat index i: the (i + 1)-th output of splitmix64 seeded with
- * `seed`, as u in (0, 1), then -log(-log(u)). */
+/* Gumbel(0, 1) noise for flat index i: output i of splitmix64 seeded with `seed`
+ * (ac_rng_at), as u in (0, 1), then -log(-log(u)). */
 static double gumbel(uint64_t seed, int i)
 {
-    uint64_t z = seed + (uint64_t)(i + 1) * 0x9e3779b97f4a7c15ULL;
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    z ^= z >> 31;
+    uint64_t z = ac_rng_at(seed, (uint64_t)i);
     double u = ((double)(z >> 11) + 0.5) * 0x1.0p-53;
     return -log(-log(u));
 }

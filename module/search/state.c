@@ -2,7 +2,7 @@
  * small header, the router logits and their AdamW moments. */
 #include "search/search_loop.h"
 
-#include "io/atomic_file.h"
+#include "util/atomic_file.h"
 
 #include <errno.h>
 #include <stdio.h>

@@ -2,7 +2,7 @@
  * names, defaults and the meaning of each option follow the `tokenizers` library's
  * serialization of BPE, ByteLevel, Split, Sequence and AddedToken. */
 #include "tokenizer/tokenizer_internal.h"
-#include "io/json_util.h"
+#include "util/json_util.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>

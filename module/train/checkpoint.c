@@ -13,17 +13,9 @@
 #include "autocompress/safetensors.h"
 #include "kernels/kernels.h"
 #include "model/model_internal.h"
+#include "util/path.h"
 
 static const char *const checkpoint_files[] = {"config.json", "model.safetensors", "optimizer.safetensors", "state.json"};
-
-/* out = a + b; a path too long for the buffer is an error, never a silent truncation. */
-static ac_status path_join(char *out, size_t size, const char *a, const char *b)
-{
-    int n = snprintf(out, size, "%s%s", a, b);
-    if (n < 0 || (size_t)n >= size)
-        return ac_fail(AC_ERR_INVALID, "checkpoint: path '%s%s' is too long", a, b);
-    return AC_OK;
-}
 
 static int dir_exists(const char *path)
 {
@@ -34,13 +26,10 @@ static int dir_exists(const char *path)
 /* Removes a checkpoint directory: only the files a checkpoint holds, then the folder. */
 static void remove_checkpoint_dir(const char *dir)
 {
-    char path[4096];
-    for (size_t i = 0; i < sizeof checkpoint_files / sizeof *checkpoint_files; i++) {
-        char name[64];
-        snprintf(name, sizeof name, "/%s", checkpoint_files[i]);
-        if (path_join(path, sizeof path, dir, name) == AC_OK)
+    char path[AC_PATH_MAX];
+    for (size_t i = 0; i < sizeof checkpoint_files / sizeof *checkpoint_files; i++)
+        if (ac_path_join(path, sizeof path, dir, checkpoint_files[i]) == AC_OK)
             unlink(path);
-    }
     rmdir(dir);
 }
 
@@ -106,16 +95,16 @@ static ac_status write_state(const char *path, const ac_train_state *state)
 ac_status ac_checkpoint_save(const char *dir, const ac_model *model, ac_adamw *opt, const ac_train_state *state)
 {
     char tmp[4096], old[4096], path[4096];
-    ac_status st = path_join(tmp, sizeof tmp, dir, ".tmp");
+    ac_status st = ac_path_suffixed(tmp, sizeof tmp, dir, ".tmp");
     if (st == AC_OK)
-        st = path_join(old, sizeof old, dir, ".old");
+        st = ac_path_suffixed(old, sizeof old, dir, ".old");
     if (st != AC_OK)
         return st;
     remove_checkpoint_dir(tmp);
     st = ac_model_save(model, tmp, AC_DTYPE_F32);
-    if (st == AC_OK && (st = path_join(path, sizeof path, tmp, "/optimizer.safetensors")) == AC_OK)
+    if (st == AC_OK && (st = ac_path_join(path, sizeof path, tmp, "optimizer.safetensors")) == AC_OK)
         st = write_optimizer(path, model, opt);
-    if (st == AC_OK && (st = path_join(path, sizeof path, tmp, "/state.json")) == AC_OK)
+    if (st == AC_OK && (st = ac_path_join(path, sizeof path, tmp, "state.json")) == AC_OK)
         st = write_state(path, state);
     if (st != AC_OK) {
         remove_checkpoint_dir(tmp); /* a full disk leaves no half-written checkpoint behind */
@@ -189,12 +178,12 @@ static ac_status read_optimizer(const char *path, const ac_model *model, ac_adam
 ac_status ac_checkpoint_find(const char *dir, char *found, size_t size)
 {
     char old[4096], state[4096];
-    ac_status st = path_join(old, sizeof old, dir, ".old");
+    ac_status st = ac_path_suffixed(old, sizeof old, dir, ".old");
     if (st != AC_OK)
         return st;
     const char *candidates[2] = {dir, old};
     for (int i = 0; i < 2; i++) {
-        if (path_join(state, sizeof state, candidates[i], "/state.json") == AC_OK && access(state, R_OK) == 0) {
+        if (ac_path_join(state, sizeof state, candidates[i], "state.json") == AC_OK && access(state, R_OK) == 0) {
             snprintf(found, size, "%s", candidates[i]);
             return AC_OK;
         }
@@ -205,7 +194,7 @@ ac_status ac_checkpoint_find(const char *dir, char *found, size_t size)
 ac_status ac_checkpoint_load(const char *dir, ac_model **model, ac_train_state *state)
 {
     char path[4096];
-    ac_status st = path_join(path, sizeof path, dir, "/state.json");
+    ac_status st = ac_path_join(path, sizeof path, dir, "state.json");
     if (st == AC_OK)
         st = read_state(path, state);
     return st == AC_OK ? ac_model_load(dir, model) : st;
@@ -214,6 +203,6 @@ ac_status ac_checkpoint_load(const char *dir, ac_model **model, ac_train_state *
 ac_status ac_checkpoint_load_optimizer(const char *dir, const ac_model *model, ac_adamw *opt)
 {
     char path[4096];
-    ac_status st = path_join(path, sizeof path, dir, "/optimizer.safetensors");
+    ac_status st = ac_path_join(path, sizeof path, dir, "optimizer.safetensors");
     return st == AC_OK ? read_optimizer(path, model, opt) : st;
 }

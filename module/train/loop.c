@@ -8,33 +8,21 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 
+#include "autocompress/clock.h"
 #include "autocompress/log.h"
 #include "autocompress/tokens.h"
 #include "comm/comm_device.h"
 #include "model/model_internal.h"
 #include "model/model_internal.h"
 #include "train/checkpoint.h"
+#include "util/path.h"
 
 ac_train_params ac_train_default_params(void)
 {
     return (ac_train_params){.kd_tau = 1.0f, .batch = 8, .seq_len = 256, .steps = 1000, .optim = ac_adamw_default_params(),
                              .seed = 1, .checkpoint_every = 100, .eval_every = 100, .eval_batches = 8,
                              .progress = AC_PROGRESS_AUTO};
-}
-
-static double now_seconds(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static ac_status join(char *out, size_t size, const char *dir, const char *name)
-{
-    int n = snprintf(out, size, "%s/%s", dir, name);
-    return n < 0 || (size_t)n >= size ? ac_fail(AC_ERR_INVALID, "%s/%s: path too long", dir, name) : AC_OK;
 }
 
 /* Everything that decides the weights a run produces; a resume must match it. */
@@ -198,10 +186,12 @@ static void loop_free(loop_state *s)
 static ac_status open_data(loop_state *s)
 {
     char path[4096];
-    ac_status st = join(path, sizeof path, s->p->data_dir, "train.bin");
+    ac_status st = ac_path_join(path, sizeof path, s->p->data_dir, "train.bin");
     if (st == AC_OK)
         st = ac_tokens_open(path, &s->train);
-    if (st == AC_OK && s->p->eval_every > 0 && (st = join(path, sizeof path, s->p->data_dir, "val.bin")) == AC_OK)
+    if (st == AC_OK && s->p->eval_every > 0)
+        st = ac_path_join(path, sizeof path, s->p->data_dir, "val.bin");
+    if (st == AC_OK && s->p->eval_every > 0)
         st = ac_tokens_open(path, &s->val);
     if (st != AC_OK)
         return st;
@@ -219,7 +209,7 @@ static ac_status open_data(loop_state *s)
 static ac_status resume_or_start(loop_state *s, ac_model **model, const char *run, int *start)
 {
     char dir[4096], found[4096] = "";
-    ac_status st = join(dir, sizeof dir, s->p->out_dir, "checkpoint");
+    ac_status st = ac_path_join(dir, sizeof dir, s->p->out_dir, "checkpoint");
     if (st != AC_OK)
         return st;
     *start = 0;
@@ -267,7 +257,7 @@ static ac_status resume_or_start(loop_state *s, ac_model **model, const char *ru
 static ac_status save_checkpoint(loop_state *s, int step, const char *run)
 {
     char dir[4096];
-    ac_status st = join(dir, sizeof dir, s->p->out_dir, "checkpoint");
+    ac_status st = ac_path_join(dir, sizeof dir, s->p->out_dir, "checkpoint");
     ac_train_state state = {.step = step, .tokens = (int64_t)step * s->p->batch * s->p->seq_len};
     snprintf(state.run, sizeof state.run, "%s", run);
     return st == AC_OK ? ac_checkpoint_save(dir, s->model, s->opt, &state) : st;
@@ -300,7 +290,7 @@ static ac_status train_steps(loop_state *s, int start, const char *run, ac_train
                                     "tok", ac_comm_rank(p->comm) == 0 ? p->progress : AC_PROGRESS_OFF, stderr);
     if (st != AC_OK)
         return st;
-    double t0 = now_seconds();
+    double t0 = ac_monotonic_s();
     size_t n;
     float *g = ac_model_arena(s->grads, &n);
     for (int step = start; st == AC_OK && step < p->steps; step++) {
@@ -339,11 +329,11 @@ static ac_status train_steps(loop_state *s, int start, const char *run, ac_train
         if (!isnan(val))
             snprintf(val_text, sizeof val_text, "%.6f", val);
         fprintf(s->log, "%d,%lld,%.6g,%.6f,%.6f,%s,%.2f\n", done, (long long)done * p->batch * p->seq_len, lr, loss, norm,
-                val_text, now_seconds() - t0);
+                val_text, ac_monotonic_s() - t0);
         fflush(s->log);
         if (!isnan(val)) {
             /* a line in the log at every evaluation, for runs without a TTY */
-            double elapsed = now_seconds() - t0;
+            double elapsed = ac_monotonic_s() - t0;
             ac_info("%s step %d/%d: loss %.4f, validation %.4f, %.0f tokens/s", p->teacher ? "distill" : "train", done,
                     p->steps, loss, val, elapsed > 0 ? (double)(done - start) * p->batch * p->seq_len / elapsed : 0.0);
         }
@@ -354,7 +344,7 @@ static ac_status train_steps(loop_state *s, int start, const char *run, ac_train
         if ((p->checkpoint_every > 0 && done % p->checkpoint_every == 0) || done == p->steps)
             st = save_checkpoint(s, done, run);
     }
-    double seconds = now_seconds() - t0;
+    double seconds = ac_monotonic_s() - t0;
     report->tokens_per_second = seconds > 0 ? (double)(report->steps_done - start) * p->batch * p->seq_len / seconds : 0;
     ac_progress_finish(progress);
     ac_progress_free(progress);
@@ -392,7 +382,7 @@ ac_status ac_train_run(ac_model **model, const ac_train_params *params, ac_train
         st = open_data(&s);
     if (st == AC_OK)
         st = allocate(&s);
-    if (st == AC_OK && rank == 0 && (st = join(path, sizeof path, p.out_dir, "loss.csv")) == AC_OK)
+    if (st == AC_OK && rank == 0 && (st = ac_path_join(path, sizeof path, p.out_dir, "loss.csv")) == AC_OK)
         st = open_loss_log(path, start, &s.log);
     if (st == AC_OK) {
         report->resumed_from = start > 0 ? start : -1;

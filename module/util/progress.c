@@ -1,10 +1,11 @@
 #include "autocompress/progress.h"
 
+#include "autocompress/clock.h"
+
 #include <cjson/cJSON.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 enum { MAX_METRICS = 8, NAME_MAX_LEN = 32, BAR_WIDTH = 30 };
@@ -23,13 +24,6 @@ struct ac_progress {
     char metric_names[MAX_METRICS][NAME_MAX_LEN];
     double metric_values[MAX_METRICS];
 };
-
-static double monotonic_seconds(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 ac_status ac_progress_mode_from_name(const char *name, ac_progress_mode *mode)
 {
@@ -56,7 +50,7 @@ ac_status ac_progress_init(ac_progress **progress, const char *task, double tota
         mode = isatty(fileno(p->stream)) ? AC_PROGRESS_BAR : AC_PROGRESS_OFF;
     p->mode = mode;
     p->interval_s = mode == AC_PROGRESS_JSON ? 1.0 : 0.1;
-    p->start_s = monotonic_seconds();
+    p->start_s = ac_monotonic_s();
     p->last_report_s = -INFINITY;
     *progress = p;
     return AC_OK;
@@ -185,12 +179,12 @@ void ac_progress_update_at(ac_progress *progress, double done, double now_s)
 
 void ac_progress_update(ac_progress *progress, double done)
 {
-    ac_progress_update_at(progress, done, monotonic_seconds() - progress->start_s);
+    ac_progress_update_at(progress, done, ac_monotonic_s() - progress->start_s);
 }
 
 void ac_progress_finish(ac_progress *progress)
 {
-    report(progress, monotonic_seconds() - progress->start_s, 1);
+    report(progress, ac_monotonic_s() - progress->start_s, 1);
 }
 
 void ac_progress_free(ac_progress *progress) { free(progress); }

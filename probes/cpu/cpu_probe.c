@@ -2,9 +2,10 @@
  * allocated up front (recording never allocates), and the peak of the memory samples. */
 #include "autocompress/probe.h"
 
+#include "autocompress/clock.h"
+
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 enum { MAX_DEPTH = 16 };
 
@@ -17,13 +18,6 @@ typedef struct {
     int64_t open_start[MAX_DEPTH];
     ac_memory_sample peak;
 } cpu_probe;
-
-int64_t ac_monotonic_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
 
 static void cpu_begin(void *state, const ac_probe_site *site)
 {

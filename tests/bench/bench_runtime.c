@@ -10,7 +10,7 @@
 #include <time.h>
 
 #include "autocompress/model.h"
-#include "autocompress/probe.h"
+#include "autocompress/host.h"
 #include "autocompress/runtime.h"
 #include "autocompress/sample.h"
 

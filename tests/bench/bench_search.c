@@ -14,7 +14,7 @@
 #include "autocompress/contract.h"
 #include "autocompress/cost.h"
 #include "autocompress/model.h"
-#include "autocompress/probe.h"
+#include "autocompress/host.h"
 #include "autocompress/search.h"
 #include "autocompress/train.h"
 

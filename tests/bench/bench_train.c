@@ -14,7 +14,7 @@
 
 #include "autocompress/config_json.h"
 #include "autocompress/model.h"
-#include "autocompress/probe.h"
+#include "autocompress/host.h"
 #include "autocompress/optim.h"
 #include "autocompress/train.h"
 

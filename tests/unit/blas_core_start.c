@@ -4,7 +4,7 @@
  * one kernel set. glibc passes argc, argv and the environment to a program's constructors,
  * which run once the shared libraries are initialised: OpenBLAS has made its choice, and
  * main has not started. */
-#include "autocompress/probe.h"
+#include "autocompress/host.h"
 
 __attribute__((constructor)) static void blas_core_start(int argc, char **argv, char **envp)
 {

@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "autocompress/probe.h"
+#include "autocompress/host.h"
 
 static void test_legacy_detection_gets_the_best_set_the_cpu_runs(void **state)
 {

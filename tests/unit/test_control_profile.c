@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "autocompress/clock.h"
 #include "autocompress/control.h"
 
 enum { HIDDEN = 64 };

@@ -22,6 +22,8 @@
 #include "autocompress/cost.h"
 #include "autocompress/profile.h"
 #include "cost/cost_internal.h"
+#include "util/child.h"
+#include "util/stats.h"
 
 #define MODEL AC_SOURCE_DIR "/tests/fixtures/nemotron_h/hybrid_f32"
 

@@ -22,7 +22,7 @@
 #include "autocompress/model.h"
 #include "autocompress/optim.h"
 #include "autocompress/safetensors.h"
-#include "io/json_util.h"
+#include "util/json_util.h"
 #include "train/checkpoint.h"
 
 #define PUZZLE AC_SOURCE_DIR "/tests/fixtures/nemotron_h/puzzle_hetero"

@@ -15,6 +15,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "autocompress/host.h"
 #include "autocompress/model.h"
 #include "autocompress/probe.h"
 #include "autocompress/runtime.h"

@@ -23,7 +23,6 @@
 #include <stdint.h>
 
 #include "autocompress/arch.h"
-#include "autocompress/runtime.h"
 #include "autocompress/status.h"
 
 #ifdef __cplusplus
@@ -89,12 +88,19 @@ typedef struct {
     void (*destroy)(void *state);
 } ac_probe_ops;
 
-typedef struct ac_probe {
+/* Also declared by runtime.h; the guard keeps the typedef single (a repeated typedef is
+ * valid C11 and C++, not C99). */
+#ifndef AC_PROBE_TYPEDEF
+#define AC_PROBE_TYPEDEF
+typedef struct ac_probe ac_probe;
+#endif
+
+struct ac_probe {
     const ac_probe_ops *ops;
     void *state;
     ac_phase phase; /* set by the caller before each forward: ac_probe_set_phase */
     int step;
-} ac_probe;
+};
 
 static inline void ac_probe_set_phase(ac_probe *probe, ac_phase phase, int step)
 {
@@ -131,9 +137,6 @@ ac_status ac_cupti_probe_create(ac_probe **probe);
 const char *ac_phase_name(ac_phase phase);  /* "prefill", "decode", "context" */
 const char *ac_site_name(ac_site_kind kind); /* "mamba", ..., "embedding", "lm_head", "sample", "step" */
 
-/* Attaches a probe to a runtime (NULL detaches). The runtime does not own it. */
-void ac_runtime_set_probe(ac_runtime *runtime, ac_probe *probe);
-
 /* ---- the CPU probe ---- */
 
 /* A probe that keeps up to `capacity` spans (further spans are counted, not kept) and the
@@ -143,41 +146,6 @@ ac_status ac_cpu_probe_create(size_t capacity, ac_probe **probe);
 size_t ac_cpu_probe_dropped(const ac_probe *probe);
 /* The element-wise maximum of every memory sample since the last reset (zeros if none). */
 ac_memory_sample ac_cpu_probe_memory_peak(const ac_probe *probe);
-
-/* Sets the host threads of OpenMP and OpenBLAS: `threads` as a contract gives it (0: all
- * online cores), at most the online cores (more threads than cores only adds contention;
- * *clamped is set to 1 when the request was lowered). Returns the count now in use. */
-int ac_cpu_set_threads(int threads, int *clamped);
-/* The count ac_cpu_set_threads would use, without setting anything. */
-int ac_cpu_threads_for(int threads, int *clamped);
-
-/* OpenBLAS picks its kernels once, while it loads, from the CPU model; one newer than the
- * OpenBLAS build gets the oldest x86 kernels (Debian 12's 0.3.21 runs SSE3 GEMMs on an
- * Emerald Rapids Xeon, 3.8x slower training steps), and it reads OPENBLAS_CORETYPE only
- * then. So a program that computes starts by calling ac_cpu_blas_restart_if_legacy(argv):
- * when OpenBLAS chose a pre-Haswell kernel set on a CPU with AVX2 or AVX-512 and
- * OPENBLAS_CORETYPE is unset, it sets it to the best set the CPU runs and executes the
- * program again with the same arguments (returning only when nothing is to be done or the
- * restart failed, with a warning). Child processes inherit the setting. */
-void ac_cpu_blas_restart_if_legacy(char **argv);
-/* The CPU features that choice reads (OR of the bits below, as the OS enables them). */
-enum { AC_CPU_AVX2_FMA = 1, AC_CPU_AVX512 = 2, AC_CPU_AVX512_BF16 = 4 };
-unsigned ac_cpu_features(void);
-/* The kernel set to ask OpenBLAS for when it `detected` a legacy one on a CPU with
- * `features`; NULL when its choice stands. */
-const char *ac_cpu_blas_core_choice(const char *detected, unsigned features);
-/* The kernel set OpenBLAS runs ("Cooperlake", "Haswell", ...). */
-const char *ac_cpu_blas_core(void);
-
-/* Process memory from /proc/self/status: VmRSS and VmHWM (peak) in bytes; 0 when unknown. */
-size_t ac_cpu_resident_bytes(void);
-size_t ac_cpu_peak_resident_bytes(void);
-/* Restarts the peak (VmHWM) at the current resident size (Linux: /proc/self/clear_refs);
- * AC_ERR_UNSUPPORTED when the kernel refuses. */
-ac_status ac_cpu_reset_peak_resident(void);
-
-/* Monotonic clock in nanoseconds. */
-int64_t ac_monotonic_ns(void);
 
 #ifdef __cplusplus
 }

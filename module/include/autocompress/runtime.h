@@ -66,6 +66,17 @@ ac_status ac_runtime_forward(ac_runtime *runtime, const ac_batch *batch, ac_logi
  * stay the caller's and must outlive their use; layer_gate is read per layer. */
 void ac_runtime_set_masks(ac_runtime *runtime, const ac_masks *masks);
 
+/* A probe (autocompress/probe.h) measuring where each forward's time goes. Declared here
+ * too, so attaching one needs only this header; the guard keeps the typedef single (a
+ * repeated typedef is valid C11 and C++, not C99). */
+#ifndef AC_PROBE_TYPEDEF
+#define AC_PROBE_TYPEDEF
+typedef struct ac_probe ac_probe;
+#endif
+
+/* Attaches a probe to a runtime (NULL detaches). The runtime does not own it. */
+void ac_runtime_set_probe(ac_runtime *runtime, ac_probe *probe);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,5 +1,5 @@
-#include "io/json_util.h"
-#include "io/atomic_file.h"
+#include "util/json_util.h"
+#include "util/atomic_file.h"
 
 #include <errno.h>
 #include <stdio.h>

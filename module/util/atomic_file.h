@@ -1,8 +1,8 @@
 /* Files written whole or not at all: the bytes go to PATH.tmp, which is synced and renamed
  * over PATH, so a reader never sees half a file and a failed write leaves the old one in
  * place. Used for checkpoints, config.json, cost tables and manifests. */
-#ifndef AC_IO_ATOMIC_FILE_H
-#define AC_IO_ATOMIC_FILE_H
+#ifndef AC_UTIL_ATOMIC_FILE_H
+#define AC_UTIL_ATOMIC_FILE_H
 
 #include <stddef.h>
 #include <stdint.h>

@@ -1,5 +1,5 @@
 /* File-system helpers the writers share. */
-#include "io/fs_util.h"
+#include "util/fs_util.h"
 
 #include <errno.h>
 #include <stdlib.h>

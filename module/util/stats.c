@@ -1,5 +1,5 @@
-/* Robust statistics for measurements: median, MAD-based spread, least-squares line. */
-#include "cost/cost_internal.h"
+/* Robust statistics for measurements: median, MAD-based spread, least-squares lines. */
+#include "util/stats.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -49,16 +49,6 @@ void ac_stat_line(const double *x, const double *y, size_t n, double *a, double 
     *b = sxx > 0 ? sxy / sxx : 0.0;
     *a = my - *b * mx;
 }
-
-uint64_t ac_rng_next(uint64_t *state)
-{
-    uint64_t z = (*state += 0x9e3779b97f4a7c15ULL);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-}
-
-int ac_rng_below(uint64_t *state, int n) { return n > 0 ? (int)(ac_rng_next(state) % (uint64_t)n) : 0; }
 
 double ac_stat_within_slope(const double *x, const double *y, const size_t *start, size_t groups)
 {

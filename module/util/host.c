@@ -1,6 +1,6 @@
-/* Host settings and measurements the CPU probe relies on: OpenBLAS's kernels and thread
- * counts of OpenMP and OpenBLAS, and the process's resident memory from /proc/self. */
-#include "autocompress/probe.h"
+/* Host facts (autocompress/host.h): OpenBLAS's kernels and the thread counts of OpenMP and
+ * OpenBLAS, and the process's resident memory from /proc/self. */
+#include "autocompress/host.h"
 
 #include "autocompress/log.h"
 

@@ -1,16 +1,18 @@
-/* Measurements in child processes: each gets its own memory peak and a fresh OpenMP
- * thread pool. The child streams frames to the parent over a pipe: 'D' frames carry the
- * result, one 'E' frame a failure (its status and message), 'H' frames say it is alive.
+/* Work in child processes (measurements, compress stages): each gets its own memory peak
+ * and a fresh OpenMP thread pool. The child streams frames to the parent over a pipe: 'D'
+ * frames carry the result, one 'E' frame a failure (its status and message), 'H' frames
+ * say it is alive.
  *
  * libgomp's thread pool does not survive fork: a child whose parent has run an OpenMP
  * region hangs at its first one. The child therefore sends a heartbeat right after its
  * first parallel region; without one within 30 s (by default) the parent kills it and
  * says why, instead of waiting forever. */
-#include "cost/cost_internal.h"
+#include "util/child.h"
 
 #include <errno.h>
 #include <poll.h>
 #include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

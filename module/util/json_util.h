@@ -1,7 +1,7 @@
 /* Small helpers over cJSON shared by the JSON readers and writers (config.json,
  * tokenizer.json, cost tables, shard manifests). */
-#ifndef AC_IO_JSON_UTIL_H
-#define AC_IO_JSON_UTIL_H
+#ifndef AC_UTIL_JSON_UTIL_H
+#define AC_UTIL_JSON_UTIL_H
 
 #include <cjson/cJSON.h>
 

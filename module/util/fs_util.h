@@ -1,6 +1,6 @@
 /* File-system helpers the writers share. */
-#ifndef AC_IO_FS_UTIL_H
-#define AC_IO_FS_UTIL_H
+#ifndef AC_UTIL_FS_UTIL_H
+#define AC_UTIL_FS_UTIL_H
 
 #include "autocompress/status.h"
 

@@ -1,0 +1,21 @@
+/* Paths built from parts into the caller's buffer. A path that does not fit is an error
+ * naming it, never a silent truncation. */
+#ifndef AC_UTIL_PATH_H
+#define AC_UTIL_PATH_H
+
+#include <stddef.h>
+
+#include "autocompress/status.h"
+
+/* A buffer for any path the system opens (Linux's PATH_MAX). */
+enum { AC_PATH_MAX = 4096 };
+
+/* out = dir/name: no second '/' when dir ends in one, and name alone when dir is "".
+ * Fails with AC_ERR_INVALID ("DIR/NAME: path too long") when it needs more than size
+ * bytes. */
+ac_status ac_path_join(char *out, size_t size, const char *dir, const char *name);
+/* out = path followed by suffix, as "DIR.tmp" (a sibling named after path); fails the
+ * same way. */
+ac_status ac_path_suffixed(char *out, size_t size, const char *path, const char *suffix);
+
+#endif

@@ -1,0 +1,22 @@
+/* Robust statistics for measurements: median, MAD-based spread, least-squares lines. */
+#ifndef AC_UTIL_STATS_H
+#define AC_UTIL_STATS_H
+
+#include <stddef.h>
+
+/* Median of n values (n >= 1; the array is reordered). */
+double ac_stat_median(double *v, size_t n);
+/* 1.4826 x the median absolute deviation from the median (0 for n < 2; reorders v). */
+double ac_stat_spread(double *v, size_t n);
+/* The least-squares slope of y on x within groups: group g holds points start[g] ..
+ * start[g + 1] - 1, and each group's own means are removed first, so the slope is how y
+ * moves with x apart from what sets each group's level. Clamped to [0, 2]; 1 when x does
+ * not vary within the groups. */
+double ac_stat_within_slope(const double *x, const double *y, const size_t *start, size_t groups);
+/* The speed correction of a time measured when the reference took `now` seconds, to
+ * what it would be when the reference takes `typical`: (typical / now)^slope. */
+double ac_speed_factor(double typical, double now, double slope);
+/* Least-squares y = a + b x over n points (b = 0 when x does not vary). */
+void ac_stat_line(const double *x, const double *y, size_t n, double *a, double *b);
+
+#endif
