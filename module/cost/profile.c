@@ -152,64 +152,90 @@ static void slot_pattern(const ac_arch *parent, const queue q[4], int layers, in
     }
 }
 
+/* Where each run's layers come from: each kind's configurations, the parent layer of each
+ * slot, the slots of each kind, and the runs a hidden size takes for every kind's slots
+ * to hold each of its configurations once. */
+typedef struct {
+    const ac_arch *parent;
+    queue q[4];
+    int layers;
+    int *slot_parent;      /* [layers] */
+    int slots[4];
+    int per_hidden;
+    ac_block_dims *blocks; /* [layers]: the run being planned */
+} slot_plan;
+
+static void free_slot_plan(slot_plan *p)
+{
+    free(p->blocks);
+    free(p->slot_parent);
+    for (int k = 0; k < 4; k++)
+        free(p->q[k].items);
+}
+
+static ac_status plan_slots(slot_plan *p, const ac_contract_search_space *sp, int balanced)
+{
+    ac_status st = build_queues(sp, p->q);
+    p->slot_parent = malloc((size_t)p->layers * sizeof *p->slot_parent);
+    if (st == AC_OK && !p->slot_parent)
+        st = ac_fail(AC_ERR_NOMEM, "profile: out of memory");
+    if (st == AC_OK) {
+        slot_pattern(p->parent, p->q, p->layers, balanced, p->slot_parent);
+        for (int s = 0; s < p->layers; s++)
+            p->slots[p->parent->layers[p->slot_parent[s]].kind]++;
+    }
+    p->per_hidden = 1;
+    for (int k = 0; k < 4; k++)
+        if (p->slots[k] > 0 && p->q[k].n > 0) {
+            int need = (p->q[k].n + p->slots[k] - 1) / p->slots[k];
+            p->per_hidden = need > p->per_hidden ? need : p->per_hidden;
+        }
+    return st;
+}
+
+/* The r-th run of a hidden size: each kind's j-th slot takes that kind's configuration
+ * r slots[kind] + j (cycling). */
+static ac_status plan_run(slot_plan *p, run_plan *run, int r, int hidden)
+{
+    int seen[4] = {0, 0, 0, 0};
+    run->parent_layer = malloc((size_t)p->layers * sizeof *run->parent_layer);
+    if (!run->parent_layer)
+        return ac_fail(AC_ERR_NOMEM, "profile: out of memory");
+    for (int s = 0; s < p->layers; s++) {
+        int l = p->slot_parent[s];
+        const ac_block_dims *pb = &p->parent->layers[l];
+        int k = pb->kind, j = seen[k]++;
+        config c = p->q[k].items[((size_t)r * p->slots[k] + j) % (size_t)p->q[k].n];
+        apply_config(&p->blocks[s], pb, c);
+        run->parent_layer[s] = l;
+    }
+    ac_arch tmp = *p->parent;
+    tmp.hidden = hidden;
+    tmp.n_layers = p->layers;
+    tmp.layers = p->blocks;
+    ac_status st = ac_arch_copy(&run->arch, &tmp);
+    if (st == AC_OK)
+        st = ac_arch_validate(&run->arch);
+    return st;
+}
+
 static ac_status plan_runs(const ac_arch *parent, const ac_contract_search_space *sp, int layers, int balanced,
                            run_plan **out, int *n_out)
 {
     *out = NULL;
     *n_out = 0;
-    queue q[4];
-    memset(q, 0, sizeof q);
-    ac_status st = build_queues(sp, q);
-    int *slot_parent = malloc((size_t)layers * sizeof *slot_parent);
-    if (st == AC_OK && !slot_parent)
-        st = ac_fail(AC_ERR_NOMEM, "profile: out of memory");
-    int slots[4] = {0, 0, 0, 0};
-    if (st == AC_OK) {
-        slot_pattern(parent, q, layers, balanced, slot_parent);
-        for (int s = 0; s < layers; s++)
-            slots[parent->layers[slot_parent[s]].kind]++;
-    }
-    int per_hidden = 1;
-    for (int k = 0; k < 4; k++)
-        if (slots[k] > 0 && q[k].n > 0) {
-            int need = (q[k].n + slots[k] - 1) / slots[k];
-            per_hidden = need > per_hidden ? need : per_hidden;
-        }
-    int n = per_hidden * sp->hidden_sizes.count;
+    slot_plan p = {.parent = parent, .layers = layers};
+    ac_status st = plan_slots(&p, sp, balanced);
+    int n = p.per_hidden * sp->hidden_sizes.count;
     run_plan *runs = st == AC_OK ? calloc((size_t)n, sizeof *runs) : NULL;
     if (st == AC_OK && !runs)
         st = ac_fail(AC_ERR_NOMEM, "profile: out of memory for %d runs", n);
-    ac_block_dims *blocks = st == AC_OK ? malloc((size_t)layers * sizeof *blocks) : NULL;
-    if (st == AC_OK && !blocks)
+    p.blocks = st == AC_OK ? malloc((size_t)layers * sizeof *p.blocks) : NULL;
+    if (st == AC_OK && !p.blocks)
         st = ac_fail(AC_ERR_NOMEM, "profile: out of memory");
-    for (int i = 0; st == AC_OK && i < n; i++) {
-        int r = i % per_hidden, seen[4] = {0, 0, 0, 0};
-        run_plan *run = &runs[i];
-        run->parent_layer = malloc((size_t)layers * sizeof *run->parent_layer);
-        if (!run->parent_layer) {
-            st = ac_fail(AC_ERR_NOMEM, "profile: out of memory");
-            break;
-        }
-        for (int s = 0; s < layers; s++) {
-            int p = slot_parent[s];
-            const ac_block_dims *pb = &parent->layers[p];
-            int k = pb->kind, j = seen[k]++;
-            config c = q[k].items[((size_t)r * slots[k] + j) % (size_t)q[k].n];
-            apply_config(&blocks[s], pb, c);
-            run->parent_layer[s] = p;
-        }
-        ac_arch tmp = *parent;
-        tmp.hidden = sp->hidden_sizes.values[i / per_hidden];
-        tmp.n_layers = layers;
-        tmp.layers = blocks;
-        st = ac_arch_copy(&run->arch, &tmp);
-        if (st == AC_OK)
-            st = ac_arch_validate(&run->arch);
-    }
-    free(blocks);
-    free(slot_parent);
-    for (int k = 0; k < 4; k++)
-        free(q[k].items);
+    for (int i = 0; st == AC_OK && i < n; i++)
+        st = plan_run(&p, &runs[i], i % p.per_hidden, sp->hidden_sizes.values[i / p.per_hidden]);
+    free_slot_plan(&p);
     if (st != AC_OK) {
         free_plans(runs, n);
         return st;
@@ -351,76 +377,103 @@ static int gather_samples(const double *pre, const double *dec, const int *count
 
 /* ---- reducing occurrences to rows ---- */
 
+/* Room to reduce occurrences in: medians (one per occurrence), pooled samples, and per
+ * decode step the context, the median and the spread; done[i]: occurrence i taken. */
+typedef struct {
+    double *med, *pool, *ctx, *steps, *spreads;
+    char *done;
+    size_t *members;
+} reduce_scratch;
+
+static void free_reduce_scratch(reduce_scratch *r)
+{
+    free(r->med);
+    free(r->pool);
+    free(r->steps);
+    free(r->ctx);
+    free(r->spreads);
+    free(r->done);
+    free(r->members);
+}
+
+static ac_status alloc_reduce_scratch(reduce_scratch *r, const occurrences *o)
+{
+    size_t max_occ = o->n, nd = (size_t)o->n_dec;
+    r->med = malloc((max_occ + 1) * sizeof *r->med);
+    r->pool = malloc((max_occ * (size_t)o->max_n + 1) * sizeof *r->pool);
+    r->steps = malloc((nd + 1) * sizeof *r->steps);
+    r->ctx = malloc((nd + 1) * sizeof *r->ctx);
+    r->spreads = malloc((nd + 1) * sizeof *r->spreads);
+    r->done = calloc(max_occ + 1, 1);
+    r->members = malloc((max_occ + 1) * sizeof *r->members);
+    if (!r->med || !r->pool || !r->steps || !r->ctx || !r->spreads || !r->done || !r->members)
+        return ac_fail(AC_ERR_NOMEM, "profile: out of memory");
+    return AC_OK;
+}
+
+/* An occurrence's samples: the prefill's (step < 0) or those of decode step `step`. */
+static const double *samples_of(const occurrence *x, int step)
+{
+    return step < 0 ? x->prefill : x->steps + (size_t)step * x->n;
+}
+
+/* Over the m occurrences members[]: the median of each one's median over its samples,
+ * and the spread of all their samples pooled. */
+static void reduce_samples(const occurrences *o, reduce_scratch *r, size_t m, int step, double *median,
+                           double *spread)
+{
+    for (size_t a = 0; a < m; a++) {
+        const occurrence *x = &o->items[r->members[a]];
+        memcpy(r->pool, samples_of(x, step), (size_t)x->n * sizeof *r->pool);
+        r->med[a] = ac_stat_median(r->pool, (size_t)x->n);
+    }
+    *median = ac_stat_median(r->med, m);
+    size_t pooled = 0;
+    for (size_t a = 0; a < m; a++) {
+        const occurrence *x = &o->items[r->members[a]];
+        memcpy(r->pool + pooled, samples_of(x, step), (size_t)x->n * sizeof *r->pool);
+        pooled += (size_t)x->n;
+    }
+    *spread = ac_stat_spread(r->pool, pooled);
+}
+
+/* Occurrence i and every later one not yet taken with its key into r->members; their count. */
+static size_t take_members(const occurrences *o, reduce_scratch *r, size_t i)
+{
+    size_t m = 0;
+    for (size_t j = i; j < o->n; j++)
+        if (!r->done[j] && ac_row_same_key(&o->items[i].key, &o->items[j].key)) {
+            r->done[j] = 1;
+            r->members[m++] = j;
+        }
+    return m;
+}
+
+/* One row per key: the prefill, the median over occurrences of each one's median over its
+ * samples; decode, per step the same, and the least-squares line over the steps' contexts. */
 static ac_status reduce_rows(const occurrences *o, const ac_contract_workload *w, ac_cost_tables *tables)
 {
     int nd = o->n_dec;
-    size_t max_occ = o->n;
-    double *med = malloc((max_occ + 1) * sizeof *med);
-    double *pool = malloc((max_occ * (size_t)o->max_n + 1) * sizeof *pool);
-    double *steps = malloc(((size_t)nd + 1) * sizeof *steps);
-    double *ctx = malloc(((size_t)nd + 1) * sizeof *ctx);
-    double *spreads = malloc(((size_t)nd + 1) * sizeof *spreads);
-    char *done = calloc(max_occ + 1, 1);
-    size_t *members = malloc((max_occ + 1) * sizeof *members);
-    ac_status st = AC_OK;
-    if (!med || !pool || !steps || !ctx || !spreads || !done || !members)
-        st = ac_fail(AC_ERR_NOMEM, "profile: out of memory");
+    reduce_scratch r = {0};
+    ac_status st = alloc_reduce_scratch(&r, o);
     for (int t = 0; st == AC_OK && t < nd; t++)
-        ctx[t] = (double)(w->cached_tokens + w->input_tokens + t); /* step t+1 */
+        r.ctx[t] = (double)(w->cached_tokens + w->input_tokens + t); /* step t+1 */
     for (size_t i = 0; st == AC_OK && i < o->n; i++) {
-        if (done[i])
+        if (r.done[i])
             continue;
-        size_t m = 0;
-        for (size_t j = i; j < o->n; j++)
-            if (!done[j] && ac_row_same_key(&o->items[i].key, &o->items[j].key)) {
-                done[j] = 1;
-                members[m++] = j;
-            }
+        size_t m = take_members(o, &r, i);
         ac_cost_row row = o->items[i].key;
         row.samples = (int)m;
-        /* prefill: median over occurrences of each one's median over its samples */
-        size_t pooled = 0;
-        for (size_t a = 0; a < m; a++) {
-            const occurrence *x = &o->items[members[a]];
-            memcpy(pool, x->prefill, (size_t)x->n * sizeof *pool);
-            med[a] = ac_stat_median(pool, (size_t)x->n);
-        }
-        row.prefill_us = ac_stat_median(med, m);
-        for (size_t a = 0; a < m; a++) {
-            const occurrence *x = &o->items[members[a]];
-            memcpy(pool + pooled, x->prefill, (size_t)x->n * sizeof *pool);
-            pooled += (size_t)x->n;
-        }
-        row.prefill_spread_us = ac_stat_spread(pool, pooled);
-        /* decode: per step, the median over occurrences of the medians over samples */
-        for (int t = 0; t < nd; t++) {
-            for (size_t a = 0; a < m; a++) {
-                const occurrence *x = &o->items[members[a]];
-                memcpy(pool, x->steps + (size_t)t * x->n, (size_t)x->n * sizeof *pool);
-                med[a] = ac_stat_median(pool, (size_t)x->n);
-            }
-            steps[t] = ac_stat_median(med, m);
-            pooled = 0;
-            for (size_t a = 0; a < m; a++) {
-                const occurrence *x = &o->items[members[a]];
-                memcpy(pool + pooled, x->steps + (size_t)t * x->n, (size_t)x->n * sizeof *pool);
-                pooled += (size_t)x->n;
-            }
-            spreads[t] = ac_stat_spread(pool, pooled);
-        }
-        ac_stat_line(ctx, steps, (size_t)nd, &row.decode_a_us, &row.decode_b_us);
-        row.decode_spread_us = nd ? ac_stat_median(spreads, (size_t)nd) : 0.0;
+        reduce_samples(o, &r, m, -1, &row.prefill_us, &row.prefill_spread_us);
+        for (int t = 0; t < nd; t++)
+            reduce_samples(o, &r, m, t, &r.steps[t], &r.spreads[t]);
+        ac_stat_line(r.ctx, r.steps, (size_t)nd, &row.decode_a_us, &row.decode_b_us);
+        row.decode_spread_us = nd ? ac_stat_median(r.spreads, (size_t)nd) : 0.0;
         row.n_steps = nd;
-        row.step_us = steps;
+        row.step_us = r.steps;
         st = ac_cost_tables_add_row(tables, &row);
     }
-    free(med);
-    free(pool);
-    free(steps);
-    free(ctx);
-    free(spreads);
-    free(done);
-    free(members);
+    free_reduce_scratch(&r);
     return st;
 }
 
