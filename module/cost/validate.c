@@ -433,20 +433,11 @@ ac_status ac_validate_write_samples(const ac_validate_report *r, const char *pat
     return st;
 }
 
-ac_status ac_validate_plot(const ac_validate_report *r, const ac_contract *contract, const char *png_path)
+/* One line per entry: the latency or throughput predicted and measured (speed-normalised
+ * when the report is), memory predicted, measured and conventional (MiB), and the raw
+ * measurement. */
+static void write_plot_data(FILE *f, const ac_validate_report *r, int thr)
 {
-    int thr = (contract->targets.has_throughput || contract->ratios.has_throughput) &&
-              !(contract->targets.has_latency || contract->ratios.has_latency);
-    char data[] = "/tmp/ac-validate-XXXXXX";
-    int fd = mkstemp(data);
-    if (fd < 0)
-        return ac_fail(AC_ERR_IO, "plot: cannot create a temporary file: %s", strerror(errno));
-    FILE *f = fdopen(fd, "w");
-    if (!f) {
-        close(fd);
-        remove(data);
-        return ac_fail(AC_ERR_IO, "plot: cannot write %s", data);
-    }
     const double mib = 1024.0 * 1024.0;
     for (int i = 0; i < r->n; i++) {
         const ac_validate_entry *e = &r->entries[i];
@@ -456,26 +447,11 @@ ac_status ac_validate_plot(const ac_validate_report *r, const ac_contract *contr
                 e->predicted.memory_bytes / mib, e->memory_bytes / mib, e->predicted.conventional_bytes / mib,
                 thr ? e->throughput_tok_s : e->latency_ms);
     }
-    fclose(f);
-    /* gnuplot's own messages go to a log, shown only when it fails */
-    char log[] = "/tmp/ac-gnuplot-XXXXXX";
-    int lfd = mkstemp(log);
-    if (lfd < 0) {
-        remove(data);
-        return ac_fail(AC_ERR_IO, "plot: cannot create a temporary file: %s", strerror(errno));
-    }
-    close(lfd);
-    char command[128];
-    snprintf(command, sizeof command, "gnuplot >%s 2>&1", log);
-    FILE *g = popen(command, "w");
-    if (!g) {
-        remove(data);
-        remove(log);
-        return ac_fail(AC_ERR_UNSUPPORTED, "plot: cannot run gnuplot (scripts/setup.sh installs gnuplot-nox)");
-    }
-    fprintf(g, "set terminal pngcairo size 1400,620 font ',11'\nset output '%s'\n", png_path);
-    fprintf(g, "set multiplot layout 1,2 title '%s: cost model vs measurement, %d held-out architectures'\n",
-            contract->name, r->n);
+}
+
+/* The left panel: latency (or throughput) predicted against measured. */
+static void plot_costs(FILE *g, const ac_validate_report *r, int thr, const char *data)
+{
     fprintf(g, "set key top left\nset grid\nset size ratio -1\n");
     fprintf(g, "stats '%s' using 1:2 nooutput\nlo = (STATS_min_x < STATS_min_y ? STATS_min_x : STATS_min_y) * 0.95\n"
                "hi = (STATS_max_x > STATS_max_y ? STATS_max_x : STATS_max_y) * 1.05\n",
@@ -497,6 +473,11 @@ ac_status ac_validate_plot(const ac_validate_report *r, const ac_contract *contr
     else
         fprintf(g, "plot x title 'y = x' lc rgb '#999999', '%s' using 2:1 with points pt 7 ps 1.3 title 'cost model'\n",
                 data);
+}
+
+/* The right panel: memory predicted (W+C+P+R+eps, and conventional W+C+P) against measured. */
+static void plot_memory(FILE *g, const ac_validate_report *r, const char *data)
+{
     fprintf(g, "set autoscale\nstats '%s' using 4:5 nooutput\nlo = (STATS_min_x < STATS_min_y ? STATS_min_x : STATS_min_y) * 0.9\n"
                "stats '%s' using 4:3 nooutput\nhi = (STATS_max_x > STATS_max_y ? STATS_max_x : STATS_max_y) * 1.05\n",
             data, data);
@@ -507,9 +488,11 @@ ac_status ac_validate_plot(const ac_validate_report *r, const ac_contract *contr
     fprintf(g, "plot x title 'y = x' lc rgb '#999999', '%s' using 4:3 with points pt 7 ps 1.3 title 'W+C+P+R+eps', "
                "'%s' using 4:5 with points pt 6 ps 1.3 title 'W+C+P (conventional)'\n",
             data, data);
-    fprintf(g, "unset multiplot\n");
-    int status = pclose(g);
-    remove(data);
+}
+
+/* gnuplot's exit status, with the start of its log (removed here) when it failed. */
+static ac_status gnuplot_result(int status, const char *log, const char *png_path)
+{
     char tail[512] = "";
     FILE *lf = fopen(log, "r");
     if (lf) {
@@ -525,4 +508,47 @@ ac_status ac_validate_plot(const ac_validate_report *r, const ac_contract *contr
                        WIFEXITED(status) ? WEXITSTATUS(status) : -1, tail);
     }
     return AC_OK;
+}
+
+ac_status ac_validate_plot(const ac_validate_report *r, const ac_contract *contract, const char *png_path)
+{
+    int thr = (contract->targets.has_throughput || contract->ratios.has_throughput) &&
+              !(contract->targets.has_latency || contract->ratios.has_latency);
+    char data[] = "/tmp/ac-validate-XXXXXX";
+    int fd = mkstemp(data);
+    if (fd < 0)
+        return ac_fail(AC_ERR_IO, "plot: cannot create a temporary file: %s", strerror(errno));
+    FILE *f = fdopen(fd, "w");
+    if (!f) {
+        close(fd);
+        remove(data);
+        return ac_fail(AC_ERR_IO, "plot: cannot write %s", data);
+    }
+    write_plot_data(f, r, thr);
+    fclose(f);
+    /* gnuplot's own messages go to a log, shown only when it fails */
+    char log[] = "/tmp/ac-gnuplot-XXXXXX";
+    int lfd = mkstemp(log);
+    if (lfd < 0) {
+        remove(data);
+        return ac_fail(AC_ERR_IO, "plot: cannot create a temporary file: %s", strerror(errno));
+    }
+    close(lfd);
+    char command[128];
+    snprintf(command, sizeof command, "gnuplot >%s 2>&1", log);
+    FILE *g = popen(command, "w");
+    if (!g) {
+        remove(data);
+        remove(log);
+        return ac_fail(AC_ERR_UNSUPPORTED, "plot: cannot run gnuplot (scripts/setup.sh installs gnuplot-nox)");
+    }
+    fprintf(g, "set terminal pngcairo size 1400,620 font ',11'\nset output '%s'\n", png_path);
+    fprintf(g, "set multiplot layout 1,2 title '%s: cost model vs measurement, %d held-out architectures'\n",
+            contract->name, r->n);
+    plot_costs(g, r, thr, data);
+    plot_memory(g, r, data);
+    fprintf(g, "unset multiplot\n");
+    int status = pclose(g);
+    remove(data);
+    return gnuplot_result(status, log, png_path);
 }
