@@ -618,7 +618,8 @@ typedef struct {
     int64_t t_start;
     ac_arch parent;
     run_plan *runs;
-    int n_runs, rank, size, measured;
+    int n_runs, rank, size;
+    int measured; /* this rank's measurements so far */
     int threads, clamped;
     ac_cost_tables_info info;
     ac_cost_tables *tables;
@@ -751,8 +752,8 @@ static ac_status alloc_sample_arrays(profile_state *s)
     return AC_OK;
 }
 
-/* The runs, the tables they fill, and every buffer the measurements need. A plan that
- * fails still gets the shared-host warning, as every rank reads it. */
+/* The runs, the tables they fill, and every buffer the measurements need; the
+ * shared-host warning comes even when planning failed. */
 static ac_status profile_prepare(profile_state *s)
 {
     const ac_contract *c = s->contract;
