@@ -2,7 +2,7 @@
 # Trains the two parents the compression experiments start from: a Nemotron-3-Nano-like
 # miniature (examples/parent/config.json: 12 layers MEMEM*EMEM*E, 16 routed experts top-2
 # plus a shared expert, GQA, 9.6M parameters) on English prose (Debian's fortunes) and on
-# Python source (the standard library), each in about half an hour on 2 cores.
+# Python source (the standard library); docs/results.md says how long each took.
 # Deterministic: fixed corpora, tokenizer, initialisation seed and batch seed.
 #
 #   scripts/train_parents.sh [OUT]        (default build/parents; resumable: rerun to continue)

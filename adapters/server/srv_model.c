@@ -123,8 +123,8 @@ void srv_model_free(srv_model *m)
 /* Loading runs OpenMP regions (conversion, the probe forward). libgomp keeps a thread
  * pool for every thread that started one, for as long as that thread lives, and once
  * its threads outnumber the cores it stops spinning at barriers: every parallel region
- * of the scheduler's forwards would then sleep and wake (measured: serving at a third to
- * two thirds of the offline speed). A short-lived thread takes its pool with it. */
+ * of the scheduler's forwards would then sleep and wake (serving far below the offline
+ * speed: see docs/results.md). A short-lived thread takes its pool with it. */
 typedef struct {
     const char *path, *name, *device;
     ac_dtype weights;

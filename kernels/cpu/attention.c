@@ -10,7 +10,7 @@
  * x86) into the weighted sum: attention's time would depend on how peaked its scores
  * are, which the cost model cannot know. Such terms are exactly 0. No branch either: a
  * row that mixes kept and dropped terms would pay for mispredictions that a row of only
- * one kind does not (measured: 30% more prefill time for the same shapes). */
+ * one kind does not (a slower prefill for the same shapes: see docs/results.md). */
 static inline float softmax_exp(float x)
 {
     /* compares, not fmaxf: its NaN rules keep it a call per element */

@@ -17,10 +17,9 @@ static void *cpu_alloc(size_t bytes)
  * and ask the kernel for transparent huge pages over the whole ones they span. Weights,
  * gradients and a training step's activations are read in streams far larger than the
  * TLB covers with 4 KiB pages, and in a virtual machine each TLB miss walks two page
- * tables: read bandwidth over 8-32 MB of rows went up 8-14% with huge pages (measured on
- * this engine's 2-core machine, 4 KiB and 2 MiB buffers alternating in one process). Only
- * whole huge pages inside the buffer are advised, so the resident size never counts
- * memory past its end. */
+ * tables: read bandwidth over rows of many megabytes goes up with huge pages (see
+ * docs/results.md). Only whole huge pages inside the buffer are advised, so the resident
+ * size never counts memory past its end. */
 enum { CPU_HUGE_PAGE = 2 << 20 };
 
 static void *cpu_alloc_dense(size_t bytes)

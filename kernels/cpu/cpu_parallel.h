@@ -1,7 +1,7 @@
 /* How the CPU kernels split work among OpenMP threads. A kernel small enough to run on
  * the calling thread calls its range function directly instead of `parallel if (...)`:
- * an inactive region still goes through libgomp's team start and end (measured: 0.33 us
- * a call, a tenth of a decode step over its ~70 small ops). */
+ * an inactive region still goes through libgomp's team start and end, which adds up over
+ * a decode step's many small ops (see docs/results.md). */
 #ifndef AC_KERNELS_CPU_PARALLEL_H
 #define AC_KERNELS_CPU_PARALLEL_H
 

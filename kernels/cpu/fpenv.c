@@ -3,9 +3,10 @@
  * On x86 an operation that takes or makes a subnormal float goes through a microcode
  * assist, tens of times slower than the normal path. Activations and probabilities of a
  * few in 1e38 then make a layer's time depend on its data: the same layer, fed by a
- * different stack of layers, ran 25-40% slower, which no cost table keyed by shapes can
- * know. With FTZ (results) and DAZ (inputs) set, every value below FLT_MIN is 0 and the
- * time depends on shapes alone; what is lost lies below float precision anyway. */
+ * different stack of layers, ran markedly slower (see docs/results.md), which no cost
+ * table keyed by shapes can know. With FTZ (results) and DAZ (inputs) set, every value
+ * below FLT_MIN is 0 and the time depends on shapes alone; what is lost lies below float
+ * precision anyway. */
 #include "kernels/kernels.h"
 
 #if defined(__x86_64__) || defined(__i386__)

@@ -5,7 +5,8 @@
 #include <omp.h>
 
 /* Below this many rows, a matrix-vector product per row beats sgemm, which packs the
- * whole weight matrix on every call (measured: 80% of batch-1 decode time). */
+ * whole weight matrix on every call (most of a batch-1 decode step's time: see
+ * docs/results.md). */
 enum { GEMV_MAX_ROWS = 4 };
 /* Matrix-vector products of fewer multiply-adds in all run on the calling thread (OpenBLAS
  * threads none below 9216 either); rows go to threads in blocks of this many. */
@@ -15,10 +16,10 @@ enum { GEMV_PARALLEL_MIN = 9216, GEMV_ROW_BLOCK = 16 };
  * split evenly among the threads in blocks of GEMV_ROW_BLOCK, each thread running
  * OpenBLAS's gemv on its slices (single-threaded inside the region). One region for a
  * token's several small projections instead of OpenBLAS's own threads for each, whose
- * start and join cost more than such a product (measured: 9.2 us for a 256 x 256 and two
- * 128 x 256 products, 4.7 us in one region). Every thread takes a share of every product:
- * with the rows split end to end, one thread read a shared expert's weights, in cache
- * from the token before, while the other read the routed experts' from memory. */
+ * start and join cost more than such a product (see docs/results.md). Every thread takes
+ * a share of every product: with the rows split end to end, one thread read a shared
+ * expert's weights, in cache from the token before, while the other read the routed
+ * experts' from memory. */
 static void gemv_slices(int n, const float *const *W, const int *rows, const int *cols, const float *const *x,
                         float beta, float *const *y)
 {
@@ -72,18 +73,17 @@ enum { SGEMM_PARALLEL_MIN = 1 << 20, SGEMM_SLAB_ALIGN = 16 };
 
 /* C [M, N] = op(A) op(B) + beta C (row-major; op(A) is M x K, op(B) is K x N) with C cut
  * into one slab per thread along its longer side, each slab one single-threaded OpenBLAS
- * sgemm inside the region. OpenBLAS's own threading of the same call is 1.2-1.7x slower
- * on the engine's shapes (measured, 2 threads: 2048 x 256 x 256 116 -> 204 GFLOP/s,
- * 2048 x 648 x 256 153 -> 203, the LM head's weight gradient 4096 x 256 x 2048 152 -> 197):
- * it splits into more pieces than threads and syncs between them. Each element of C is
- * the same sum over K whichever slab holds it. */
+ * sgemm inside the region. OpenBLAS's own threading of the same call is slower on the
+ * engine's shapes (see docs/results.md): it splits into more pieces than threads and
+ * syncs between them. Each element of C is the same sum over K whichever slab holds
+ * it. */
 static void sgemm_split(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, const float *A, int lda,
                         const float *B, int ldb, float beta, float *C, int ldc)
 {
     int by_rows = M >= N;
     if ((long)M * N * K < SGEMM_PARALLEL_MIN || omp_in_parallel()) {
         /* not "parallel if": OpenBLAS inside a team of one starts its threads as a nested
-         * team (measured: 40x the context switches, a 128-token prefill 3x slower) */
+         * team (far more context switches, a slower prefill: see docs/results.md) */
         cblas_sgemm(CblasRowMajor, ta, tb, M, N, K, 1.0f, A, lda, B, ldb, beta, C, ldc);
         return;
     }
@@ -165,7 +165,7 @@ static void run_rows(ac_kctx *ctx, int n, const int *M, const product_batch *b, 
  * OpenBLAS would start a nested team of its own (see sgemm_split). Without weight
  * gradients the rows split evenly among the threads (in blocks of SGEMM_SLAB_ALIGN); with
  * them each product goes to one thread whole (whole products left the experts' forward
- * unbalanced: 153 GFLOP/s against 190 for one product split). */
+ * unbalanced, slower than one product split: see docs/results.md). */
 static void run_batch(ac_kctx *ctx, int n, const int *M, const product_batch *b, int split_one)
 {
     enum { MAX = 1024 };

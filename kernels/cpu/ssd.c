@@ -31,7 +31,7 @@ static void transpose(int rows, int cols, const float *in, float *out)
  * row of the block updated and its y (with the skip term) summed in registers. The sum
  * over the N states runs as SCAN_Y_CHAINS interleaved partial sums (state n into chain
  * n % 4, a leftover n into chain 0), added pairwise at the end: one running sum made each
- * step a chain of N dependent adds (measured: 108-135 ns a head step against 81 now). */
+ * step a chain of N dependent adds, slower a head step (see docs/results.md). */
 enum { SCAN_P_BLOCK = 16, SCAN_Y_CHAINS = 4, SCAN_DECAY_BLOCK = 32 };
 
 static void scan_step_block(int P, int N, int p0, float decay, const float *dx, const float *Bt, const float *Ct,
@@ -332,9 +332,9 @@ static size_t unit_floats(int T, int Q, int P, int N, int nh, int own_rows)
 }
 
 /* C [M, N] = op(A) B + beta C, row-major, op(A) = A [M, K], or A^T with A [K, M] when
- * trans_a. B is never transposed: OpenBLAS's small kernel for that form ran at a third
- * of the others' rate on these shapes (32 x 32 x 32), so the chunk keeps transposed
- * copies where it needs them. */
+ * trans_a. B is never transposed: OpenBLAS's small kernel for that form ran far slower
+ * than the others on these shapes (32 x 32 x 32; see docs/results.md), so the chunk keeps
+ * transposed copies where it needs them. */
 static void gemm(int trans_a, int M, int N, int K, const float *A, int lda, const float *B, int ldb, float beta,
                  float *C, int ldc)
 {

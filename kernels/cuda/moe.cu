@@ -356,7 +356,7 @@ void ac_cuda_embedding_backward(ac_kctx *ctx, int n, int D, const float *drows, 
  * memory, then each lane adds its row's part of the tile times the vector; at the end the
  * warps' parts are added in warp order. Barriers only, no shuffles: a warp per row would
  * need a shuffle reduction per row, which the emulator's coroutines pay for dearly (the
- * emulated server suite took 3x longer). */
+ * emulated server suite took much longer: see docs/results.md). */
 enum { TOKEN_THREADS = 256, TOKEN_WARPS = TOKEN_THREADS / 32, TOKEN_ROWS = 32, TOKEN_COLS = 32 };
 
 /* Thread 0 puts the k picks in increasing expert index into the block's shared memory:

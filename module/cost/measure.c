@@ -9,15 +9,15 @@
  * serving this model takes.
  *
  * Reference: on a shared machine a process's speed drifts from request to request and
- * differs from one process to the next (measured here: the same model's median request
- * 10-15% apart between processes, within a process 6% from request to request), and the
- * drift is largely common to whatever runs at that moment. With job->reference the child
- * also serves the workload's input and output on the parent itself (no cached context,
- * at most 4 sequences; built after the memory peak is read, so it adds nothing to it) and
- * times one parent request right after each measured one (or one of job->reference_dir's
- * model, when the parent of the measured checkpoint is another one): the caller can express each
- * time relative to the speed of its own moment (measured here: the log ratio of the two
- * varies half as much as either time). */
+ * differs from one process to the next (more between processes than between requests
+ * of one process: see docs/results.md), and the drift is largely common to whatever
+ * runs at that moment. With job->reference the child also serves the workload's input
+ * and output on the parent itself (no cached context, at most 4 sequences; built after
+ * the memory peak is read, so it adds nothing to it) and times one parent request
+ * right after each measured one (or one of job->reference_dir's model, when the parent
+ * of the measured checkpoint is another one): the caller can express each time
+ * relative to the speed of its own moment (the log ratio of the two varies much less
+ * than either time: see docs/results.md). */
 #include "autocompress/host.h"
 #include "cost/cost_internal.h"
 #include "kernels/kernels.h"

@@ -155,64 +155,90 @@ static void slot_pattern(const ac_arch *parent, const queue q[4], int layers, in
     }
 }
 
+/* Where each run's layers come from: each kind's configurations, the parent layer of each
+ * slot, the slots of each kind, and the runs a hidden size takes for every kind's slots
+ * to hold each of its configurations once. */
+typedef struct {
+    const ac_arch *parent;
+    queue q[4];
+    int layers;
+    int *slot_parent;      /* [layers] */
+    int slots[4];
+    int per_hidden;
+    ac_block_dims *blocks; /* [layers]: the run being planned */
+} slot_plan;
+
+static void free_slot_plan(slot_plan *p)
+{
+    free(p->blocks);
+    free(p->slot_parent);
+    for (int k = 0; k < 4; k++)
+        free(p->q[k].items);
+}
+
+static ac_status plan_slots(slot_plan *p, const ac_contract_search_space *sp, int balanced)
+{
+    ac_status st = build_queues(sp, p->q);
+    p->slot_parent = malloc((size_t)p->layers * sizeof *p->slot_parent);
+    if (st == AC_OK && !p->slot_parent)
+        st = ac_fail(AC_ERR_NOMEM, "profile: out of memory");
+    if (st == AC_OK) {
+        slot_pattern(p->parent, p->q, p->layers, balanced, p->slot_parent);
+        for (int s = 0; s < p->layers; s++)
+            p->slots[p->parent->layers[p->slot_parent[s]].kind]++;
+    }
+    p->per_hidden = 1;
+    for (int k = 0; k < 4; k++)
+        if (p->slots[k] > 0 && p->q[k].n > 0) {
+            int need = (p->q[k].n + p->slots[k] - 1) / p->slots[k];
+            p->per_hidden = need > p->per_hidden ? need : p->per_hidden;
+        }
+    return st;
+}
+
+/* The r-th run of a hidden size: each kind's j-th slot takes that kind's configuration
+ * r slots[kind] + j (cycling). */
+static ac_status plan_run(slot_plan *p, run_plan *run, int r, int hidden)
+{
+    int seen[4] = {0, 0, 0, 0};
+    run->parent_layer = malloc((size_t)p->layers * sizeof *run->parent_layer);
+    if (!run->parent_layer)
+        return ac_fail(AC_ERR_NOMEM, "profile: out of memory");
+    for (int s = 0; s < p->layers; s++) {
+        int l = p->slot_parent[s];
+        const ac_block_dims *pb = &p->parent->layers[l];
+        int k = pb->kind, j = seen[k]++;
+        config c = p->q[k].items[((size_t)r * p->slots[k] + j) % (size_t)p->q[k].n];
+        apply_config(&p->blocks[s], pb, c);
+        run->parent_layer[s] = l;
+    }
+    ac_arch tmp = *p->parent;
+    tmp.hidden = hidden;
+    tmp.n_layers = p->layers;
+    tmp.layers = p->blocks;
+    ac_status st = ac_arch_copy(&run->arch, &tmp);
+    if (st == AC_OK)
+        st = ac_arch_validate(&run->arch);
+    return st;
+}
+
 static ac_status plan_runs(const ac_arch *parent, const ac_contract_search_space *sp, int layers, int balanced,
                            run_plan **out, int *n_out)
 {
     *out = NULL;
     *n_out = 0;
-    queue q[4];
-    memset(q, 0, sizeof q);
-    ac_status st = build_queues(sp, q);
-    int *slot_parent = malloc((size_t)layers * sizeof *slot_parent);
-    if (st == AC_OK && !slot_parent)
-        st = ac_fail(AC_ERR_NOMEM, "profile: out of memory");
-    int slots[4] = {0, 0, 0, 0};
-    if (st == AC_OK) {
-        slot_pattern(parent, q, layers, balanced, slot_parent);
-        for (int s = 0; s < layers; s++)
-            slots[parent->layers[slot_parent[s]].kind]++;
-    }
-    int per_hidden = 1;
-    for (int k = 0; k < 4; k++)
-        if (slots[k] > 0 && q[k].n > 0) {
-            int need = (q[k].n + slots[k] - 1) / slots[k];
-            per_hidden = need > per_hidden ? need : per_hidden;
-        }
-    int n = per_hidden * sp->hidden_sizes.count;
+    slot_plan p = {.parent = parent, .layers = layers};
+    ac_status st = plan_slots(&p, sp, balanced);
+    int n = p.per_hidden * sp->hidden_sizes.count;
     run_plan *runs = st == AC_OK ? calloc((size_t)n, sizeof *runs) : NULL;
     if (st == AC_OK && !runs)
         st = ac_fail(AC_ERR_NOMEM, "profile: out of memory for %d runs", n);
-    ac_block_dims *blocks = st == AC_OK ? malloc((size_t)layers * sizeof *blocks) : NULL;
-    if (st == AC_OK && !blocks)
+    p.blocks = st == AC_OK ? malloc((size_t)layers * sizeof *p.blocks) : NULL;
+    if (st == AC_OK && !p.blocks)
         st = ac_fail(AC_ERR_NOMEM, "profile: out of memory");
-    for (int i = 0; st == AC_OK && i < n; i++) {
-        int r = i % per_hidden, seen[4] = {0, 0, 0, 0};
-        run_plan *run = &runs[i];
-        run->parent_layer = malloc((size_t)layers * sizeof *run->parent_layer);
-        if (!run->parent_layer) {
-            st = ac_fail(AC_ERR_NOMEM, "profile: out of memory");
-            break;
-        }
-        for (int s = 0; s < layers; s++) {
-            int p = slot_parent[s];
-            const ac_block_dims *pb = &parent->layers[p];
-            int k = pb->kind, j = seen[k]++;
-            config c = q[k].items[((size_t)r * slots[k] + j) % (size_t)q[k].n];
-            apply_config(&blocks[s], pb, c);
-            run->parent_layer[s] = p;
-        }
-        ac_arch tmp = *parent;
-        tmp.hidden = sp->hidden_sizes.values[i / per_hidden];
-        tmp.n_layers = layers;
-        tmp.layers = blocks;
-        st = ac_arch_copy(&run->arch, &tmp);
-        if (st == AC_OK)
-            st = ac_arch_validate(&run->arch);
-    }
-    free(blocks);
-    free(slot_parent);
-    for (int k = 0; k < 4; k++)
-        free(q[k].items);
+    for (int i = 0; st == AC_OK && i < n; i++)
+        st = plan_run(&p, &runs[i], i % p.per_hidden, sp->hidden_sizes.values[i / p.per_hidden]);
+    free_slot_plan(&p);
     if (st != AC_OK) {
         free_plans(runs, n);
         return st;
@@ -354,76 +380,103 @@ static int gather_samples(const double *pre, const double *dec, const int *count
 
 /* ---- reducing occurrences to rows ---- */
 
+/* Room to reduce occurrences in: medians (one per occurrence), pooled samples, and per
+ * decode step the context, the median and the spread; done[i]: occurrence i taken. */
+typedef struct {
+    double *med, *pool, *ctx, *steps, *spreads;
+    char *done;
+    size_t *members;
+} reduce_scratch;
+
+static void free_reduce_scratch(reduce_scratch *r)
+{
+    free(r->med);
+    free(r->pool);
+    free(r->steps);
+    free(r->ctx);
+    free(r->spreads);
+    free(r->done);
+    free(r->members);
+}
+
+static ac_status alloc_reduce_scratch(reduce_scratch *r, const occurrences *o)
+{
+    size_t max_occ = o->n, nd = (size_t)o->n_dec;
+    r->med = malloc((max_occ + 1) * sizeof *r->med);
+    r->pool = malloc((max_occ * (size_t)o->max_n + 1) * sizeof *r->pool);
+    r->steps = malloc((nd + 1) * sizeof *r->steps);
+    r->ctx = malloc((nd + 1) * sizeof *r->ctx);
+    r->spreads = malloc((nd + 1) * sizeof *r->spreads);
+    r->done = calloc(max_occ + 1, 1);
+    r->members = malloc((max_occ + 1) * sizeof *r->members);
+    if (!r->med || !r->pool || !r->steps || !r->ctx || !r->spreads || !r->done || !r->members)
+        return ac_fail(AC_ERR_NOMEM, "profile: out of memory");
+    return AC_OK;
+}
+
+/* An occurrence's samples: the prefill's (step < 0) or those of decode step `step`. */
+static const double *samples_of(const occurrence *x, int step)
+{
+    return step < 0 ? x->prefill : x->steps + (size_t)step * x->n;
+}
+
+/* Over the m occurrences members[]: the median of each one's median over its samples,
+ * and the spread of all their samples pooled. */
+static void reduce_samples(const occurrences *o, reduce_scratch *r, size_t m, int step, double *median,
+                           double *spread)
+{
+    for (size_t a = 0; a < m; a++) {
+        const occurrence *x = &o->items[r->members[a]];
+        memcpy(r->pool, samples_of(x, step), (size_t)x->n * sizeof *r->pool);
+        r->med[a] = ac_stat_median(r->pool, (size_t)x->n);
+    }
+    *median = ac_stat_median(r->med, m);
+    size_t pooled = 0;
+    for (size_t a = 0; a < m; a++) {
+        const occurrence *x = &o->items[r->members[a]];
+        memcpy(r->pool + pooled, samples_of(x, step), (size_t)x->n * sizeof *r->pool);
+        pooled += (size_t)x->n;
+    }
+    *spread = ac_stat_spread(r->pool, pooled);
+}
+
+/* Occurrence i and every later one not yet taken with its key into r->members; their count. */
+static size_t take_members(const occurrences *o, reduce_scratch *r, size_t i)
+{
+    size_t m = 0;
+    for (size_t j = i; j < o->n; j++)
+        if (!r->done[j] && ac_row_same_key(&o->items[i].key, &o->items[j].key)) {
+            r->done[j] = 1;
+            r->members[m++] = j;
+        }
+    return m;
+}
+
+/* One row per key: the prefill, the median over occurrences of each one's median over its
+ * samples; decode, per step the same, and the least-squares line over the steps' contexts. */
 static ac_status reduce_rows(const occurrences *o, const ac_contract_workload *w, ac_cost_tables *tables)
 {
     int nd = o->n_dec;
-    size_t max_occ = o->n;
-    double *med = malloc((max_occ + 1) * sizeof *med);
-    double *pool = malloc((max_occ * (size_t)o->max_n + 1) * sizeof *pool);
-    double *steps = malloc(((size_t)nd + 1) * sizeof *steps);
-    double *ctx = malloc(((size_t)nd + 1) * sizeof *ctx);
-    double *spreads = malloc(((size_t)nd + 1) * sizeof *spreads);
-    char *done = calloc(max_occ + 1, 1);
-    size_t *members = malloc((max_occ + 1) * sizeof *members);
-    ac_status st = AC_OK;
-    if (!med || !pool || !steps || !ctx || !spreads || !done || !members)
-        st = ac_fail(AC_ERR_NOMEM, "profile: out of memory");
+    reduce_scratch r = {0};
+    ac_status st = alloc_reduce_scratch(&r, o);
     for (int t = 0; st == AC_OK && t < nd; t++)
-        ctx[t] = (double)(w->cached_tokens + w->input_tokens + t); /* step t+1 */
+        r.ctx[t] = (double)(w->cached_tokens + w->input_tokens + t); /* step t+1 */
     for (size_t i = 0; st == AC_OK && i < o->n; i++) {
-        if (done[i])
+        if (r.done[i])
             continue;
-        size_t m = 0;
-        for (size_t j = i; j < o->n; j++)
-            if (!done[j] && ac_row_same_key(&o->items[i].key, &o->items[j].key)) {
-                done[j] = 1;
-                members[m++] = j;
-            }
+        size_t m = take_members(o, &r, i);
         ac_cost_row row = o->items[i].key;
         row.samples = (int)m;
-        /* prefill: median over occurrences of each one's median over its samples */
-        size_t pooled = 0;
-        for (size_t a = 0; a < m; a++) {
-            const occurrence *x = &o->items[members[a]];
-            memcpy(pool, x->prefill, (size_t)x->n * sizeof *pool);
-            med[a] = ac_stat_median(pool, (size_t)x->n);
-        }
-        row.prefill_us = ac_stat_median(med, m);
-        for (size_t a = 0; a < m; a++) {
-            const occurrence *x = &o->items[members[a]];
-            memcpy(pool + pooled, x->prefill, (size_t)x->n * sizeof *pool);
-            pooled += (size_t)x->n;
-        }
-        row.prefill_spread_us = ac_stat_spread(pool, pooled);
-        /* decode: per step, the median over occurrences of the medians over samples */
-        for (int t = 0; t < nd; t++) {
-            for (size_t a = 0; a < m; a++) {
-                const occurrence *x = &o->items[members[a]];
-                memcpy(pool, x->steps + (size_t)t * x->n, (size_t)x->n * sizeof *pool);
-                med[a] = ac_stat_median(pool, (size_t)x->n);
-            }
-            steps[t] = ac_stat_median(med, m);
-            pooled = 0;
-            for (size_t a = 0; a < m; a++) {
-                const occurrence *x = &o->items[members[a]];
-                memcpy(pool + pooled, x->steps + (size_t)t * x->n, (size_t)x->n * sizeof *pool);
-                pooled += (size_t)x->n;
-            }
-            spreads[t] = ac_stat_spread(pool, pooled);
-        }
-        ac_stat_line(ctx, steps, (size_t)nd, &row.decode_a_us, &row.decode_b_us);
-        row.decode_spread_us = nd ? ac_stat_median(spreads, (size_t)nd) : 0.0;
+        reduce_samples(o, &r, m, -1, &row.prefill_us, &row.prefill_spread_us);
+        for (int t = 0; t < nd; t++)
+            reduce_samples(o, &r, m, t, &r.steps[t], &r.spreads[t]);
+        ac_stat_line(r.ctx, r.steps, (size_t)nd, &row.decode_a_us, &row.decode_b_us);
+        row.decode_spread_us = nd ? ac_stat_median(r.spreads, (size_t)nd) : 0.0;
         row.n_steps = nd;
-        row.step_us = steps;
+        row.step_us = r.steps;
         st = ac_cost_tables_add_row(tables, &row);
     }
-    free(med);
-    free(pool);
-    free(steps);
-    free(ctx);
-    free(spreads);
-    free(done);
-    free(members);
+    free_reduce_scratch(&r);
     return st;
 }
 
@@ -556,241 +609,429 @@ static ac_status write_trace(const trace_store *t, const char *path, const ac_co
     return st;
 }
 
+/* One profiling, from its plan to its tables: R sweeps over the runs, K timed request
+ * slots a sweep, S = R K slots a run; sites are the L layer slots, then FIXED_SITES. */
+typedef struct {
+    const char *model_dir;
+    const ac_contract *contract;
+    const ac_profile_params *params;
+    ac_profile_report *report;
+    const char *device;
+    int R, K, S, n_dec, L, sites;
+    int64_t t_start;
+    ac_arch parent;
+    run_plan *runs;
+    int n_runs, rank, size;
+    int measured; /* this rank's measurements so far */
+    int threads, clamped;
+    ac_cost_tables_info info;
+    ac_cost_tables *tables;
+    ac_progress *progress;
+    /* one measurement's requests, and one run's samples gathered for a site */
+    double *pre, *dec, *gather_pre, *gather_dec;
+    occurrences occ;
+    trace_store trace;
+    double *resid; /* [run]: the measured memory over the formula's terms */
+    /* every run's samples, sweep by sweep, K slots a sweep of which count[run][sweep] are
+     * filled: [run][site][slot], [run][site][step][slot] */
+    double *pre_all, *dec_all;
+    int *count;
+    double *mem_all;  /* [run][sweep] */
+    int *run_threads; /* [run] */
+    double *ref_all;  /* [run][slot], 0: empty slot */
+} profile_state;
+
+/* The parameters, the device and the parent's architecture: all that can fail before
+ * there is anything to free. */
+static ac_status profile_init(profile_state *s, const char *model_dir, const ac_contract *contract,
+                              const ac_profile_params *params, ac_profile_report *report)
+{
+    *s = (profile_state){.model_dir = model_dir, .contract = contract, .params = params, .report = report};
+    s->R = params->repeats;
+    s->n_dec = ac_workload_decode_steps(&contract->workload);
+    if (s->R < 1 || s->R > AC_MEASURE_MAX_REPEATS)
+        return ac_fail(AC_ERR_INVALID, "profile: repeats must be in [1, %d], got %d", AC_MEASURE_MAX_REPEATS, s->R);
+    if (params->requests < 0 || params->requests > AC_MAX_REQUESTS)
+        return ac_fail(AC_ERR_INVALID, "profile: requests must be in [0, %d] (0: auto), got %d", AC_MAX_REQUESTS,
+                       params->requests);
+    /* timed requests per measurement: K slots per sweep, S samples per run at most */
+    s->K = params->requests > 0 ? params->requests : AC_MAX_REQUESTS;
+    s->S = s->R * s->K;
+    ac_status st = ac_contract_compute_device(contract, &s->device);
+    if (st != AC_OK)
+        return st;
+    s->t_start = ac_monotonic_ns();
+    st = ac_load_parent_arch(model_dir, &s->parent);
+    if (st != AC_OK)
+        return st;
+    s->L = params->layers > 0 ? params->layers : s->parent.n_layers;
+    s->sites = s->L + FIXED_SITES;
+    s->occ.n_dec = s->n_dec;
+    s->rank = ac_comm_rank(params->comm);
+    s->size = ac_comm_size(params->comm);
+    return AC_OK;
+}
+
+static void fill_info(profile_state *s)
+{
+    const ac_contract *c = s->contract;
+    ac_cost_tables_info *info = &s->info;
+    memset(info, 0, sizeof *info);
+    snprintf(info->contract, sizeof info->contract, "%s", c->name);
+    snprintf(info->device, sizeof info->device, "%s", c->hardware.name[0] ? c->hardware.name : c->hardware.device);
+    info->workload = c->workload;
+    info->weights = c->hardware.weights;
+    info->threads = s->threads;
+    info->repeats = s->R;
+    info->runs = s->n_runs;
+    info->layers_per_run = s->L;
+}
+
+static ac_status alloc_measure_buffers(profile_state *s)
+{
+    size_t sites = (size_t)s->sites, n_dec = (size_t)s->n_dec;
+    s->pre = malloc(sites * s->K * sizeof *s->pre);
+    s->dec = malloc((sites * n_dec * s->K + 1) * sizeof *s->dec);
+    s->gather_pre = malloc((size_t)s->S * sizeof *s->gather_pre);
+    s->gather_dec = malloc((n_dec * s->S + 1) * sizeof *s->gather_dec);
+    if (!s->pre || !s->dec || !s->gather_pre || !s->gather_dec)
+        return ac_fail(AC_ERR_NOMEM, "profile: out of memory");
+    return AC_OK;
+}
+
+static ac_status trace_init(trace_store *t, int n_runs, int L)
+{
+    t->L = L;
+    t->n = n_runs;
+    t->runs = calloc((size_t)n_runs, sizeof *t->runs);
+    t->spans = calloc((size_t)n_runs, sizeof *t->spans);
+    t->names = calloc((size_t)n_runs, sizeof *t->names);
+    t->labels = calloc((size_t)n_runs, sizeof *t->labels);
+    if (!t->runs || !t->spans || !t->names || !t->labels) {
+        t->n = 0; /* no run's entries to free, only the arrays */
+        return ac_fail(AC_ERR_NOMEM, "profile: out of memory for the trace");
+    }
+    return AC_OK;
+}
+
+static void warn_shared_host(const profile_state *s)
+{
+    int on_host = ac_comm_ranks_on_host(s->params->comm);
+    if (s->rank == 0 && on_host > 1 && s->contract->hardware.kind == AC_DEVICE_CPU)
+        ac_warn("profile: %d ranks share this host's cores, so their timings disturb each other: run one rank per "
+                "host (mpirun --map-by node) for tables to trust", on_host);
+}
+
+static ac_status check_plans(const profile_state *s)
+{
+    char plan_text[256];
+    snprintf(plan_text, sizeof plan_text, "contract %s, %d runs of %d layers, %d sweeps", s->contract->name, s->n_runs,
+             s->L, s->R);
+    return ac_comm_check_same(s->params->comm, "profiling plans", plan_text);
+}
+
+/* Progress over this rank's runs, shown by rank 0 only. */
+static ac_status start_progress(profile_state *s)
+{
+    const ac_profile_params *p = s->params;
+    int mine = s->n_runs / s->size + (s->rank < s->n_runs % s->size);
+    return ac_progress_init(&s->progress, "profile", (double)mine * s->R, "runs",
+                            s->rank == 0 ? p->progress : AC_PROGRESS_OFF,
+                            p->progress_stream ? p->progress_stream : stderr);
+}
+
+static ac_status alloc_sample_arrays(profile_state *s)
+{
+    size_t n = (size_t)s->n_runs, sites = (size_t)s->sites, n_dec = (size_t)s->n_dec, S = (size_t)s->S;
+    s->resid = malloc((n + 1) * sizeof *s->resid);
+    s->pre_all = calloc(1, (n * sites * S + 1) * sizeof *s->pre_all);
+    s->dec_all = calloc(1, (n * sites * n_dec * S + 1) * sizeof *s->dec_all);
+    s->count = calloc(n * s->R + 1, sizeof *s->count);
+    s->mem_all = calloc(1, (n * s->R + 1) * sizeof *s->mem_all);
+    s->run_threads = calloc(n + 1, sizeof *s->run_threads);
+    s->ref_all = calloc(n * S + 1, sizeof *s->ref_all);
+    if (!s->resid || !s->pre_all || !s->dec_all || !s->count || !s->mem_all || !s->run_threads || !s->ref_all)
+        return ac_fail(AC_ERR_NOMEM, "profile: out of memory");
+    return AC_OK;
+}
+
+/* The runs, the tables they fill, and every buffer the measurements need; the
+ * shared-host warning comes even when planning failed. */
+static ac_status profile_prepare(profile_state *s)
+{
+    const ac_contract *c = s->contract;
+    ac_status st = plan_runs(&s->parent, &c->search, s->L, s->params->balanced, &s->runs, &s->n_runs);
+    s->threads = ac_cpu_threads_for(c->hardware.threads, &s->clamped);
+    fill_info(s);
+    if (st == AC_OK)
+        st = ac_cost_tables_create(&s->info, &s->tables);
+    if (st == AC_OK)
+        st = alloc_measure_buffers(s);
+    if (st == AC_OK && s->params->trace_path)
+        st = trace_init(&s->trace, s->n_runs, s->L);
+    warn_shared_host(s);
+    if (st == AC_OK)
+        st = check_plans(s);
+    if (st == AC_OK)
+        st = start_progress(s);
+    if (st == AC_OK)
+        st = alloc_sample_arrays(s);
+    return st;
+}
+
+static ac_measure_job measure_job(const profile_state *s, int sweep, const run_plan *plan)
+{
+    const ac_profile_params *p = s->params;
+    /* spans per request: a step, its embedding, layers, head and sampling, every step */
+    size_t per_request = (size_t)(1 + s->n_dec) * (size_t)(s->L + 4);
+    return (ac_measure_job){
+        .model_dir = s->model_dir,
+        .seed = p->seed + (uint64_t)sweep, /* each sweep its own prompt */
+        .arch = &plan->arch,
+        .parent_layer = plan->parent_layer,
+        .workload = s->contract->workload,
+        .threads = s->contract->hardware.threads,
+        .repeats = s->K,
+        .min_seconds = p->requests > 0 ? 0 : AC_AUTO_REQUEST_SECONDS,
+        .warmup_steps = s->n_dec < 2 ? s->n_dec : 2,
+        .probe_capacity = per_request + 16,
+        .reference = !p->no_reference,
+        .device = s->device,
+        .weights = s->contract->hardware.weights,
+    };
+}
+
+/* Run i's k_done requests of this sweep, from pre and dec into their slots. */
+static void store_samples(profile_state *s, int sweep, int i, int k_done)
+{
+    size_t sites = (size_t)s->sites, n_dec = (size_t)s->n_dec, S = (size_t)s->S;
+    for (size_t site = 0; site < sites; site++)
+        for (int k = 0; k < k_done; k++) {
+            size_t slot = (size_t)sweep * s->K + k;
+            s->pre_all[((size_t)i * sites + site) * S + slot] = s->pre[site * k_done + k];
+            for (size_t t = 0; t < n_dec; t++)
+                s->dec_all[(((size_t)i * sites + site) * n_dec + t) * S + slot] =
+                    s->dec[(site * n_dec + t) * k_done + k];
+        }
+}
+
+/* What a measurement tells besides its spans: requests done, memory, retries, references
+ * and threads. */
+static void store_result(profile_state *s, int sweep, int i, const ac_measure_result *res)
+{
+    int k_done = res->repeats;
+    s->count[(size_t)i * s->R + sweep] = k_done;
+    s->report->requests_per_run += (double)k_done / ((double)s->n_runs * s->R);
+    s->mem_all[(size_t)i * s->R + sweep] = res->measured_bytes;
+    s->report->retried += res->retried;
+    for (int k = 0; k < k_done; k++)
+        s->ref_all[(size_t)i * s->S + (size_t)sweep * s->K + k] = res->reference_seconds[k];
+    s->run_threads[i] = res->threads;
+}
+
+/* Run i measured once in this sweep; its first sweep's spans go to the trace. */
+static ac_status measure_run(profile_state *s, int sweep, int i)
+{
+    const run_plan *plan = &s->runs[i];
+    ac_measure_job job = measure_job(s, sweep, plan);
+    ac_measure_result res;
+    ac_span *spans = NULL;
+    int64_t run_start = ac_monotonic_ns();
+    ac_status st = ac_measure(&job, &res, &spans);
+    if (st != AC_OK)
+        return ac_fail_context(st, "profile run %d (hidden %d)", i, plan->arch.hidden);
+    size_t first_count = 0;
+    if (res.dropped)
+        st = ac_fail(AC_ERR_INTERNAL, "profile run %d: the probe dropped %u spans", i, res.dropped);
+    if (st == AC_OK)
+        st = split_spans(spans, res.n_spans, s->L, res.repeats, s->n_dec, res.seconds, s->pre, s->dec, &first_count);
+    if (st == AC_OK)
+        store_samples(s, sweep, i, res.repeats);
+    if (st == AC_OK && sweep == 0 && s->params->trace_path)
+        st = keep_trace(&s->trace, i, plan, spans, first_count);
+    free(spans);
+    store_result(s, sweep, i, &res);
+    ac_progress_metric(s->progress, "run_s", 1e-9 * (double)(ac_monotonic_ns() - run_start));
+    ac_progress_update(s->progress, ++s->measured);
+    return st;
+}
+
+/* R sweeps over all runs, one timed request per run each: a slow phase of the machine
+ * then costs every row a sample, not one row all of its samples */
+static ac_status run_sweeps(profile_state *s)
+{
+    ac_status st = AC_OK;
+    for (int sweep = 0; st == AC_OK && sweep < s->R; sweep++)
+        for (int i = s->rank; st == AC_OK && i < s->n_runs; i += s->size)
+            st = measure_run(s, sweep, i);
+    return st;
+}
+
+static ac_status merge_ranks(profile_state *s)
+{
+    size_t n = (size_t)s->n_runs, sites = (size_t)s->sites, S = (size_t)s->S;
+    double *arrays[] = {s->pre_all, s->dec_all, s->mem_all, s->ref_all, &s->report->requests_per_run};
+    size_t counts[] = {n * sites * S, n * sites * s->n_dec * S, n * s->R, n * S, 1};
+    int *ints[] = {s->count, s->run_threads, &s->report->retried};
+    size_t int_counts[] = {n * s->R, n, 1};
+    return merge_runs(s->params->comm, arrays, counts, 5, ints, int_counts, 3);
+}
+
+/* every sample at the machine's median speed: times (the median reference over the
+ * reference timed right after it) ^ slope */
+static ac_status normalise_speed(profile_state *s)
+{
+    size_t sites = (size_t)s->sites, n_dec = (size_t)s->n_dec, S = (size_t)s->S;
+    double reference = 0, slope = 1.0;
+    ac_status st = AC_OK;
+    if (!s->params->no_reference)
+        st = speed_of_references(s->ref_all, s->pre_all, s->dec_all, s->n_runs, s->S, s->sites, s->n_dec, &reference,
+                                 &slope);
+    for (size_t i = 0; st == AC_OK && reference > 0 && i < (size_t)s->n_runs; i++)
+        for (size_t slot = 0; slot < S; slot++) {
+            double f = ac_speed_factor(reference, s->ref_all[i * S + slot], slope);
+            for (size_t site = 0; site < sites; site++) {
+                s->pre_all[(i * sites + site) * S + slot] *= f;
+                for (size_t t = 0; t < n_dec; t++)
+                    s->dec_all[((i * sites + site) * n_dec + t) * S + slot] *= f;
+            }
+        }
+    s->info.reference_slope = slope;
+    s->info.reference_ms = 1000.0 * reference;
+    return st;
+}
+
+/* Run i's samples of one site, as an occurrence of that site's row. */
+static ac_status add_site(profile_state *s, int i, int site)
+{
+    const run_plan *plan = &s->runs[i];
+    size_t at = (size_t)i * s->sites + site;
+    ac_cost_row key;
+    if (site < s->L) {
+        key = ac_block_row_key(&plan->arch.layers[site], plan->arch.hidden);
+    } else {
+        memset(&key, 0, sizeof key);
+        key.kind = (ac_row_kind)(AC_ROW_EMBEDDING + (site - s->L));
+        key.hidden = plan->arch.hidden;
+    }
+    int n = gather_samples(s->pre_all + at * s->S, s->dec_all + at * s->n_dec * s->S, s->count + (size_t)i * s->R,
+                           s->R, s->K, s->n_dec, s->gather_pre, s->gather_dec);
+    return add_occurrence(&s->occ, &key, n, s->gather_pre, s->gather_dec);
+}
+
+/* Run i's median measured memory beside the formula's terms; the residual to resid[i]. */
+static ac_status add_memory(profile_state *s, int i)
+{
+    const run_plan *plan = &s->runs[i];
+    const ac_contract *c = s->contract;
+    ac_memory_terms f = ac_memory_formula(&plan->arch, c->hardware.weights, &c->workload, s->run_threads[i]);
+    double measured = ac_stat_median(s->mem_all + (size_t)i * s->R, (size_t)s->R);
+    ac_memory_point p = {plan->arch.hidden, measured, f.weights, f.kv, f.state, f.activations};
+    s->resid[i] = p.measured - (p.weights + p.kv + p.state + p.activations);
+    return ac_cost_tables_add_memory(s->tables, &p);
+}
+
+static ac_status gather_runs(profile_state *s)
+{
+    ac_status st = AC_OK;
+    for (int i = 0; st == AC_OK && i < s->n_runs; i++) {
+        for (int site = 0; st == AC_OK && site < s->sites; site++)
+            st = add_site(s, i, site);
+        if (st == AC_OK)
+            st = add_memory(s, i);
+    }
+    return st;
+}
+
+/* The samples and the progress, done with before the rows are reduced. */
+static void release_samples(profile_state *s)
+{
+    free(s->pre_all);
+    free(s->dec_all);
+    free(s->count);
+    free(s->gather_pre);
+    free(s->gather_dec);
+    free(s->mem_all);
+    free(s->run_threads);
+    free(s->ref_all);
+    s->pre_all = s->dec_all = s->gather_pre = s->gather_dec = s->mem_all = s->ref_all = NULL;
+    s->count = s->run_threads = NULL;
+    if (s->progress) {
+        ac_progress_finish(s->progress);
+        ac_progress_free(s->progress);
+        s->progress = NULL;
+    }
+}
+
+/* The tables' info: the time taken and eps, the median residual of the runs' memory. */
+static ac_status finish_info(profile_state *s)
+{
+    s->info.seconds = 1e-9 * (double)(ac_monotonic_ns() - s->t_start);
+    double *copy = malloc(((size_t)s->n_runs + 1) * sizeof *copy);
+    if (!copy)
+        return ac_fail(AC_ERR_NOMEM, "profile: out of memory");
+    memcpy(copy, s->resid, (size_t)s->n_runs * sizeof *copy);
+    s->info.eps_bytes = ac_stat_median(copy, (size_t)s->n_runs);
+    free(copy);
+    s->info.eps_spread_bytes = ac_stat_spread(s->resid, (size_t)s->n_runs);
+    ac_cost_tables_set_info(s->tables, &s->info);
+    return AC_OK;
+}
+
+static void fill_report(const profile_state *s)
+{
+    ac_profile_report *r = s->report;
+    r->runs = s->n_runs;
+    r->rows = (int)ac_cost_tables_row_count(s->tables);
+    r->rows_per_run = s->n_runs ? (double)s->occ.n / s->n_runs : 0;
+    r->seconds = 1e-9 * (double)(ac_monotonic_ns() - s->t_start);
+    r->threads = s->threads;
+    r->threads_clamped = s->clamped;
+    /* r->retried was counted along */
+}
+
+/* Everything but the tables. */
+static void profile_state_free(profile_state *s)
+{
+    release_samples(s);
+    free_trace(&s->trace);
+    free_occurrences(&s->occ);
+    free(s->resid);
+    free(s->pre);
+    free(s->dec);
+    free_plans(s->runs, s->n_runs);
+    ac_arch_free(&s->parent);
+}
+
 ac_status ac_profile_run(const char *model_dir, const ac_contract *contract, const ac_profile_params *params,
                          ac_cost_tables **tables_out, ac_profile_report *report)
 {
     *tables_out = NULL;
     memset(report, 0, sizeof *report);
-    const ac_contract_workload *w = &contract->workload;
-    int R = params->repeats, n_dec = ac_workload_decode_steps(w);
-    if (R < 1 || R > AC_MEASURE_MAX_REPEATS)
-        return ac_fail(AC_ERR_INVALID, "profile: repeats must be in [1, %d], got %d", AC_MEASURE_MAX_REPEATS, R);
-    if (params->requests < 0 || params->requests > AC_MAX_REQUESTS)
-        return ac_fail(AC_ERR_INVALID, "profile: requests must be in [0, %d] (0: auto), got %d", AC_MAX_REQUESTS,
-                       params->requests);
-    /* timed requests per measurement: K slots per sweep, S samples per run at most */
-    int K = params->requests > 0 ? params->requests : AC_MAX_REQUESTS, S = R * K;
-    const char *device;
-    ac_status dev = ac_contract_compute_device(contract, &device);
-    if (dev != AC_OK)
-        return dev;
-    int64_t t_start = ac_monotonic_ns();
-    ac_arch parent;
-    ac_status st = ac_load_parent_arch(model_dir, &parent);
+    profile_state s;
+    ac_status st = profile_init(&s, model_dir, contract, params, report);
     if (st != AC_OK)
         return st;
-    int layers = params->layers > 0 ? params->layers : parent.n_layers;
-    run_plan *runs = NULL;
-    int n_runs = 0;
-    st = plan_runs(&parent, &contract->search, layers, params->balanced, &runs, &n_runs);
-    int clamped = 0, threads = ac_cpu_threads_for(contract->hardware.threads, &clamped);
-    ac_cost_tables_info info;
-    memset(&info, 0, sizeof info);
-    snprintf(info.contract, sizeof info.contract, "%s", contract->name);
-    snprintf(info.device, sizeof info.device, "%s", contract->hardware.name[0] ? contract->hardware.name
-                                                                               : contract->hardware.device);
-    info.workload = *w;
-    info.weights = contract->hardware.weights;
-    info.threads = threads;
-    info.repeats = R;
-    info.runs = n_runs;
-    info.layers_per_run = layers;
-    ac_cost_tables *tables = NULL;
+    st = profile_prepare(&s);
     if (st == AC_OK)
-        st = ac_cost_tables_create(&info, &tables);
-    int L = layers, sites = L + FIXED_SITES;
-    /* one measurement's requests, and one run's samples gathered for a site */
-    double *pre = malloc((size_t)sites * K * sizeof *pre);
-    double *dec = malloc(((size_t)sites * n_dec * K + 1) * sizeof *dec);
-    double *gather_pre = malloc((size_t)S * sizeof *gather_pre);
-    double *gather_dec = malloc(((size_t)n_dec * S + 1) * sizeof *gather_dec);
-    if (st == AC_OK && (!pre || !dec || !gather_pre || !gather_dec))
-        st = ac_fail(AC_ERR_NOMEM, "profile: out of memory");
-    occurrences occ = {NULL, 0, 0, 0, n_dec};
-    trace_store trace = {0};
-    if (st == AC_OK && params->trace_path) {
-        trace.L = L;
-        trace.n = n_runs;
-        trace.runs = calloc((size_t)n_runs, sizeof *trace.runs);
-        trace.spans = calloc((size_t)n_runs, sizeof *trace.spans);
-        trace.names = calloc((size_t)n_runs, sizeof *trace.names);
-        trace.labels = calloc((size_t)n_runs, sizeof *trace.labels);
-        if (!trace.runs || !trace.spans || !trace.names || !trace.labels)
-            st = ac_fail(AC_ERR_NOMEM, "profile: out of memory for the trace");
-    }
-    int rank = ac_comm_rank(params->comm), size = ac_comm_size(params->comm);
-    int mine = n_runs / size + (rank < n_runs % size), measured = 0;
-    if (rank == 0 && ac_comm_ranks_on_host(params->comm) > 1 && contract->hardware.kind == AC_DEVICE_CPU)
-        ac_warn("profile: %d ranks share this host's cores, so their timings disturb each other: run one rank per "
-                "host (mpirun --map-by node) for tables to trust", ac_comm_ranks_on_host(params->comm));
-    char plan_text[256];
-    snprintf(plan_text, sizeof plan_text, "contract %s, %d runs of %d layers, %d sweeps", contract->name, n_runs, L, R);
+        st = run_sweeps(&s);
+    if (st == AC_OK && s.size > 1)
+        st = merge_ranks(&s);
     if (st == AC_OK)
-        st = ac_comm_check_same(params->comm, "profiling plans", plan_text);
-    ac_progress *progress = NULL;
+        st = normalise_speed(&s);
     if (st == AC_OK)
-        st = ac_progress_init(&progress, "profile", (double)mine * R, "runs", rank == 0 ? params->progress : AC_PROGRESS_OFF,
-                              params->progress_stream ? params->progress_stream : stderr);
-    /* spans per request: a step, its embedding, layers, head and sampling, every step */
-    size_t per_request = (size_t)(1 + n_dec) * (size_t)(L + 4);
-    double *resid = malloc(((size_t)n_runs + 1) * sizeof *resid);
-    /* every run's samples, sweep by sweep, K slots a sweep of which count[run][sweep] are
-     * filled: [run][site][slot], [run][site][step][slot] */
-    double *pre_all = calloc(1, ((size_t)n_runs * sites * S + 1) * sizeof *pre_all);
-    double *dec_all = calloc(1, ((size_t)n_runs * sites * n_dec * S + 1) * sizeof *dec_all);
-    int *count = calloc((size_t)n_runs * R + 1, sizeof *count);
-    double *mem_all = calloc(1, ((size_t)n_runs * R + 1) * sizeof *mem_all);
-    int *run_threads = calloc((size_t)n_runs + 1, sizeof *run_threads);
-    double *ref_all = calloc((size_t)n_runs * S + 1, sizeof *ref_all); /* [run][slot], 0: empty slot */
-    if (st == AC_OK && (!resid || !pre_all || !dec_all || !count || !mem_all || !run_threads || !ref_all))
-        st = ac_fail(AC_ERR_NOMEM, "profile: out of memory");
-    /* R sweeps over all runs, one timed request per run each: a slow phase of the machine
-     * then costs every row a sample, not one row all of its samples */
-    for (int sweep = 0; st == AC_OK && sweep < R; sweep++)
-        for (int i = rank; st == AC_OK && i < n_runs; i += size) {
-            const run_plan *plan = &runs[i];
-            ac_measure_job job = {
-                .model_dir = model_dir,
-                .seed = params->seed + (uint64_t)sweep, /* each sweep its own prompt */
-                .arch = &plan->arch,
-                .parent_layer = plan->parent_layer,
-                .workload = *w,
-                .threads = contract->hardware.threads,
-                .repeats = K,
-                .min_seconds = params->requests > 0 ? 0 : AC_AUTO_REQUEST_SECONDS,
-                .warmup_steps = n_dec < 2 ? n_dec : 2,
-                .probe_capacity = per_request + 16,
-                .reference = !params->no_reference,
-                .device = device,
-                .weights = contract->hardware.weights,
-            };
-            ac_measure_result res;
-            ac_span *spans = NULL;
-            int64_t run_start = ac_monotonic_ns();
-            st = ac_measure(&job, &res, &spans);
-            if (st != AC_OK) {
-                ac_fail_context(st, "profile run %d (hidden %d)", i, plan->arch.hidden);
-                break;
-            }
-            size_t first_count = 0;
-            int k_done = res.repeats;
-            if (res.dropped)
-                st = ac_fail(AC_ERR_INTERNAL, "profile run %d: the probe dropped %u spans", i, res.dropped);
-            if (st == AC_OK)
-                st = split_spans(spans, res.n_spans, L, k_done, n_dec, res.seconds, pre, dec, &first_count);
-            for (int s = 0; st == AC_OK && s < sites; s++)
-                for (int k = 0; k < k_done; k++) {
-                    size_t slot = (size_t)sweep * K + k;
-                    pre_all[((size_t)i * sites + s) * S + slot] = pre[(size_t)s * k_done + k];
-                    for (int t = 0; t < n_dec; t++)
-                        dec_all[(((size_t)i * sites + s) * n_dec + t) * S + slot] =
-                            dec[((size_t)s * n_dec + t) * k_done + k];
-                }
-            count[(size_t)i * R + sweep] = k_done;
-            report->requests_per_run += (double)k_done / ((double)n_runs * R);
-            if (st == AC_OK && sweep == 0 && params->trace_path)
-                st = keep_trace(&trace, i, plan, spans, first_count);
-            free(spans);
-            mem_all[(size_t)i * R + sweep] = res.measured_bytes;
-            report->retried += res.retried;
-            for (int k = 0; k < k_done; k++)
-                ref_all[(size_t)i * S + (size_t)sweep * K + k] = res.reference_seconds[k];
-            run_threads[i] = res.threads;
-            ac_progress_metric(progress, "run_s", 1e-9 * (double)(ac_monotonic_ns() - run_start));
-            ac_progress_update(progress, ++measured);
-        }
-    if (st == AC_OK && size > 1) {
-        double *arrays[] = {pre_all, dec_all, mem_all, ref_all, &report->requests_per_run};
-        size_t counts[] = {(size_t)n_runs * sites * S, (size_t)n_runs * sites * n_dec * S, (size_t)n_runs * R,
-                           (size_t)n_runs * S, 1};
-        int *ints[] = {count, run_threads, &report->retried};
-        size_t int_counts[] = {(size_t)n_runs * R, (size_t)n_runs, 1};
-        st = merge_runs(params->comm, arrays, counts, 5, ints, int_counts, 3);
-    }
-    /* every sample at the machine's median speed: times (the median reference over the
-     * reference timed right after it) ^ slope */
-    double reference = 0, slope = 1.0;
-    if (st == AC_OK && !params->no_reference)
-        st = speed_of_references(ref_all, pre_all, dec_all, n_runs, S, sites, n_dec, &reference, &slope);
-    for (int i = 0; st == AC_OK && reference > 0 && i < n_runs; i++)
-        for (int slot = 0; slot < S; slot++) {
-            double f = ac_speed_factor(reference, ref_all[(size_t)i * S + slot], slope);
-            for (int s = 0; s < sites; s++) {
-                pre_all[((size_t)i * sites + s) * S + slot] *= f;
-                for (int t = 0; t < n_dec; t++)
-                    dec_all[(((size_t)i * sites + s) * n_dec + t) * S + slot] *= f;
-            }
-        }
-    info.reference_slope = slope;
-    info.reference_ms = 1000.0 * reference;
-    for (int i = 0; st == AC_OK && i < n_runs; i++) {
-        const run_plan *plan = &runs[i];
-        for (int s = 0; st == AC_OK && s < sites; s++) {
-            ac_cost_row key;
-            if (s < L) {
-                key = ac_block_row_key(&plan->arch.layers[s], plan->arch.hidden);
-            } else {
-                memset(&key, 0, sizeof key);
-                key.kind = (ac_row_kind)(AC_ROW_EMBEDDING + (s - L));
-                key.hidden = plan->arch.hidden;
-            }
-            int n = gather_samples(pre_all + ((size_t)i * sites + s) * S, dec_all + ((size_t)i * sites + s) * n_dec * S,
-                                   count + (size_t)i * R, R, K, n_dec, gather_pre, gather_dec);
-            st = add_occurrence(&occ, &key, n, gather_pre, gather_dec);
-        }
-        if (st == AC_OK) {
-            ac_memory_terms f = ac_memory_formula(&plan->arch, contract->hardware.weights, w, run_threads[i]);
-            double measured = ac_stat_median(mem_all + (size_t)i * R, (size_t)R);
-            ac_memory_point p = {plan->arch.hidden, measured, f.weights, f.kv, f.state, f.activations};
-            resid[i] = p.measured - (p.weights + p.kv + p.state + p.activations);
-            st = ac_cost_tables_add_memory(tables, &p);
-        }
-    }
-    free(pre_all);
-    free(dec_all);
-    free(count);
-    free(gather_pre);
-    free(gather_dec);
-    free(mem_all);
-    free(run_threads);
-    free(ref_all);
-    if (progress) {
-        ac_progress_finish(progress);
-        ac_progress_free(progress);
-    }
+        st = gather_runs(&s);
+    release_samples(&s);
     if (st == AC_OK)
-        st = reduce_rows(&occ, w, tables);
-    if (st == AC_OK) {
-        info.seconds = 1e-9 * (double)(ac_monotonic_ns() - t_start);
-        double *copy = malloc(((size_t)n_runs + 1) * sizeof *copy);
-        if (!copy) {
-            st = ac_fail(AC_ERR_NOMEM, "profile: out of memory");
-        } else {
-            memcpy(copy, resid, (size_t)n_runs * sizeof *copy);
-            info.eps_bytes = ac_stat_median(copy, (size_t)n_runs);
-            free(copy);
-        }
-        info.eps_spread_bytes = ac_stat_spread(resid, (size_t)n_runs);
-        ac_cost_tables_set_info(tables, &info);
-    }
+        st = reduce_rows(&s.occ, &contract->workload, s.tables);
+    if (st == AC_OK)
+        st = finish_info(&s);
     if (st == AC_OK && params->trace_path)
-        st = write_trace(&trace, params->trace_path, params->comm);
-    if (st == AC_OK) {
-        report->runs = n_runs;
-        report->rows = (int)ac_cost_tables_row_count(tables);
-        report->rows_per_run = n_runs ? (double)occ.n / n_runs : 0;
-        report->seconds = 1e-9 * (double)(ac_monotonic_ns() - t_start);
-        report->threads = threads;
-        report->threads_clamped = clamped;
-        /* report->retried was counted along */
-    }
-    free_trace(&trace);
-    free_occurrences(&occ);
-    free(resid);
-    free(pre);
-    free(dec);
-    free_plans(runs, n_runs);
-    ac_arch_free(&parent);
+        st = write_trace(&s.trace, params->trace_path, params->comm);
+    if (st == AC_OK)
+        fill_report(&s);
+    ac_cost_tables *tables = s.tables;
+    profile_state_free(&s);
     if (st != AC_OK) {
         ac_cost_tables_free(tables);
         return st;

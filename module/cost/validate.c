@@ -130,10 +130,41 @@ static double ape(double predicted, double measured)
     return measured > 0 ? 100.0 * fabs(predicted - measured) / measured : 0.0;
 }
 
-ac_status ac_cost_validate(const char *model_dir, const ac_contract *contract, const ac_cost_tables *tables,
-                           const ac_validate_params *params, ac_validate_report *report)
+/* One validation: n architectures drawn from the search space, measured over R sweeps of
+ * K timed request slots each, S = R K slots an architecture. Samples are packed per
+ * architecture ([arch][S], those of earlier sweeps first), count[arch][sweep] of a
+ * sweep's K slots filled. */
+typedef struct {
+    const char *model_dir;
+    const ac_contract *contract;
+    const ac_validate_params *params;
+    ac_validate_report *report;
+    const char *device;
+    int64_t t0;
+    ac_arch parent;
+    ac_cost_model *model;
+    int *choice; /* [axis] */
+    ac_progress *progress;
+    uint64_t rng;
+    int n, R, K, S;
+    ac_arch *archs;  /* [arch] */
+    int *maps;       /* [arch][parent layer]: each layer's parent layer */
+    double *ms;      /* [arch][S]: as measured */
+    double *norm;    /* [arch][S]: at the profiling's speed */
+    double *refs;    /* [arch][S]: the reference request after each (seconds) */
+    double *scratch; /* [arch][S]: room to take medians in */
+    double *mem;     /* [arch][sweep] */
+    int *count;      /* [arch][sweep] */
+    double reference_ms; /* the tables' */
+    int normalise;
+} validate_state;
+
+/* The parameters, the device and the parent's architecture: all that can fail before
+ * there is anything to free. */
+static ac_status validate_init(validate_state *s, const char *model_dir, const ac_contract *contract,
+                               const ac_validate_params *params, ac_validate_report *report)
 {
-    memset(report, 0, sizeof *report);
+    *s = (validate_state){.model_dir = model_dir, .contract = contract, .params = params, .report = report};
     if (params->n < 1)
         return ac_fail(AC_ERR_INVALID, "validate: --n must be at least 1, got %d", params->n);
     if (params->repeats < 1)
@@ -141,169 +172,247 @@ ac_status ac_cost_validate(const char *model_dir, const ac_contract *contract, c
     if (params->requests < 0 || params->requests > AC_MAX_REQUESTS)
         return ac_fail(AC_ERR_INVALID, "validate: --requests must be in [0, %d] (0: auto), got %d", AC_MAX_REQUESTS,
                        params->requests);
-    const char *device;
-    ac_status st = ac_contract_compute_device(contract, &device);
+    ac_status st = ac_contract_compute_device(contract, &s->device);
     if (st != AC_OK)
         return st;
-    int64_t t0 = ac_monotonic_ns();
-    ac_arch parent;
-    st = ac_load_parent_arch(model_dir, &parent);
-    if (st != AC_OK)
-        return st;
-    ac_cost_model *model = NULL;
-    st = ac_cost_model_create(tables, &parent, contract, &model);
-    int n_axes = model ? ac_cost_model_axis_count(model) : 0;
-    int *choice = malloc((size_t)(n_axes + 1) * sizeof *choice);
-    int *parent_layer = malloc((size_t)parent.n_layers * sizeof *parent_layer);
-    report->entries = calloc((size_t)params->n, sizeof *report->entries);
-    if (st == AC_OK && (!choice || !parent_layer || !report->entries))
+    s->t0 = ac_monotonic_ns();
+    return ac_load_parent_arch(model_dir, &s->parent);
+}
+
+static ac_status alloc_samples(validate_state *s)
+{
+    size_t n = (size_t)s->n, S = (size_t)s->S;
+    s->archs = calloc(n, sizeof *s->archs);
+    s->maps = malloc(n * s->parent.n_layers * sizeof *s->maps);
+    s->ms = malloc(n * S * sizeof *s->ms);
+    s->mem = malloc(n * s->R * sizeof *s->mem);
+    s->norm = malloc(n * S * sizeof *s->norm);
+    s->refs = malloc(n * S * sizeof *s->refs);
+    s->scratch = malloc(n * S * sizeof *s->scratch);
+    s->count = calloc(n * s->R, sizeof *s->count);
+    if (!s->archs || !s->maps || !s->ms || !s->mem || !s->norm || !s->refs || !s->scratch || !s->count)
+        return ac_fail(AC_ERR_NOMEM, "validate: out of memory");
+    return AC_OK;
+}
+
+/* The cost model, the report's entries, the progress and the sample arrays. */
+static ac_status validate_prepare(validate_state *s, const ac_cost_tables *tables)
+{
+    const ac_validate_params *p = s->params;
+    ac_status st = ac_cost_model_create(tables, &s->parent, s->contract, &s->model);
+    int n_axes = s->model ? ac_cost_model_axis_count(s->model) : 0;
+    s->choice = malloc((size_t)(n_axes + 1) * sizeof *s->choice);
+    s->report->entries = calloc((size_t)p->n, sizeof *s->report->entries);
+    if (st == AC_OK && (!s->choice || !s->report->entries))
         st = ac_fail(AC_ERR_NOMEM, "validate: out of memory");
-    ac_progress *progress = NULL;
     if (st == AC_OK)
-        st = ac_progress_init(&progress, "validate", (double)params->n * params->repeats, "measurements", params->progress,
-                              params->progress_stream ? params->progress_stream : stderr);
-    uint64_t rng = params->seed;
-    const ac_contract_workload *w = &contract->workload;
-    int n = params->n, R = params->repeats;
-    /* K slots per sweep, count[arch][sweep] of them filled; S slots per architecture */
-    int K = params->requests > 0 ? params->requests : AC_MAX_REQUESTS, S = R * K;
-    ac_arch *archs = calloc((size_t)n, sizeof *archs);
-    int *maps = malloc((size_t)n * parent.n_layers * sizeof *maps);
-    double *ms = malloc((size_t)n * S * sizeof *ms), *mem = malloc((size_t)n * R * sizeof *mem);
-    double *norm = malloc((size_t)n * S * sizeof *norm), *refs = malloc((size_t)n * S * sizeof *refs);
-    double *scratch = malloc((size_t)n * S * sizeof *scratch);
-    int *count = calloc((size_t)n * R, sizeof *count);
-    double reference_ms = ac_cost_tables_get_info(tables)->reference_ms;
-    int normalise = reference_ms > 0 && !params->no_reference;
-    report->normalised = normalise;
-    if (st == AC_OK && (!archs || !maps || !ms || !mem || !norm || !refs || !scratch || !count))
-        st = ac_fail(AC_ERR_NOMEM, "validate: out of memory");
-    for (int i = 0; st == AC_OK && i < n; i++) {
-        ac_validate_entry *e = &report->entries[i];
-        /* a draw that removes every layer is drawn again */
-        for (int tries = 0; tries < 100; tries++) {
-            sample_choice(model, &rng, choice);
-            st = ac_cost_choice_arch(model, choice, &archs[i], maps + (size_t)i * parent.n_layers);
-            if (st == AC_OK)
-                break;
-        }
+        st = ac_progress_init(&s->progress, "validate", (double)p->n * p->repeats, "measurements", p->progress,
+                              p->progress_stream ? p->progress_stream : stderr);
+    s->rng = p->seed;
+    s->n = p->n;
+    s->R = p->repeats;
+    s->K = p->requests > 0 ? p->requests : AC_MAX_REQUESTS;
+    s->S = s->R * s->K;
+    s->reference_ms = ac_cost_tables_get_info(tables)->reference_ms;
+    s->normalise = s->reference_ms > 0 && !p->no_reference;
+    s->report->normalised = s->normalise;
+    if (st == AC_OK)
+        st = alloc_samples(s);
+    return st;
+}
+
+/* Architecture i drawn, predicted and described; a draw that removes every layer is
+ * drawn again. */
+static ac_status draw_arch(validate_state *s, int i)
+{
+    ac_validate_entry *e = &s->report->entries[i];
+    ac_status st = AC_OK;
+    for (int tries = 0; tries < 100; tries++) {
+        sample_choice(s->model, &s->rng, s->choice);
+        st = ac_cost_choice_arch(s->model, s->choice, &s->archs[i], s->maps + (size_t)i * s->parent.n_layers);
         if (st == AC_OK)
-            st = ac_cost_predict(model, choice, &e->predicted);
-        if (st == AC_OK) {
-            describe(&archs[i], e->description, sizeof e->description);
-            e->params = (double)ac_arch_param_counts(&archs[i]).total;
-        }
-    }
-    /* R sweeps over the architectures, each time in a fresh process: slow phases of the
-     * machine spread over all of them */
-    for (int sweep = 0; st == AC_OK && sweep < R; sweep++)
-        for (int i = 0; st == AC_OK && i < n; i++) {
-            ac_measure_job job = {
-                .model_dir = model_dir,
-                .seed = params->seed + (uint64_t)sweep, /* each sweep its own prompt */
-                .arch = &archs[i],
-                .parent_layer = maps + (size_t)i * parent.n_layers,
-                .workload = *w,
-                .threads = contract->hardware.threads,
-                .repeats = K,
-                .min_seconds = params->requests > 0 ? 0 : AC_AUTO_REQUEST_SECONDS,
-                .warmup_steps = 2,
-                .probe_capacity = 0,
-                .reference = normalise,
-                .device = device,
-                .weights = contract->hardware.weights,
-            };
-            ac_measure_result res;
-            st = ac_measure(&job, &res, NULL);
-            if (st != AC_OK) {
-                ac_fail_context(st, "validate: architecture %d (%s)", i, report->entries[i].description);
-                break;
-            }
-            /* the samples of architecture i, packed: those of earlier sweeps come first */
-            int done = 0;
-            for (int q = 0; q < sweep; q++)
-                done += count[(size_t)i * R + q];
-            for (int k = 0; k < res.repeats; k++) {
-                ms[(size_t)i * S + done + k] = 1000.0 * res.seconds[k];
-                refs[(size_t)i * S + done + k] = res.reference_seconds[k];
-            }
-            count[(size_t)i * R + sweep] = res.repeats;
-            report->requests_per_arch += (double)res.repeats / n;
-            report->retried += res.retried;
-            mem[(size_t)i * R + sweep] = res.measured_bytes;
-            ac_progress_update(progress, sweep * n + i + 1);
-        }
-    if (st == AC_OK && normalise) {
-        /* how steady the machine was: the parent's request, spread over median */
-        size_t filled = 0;
-        for (int i = 0; i < n; i++)
-            for (int j = 0; j < requests_of(count, i, R); j++)
-                scratch[filled++] = refs[(size_t)i * S + j];
-        double mid = ac_stat_median(scratch, filled);
-        report->reference_noise_pct = mid > 0 ? 100.0 * ac_stat_spread(scratch, filled) / mid : 0;
-        /* each request at the profiling's speed, through the reference timed right after
-         * it and how times move with the reference here (the slope within architectures) */
-        st = within_slope(ms, refs, count, n, R, S, &report->reference_slope);
-        for (int i = 0; st == AC_OK && i < n; i++)
-            for (int j = 0; j < requests_of(count, i, R); j++)
-                norm[(size_t)i * S + j] = ms[(size_t)i * S + j] * ac_speed_factor(reference_ms / 1000.0,
-                                                                                  refs[(size_t)i * S + j],
-                                                                                  report->reference_slope);
+            break;
     }
     if (st == AC_OK)
-        st = keep_samples(report, ms, normalise ? refs : NULL, count, n, R, S);
-    for (int i = 0; st == AC_OK && i < n; i++) {
-        ac_validate_entry *e = &report->entries[i];
-        size_t samples = (size_t)requests_of(count, i, R);
-        e->latency_ms = ac_stat_median(ms + (size_t)i * S, samples);
-        e->latency_spread_ms = ac_stat_spread(ms + (size_t)i * S, samples);
-        e->throughput_tok_s = e->latency_ms > 0 ? (double)w->batch * (double)w->output_tokens / (e->latency_ms / 1000.0) : 0;
-        e->memory_bytes = ac_stat_median(mem + (size_t)i * R, (size_t)R);
-        if (normalise) {
-            e->latency_norm_ms = ac_stat_median(norm + (size_t)i * S, samples);
+        st = ac_cost_predict(s->model, s->choice, &e->predicted);
+    if (st == AC_OK) {
+        describe(&s->archs[i], e->description, sizeof e->description);
+        e->params = (double)ac_arch_param_counts(&s->archs[i]).total;
+    }
+    return st;
+}
+
+static ac_status draw_archs(validate_state *s)
+{
+    ac_status st = AC_OK;
+    for (int i = 0; st == AC_OK && i < s->n; i++)
+        st = draw_arch(s, i);
+    return st;
+}
+
+/* Architecture i measured once in this sweep, in a fresh process. */
+static ac_status measure_arch(validate_state *s, int sweep, int i)
+{
+    const ac_validate_params *p = s->params;
+    ac_measure_job job = {
+        .model_dir = s->model_dir,
+        .seed = p->seed + (uint64_t)sweep, /* each sweep its own prompt */
+        .arch = &s->archs[i],
+        .parent_layer = s->maps + (size_t)i * s->parent.n_layers,
+        .workload = s->contract->workload,
+        .threads = s->contract->hardware.threads,
+        .repeats = s->K,
+        .min_seconds = p->requests > 0 ? 0 : AC_AUTO_REQUEST_SECONDS,
+        .warmup_steps = 2,
+        .probe_capacity = 0,
+        .reference = s->normalise,
+        .device = s->device,
+        .weights = s->contract->hardware.weights,
+    };
+    ac_measure_result res;
+    ac_status st = ac_measure(&job, &res, NULL);
+    if (st != AC_OK)
+        return ac_fail_context(st, "validate: architecture %d (%s)", i, s->report->entries[i].description);
+    /* the samples of architecture i, packed: those of earlier sweeps come first */
+    int done = 0;
+    for (int q = 0; q < sweep; q++)
+        done += s->count[(size_t)i * s->R + q];
+    size_t at = (size_t)i * s->S + (size_t)done;
+    for (int k = 0; k < res.repeats; k++) {
+        s->ms[at + k] = 1000.0 * res.seconds[k];
+        s->refs[at + k] = res.reference_seconds[k];
+    }
+    s->count[(size_t)i * s->R + sweep] = res.repeats;
+    s->report->requests_per_arch += (double)res.repeats / s->n;
+    s->report->retried += res.retried;
+    s->mem[(size_t)i * s->R + sweep] = res.measured_bytes;
+    ac_progress_update(s->progress, sweep * s->n + i + 1);
+    return AC_OK;
+}
+
+/* R sweeps over the architectures, each time in a fresh process: slow phases of the
+ * machine spread over all of them */
+static ac_status measure_sweeps(validate_state *s)
+{
+    ac_status st = AC_OK;
+    for (int sweep = 0; st == AC_OK && sweep < s->R; sweep++)
+        for (int i = 0; st == AC_OK && i < s->n; i++)
+            st = measure_arch(s, sweep, i);
+    return st;
+}
+
+/* How steady the machine was, and every request at the profiling's speed. */
+static ac_status normalise_times(validate_state *s)
+{
+    ac_validate_report *r = s->report;
+    size_t S = (size_t)s->S;
+    /* how steady the machine was: the parent's request, spread over median */
+    size_t filled = 0;
+    for (int i = 0; i < s->n; i++)
+        for (int j = 0; j < requests_of(s->count, i, s->R); j++)
+            s->scratch[filled++] = s->refs[i * S + j];
+    double mid = ac_stat_median(s->scratch, filled);
+    r->reference_noise_pct = mid > 0 ? 100.0 * ac_stat_spread(s->scratch, filled) / mid : 0;
+    /* each request at the profiling's speed, through the reference timed right after
+     * it and how times move with the reference here (the slope within architectures) */
+    ac_status st = within_slope(s->ms, s->refs, s->count, s->n, s->R, s->S, &r->reference_slope);
+    for (int i = 0; st == AC_OK && i < s->n; i++)
+        for (int j = 0; j < requests_of(s->count, i, s->R); j++)
+            s->norm[i * S + j] =
+                s->ms[i * S + j] * ac_speed_factor(s->reference_ms / 1000.0, s->refs[i * S + j], r->reference_slope);
+    return st;
+}
+
+/* Each entry's measured latency, throughput and memory from its samples. */
+static void summarise(validate_state *s)
+{
+    const ac_contract_workload *w = &s->contract->workload;
+    ac_validate_report *r = s->report;
+    for (int i = 0; i < s->n; i++) {
+        ac_validate_entry *e = &r->entries[i];
+        size_t samples = (size_t)requests_of(s->count, i, s->R), at = (size_t)i * s->S;
+        e->latency_ms = ac_stat_median(s->ms + at, samples);
+        e->latency_spread_ms = ac_stat_spread(s->ms + at, samples);
+        e->throughput_tok_s =
+            e->latency_ms > 0 ? (double)w->batch * (double)w->output_tokens / (e->latency_ms / 1000.0) : 0;
+        e->memory_bytes = ac_stat_median(s->mem + (size_t)i * s->R, (size_t)s->R);
+        if (s->normalise) {
+            e->latency_norm_ms = ac_stat_median(s->norm + at, samples);
             e->throughput_norm_tok_s = (double)w->batch * (double)w->output_tokens / (e->latency_norm_ms / 1000.0);
         }
-        report->n = i + 1;
+        r->n = i + 1;
     }
-    if (progress) {
-        ac_progress_finish(progress);
-        ac_progress_free(progress);
+}
+
+/* The progress and the samples, done with once the entries hold their summaries. */
+static void release_samples(validate_state *s)
+{
+    if (s->progress) {
+        ac_progress_finish(s->progress);
+        ac_progress_free(s->progress);
     }
-    for (int i = 0; archs && i < n; i++)
-        ac_arch_free(&archs[i]);
-    free(archs);
-    free(maps);
-    free(ms);
-    free(mem);
-    free(norm);
-    free(refs);
-    free(scratch);
-    free(count);
-    for (int i = 0; st == AC_OK && i < report->n; i++) {
-        const ac_validate_entry *e = &report->entries[i];
-        double el = ape(e->predicted.latency_ms, e->latency_ms), et = ape(e->predicted.throughput_tok_s, e->throughput_tok_s);
-        double em = ape(e->predicted.memory_bytes, e->memory_bytes), ec = ape(e->predicted.conventional_bytes, e->memory_bytes);
-        report->latency_mape += el / report->n;
-        report->throughput_mape += et / report->n;
-        report->memory_mape += em / report->n;
-        report->conventional_memory_mape += ec / report->n;
-        report->latency_max_ape = el > report->latency_max_ape ? el : report->latency_max_ape;
-        report->throughput_max_ape = et > report->throughput_max_ape ? et : report->throughput_max_ape;
-        report->memory_max_ape = em > report->memory_max_ape ? em : report->memory_max_ape;
-        if (report->normalised) {
-            double nl = ape(e->predicted.latency_ms, e->latency_norm_ms);
-            double nt = ape(e->predicted.throughput_tok_s, e->throughput_norm_tok_s);
-            report->latency_norm_mape += nl / report->n;
-            report->throughput_norm_mape += nt / report->n;
-            report->latency_norm_max_ape = nl > report->latency_norm_max_ape ? nl : report->latency_norm_max_ape;
-            report->throughput_norm_max_ape = nt > report->throughput_norm_max_ape ? nt : report->throughput_norm_max_ape;
-        }
+    for (int i = 0; s->archs && i < s->n; i++)
+        ac_arch_free(&s->archs[i]);
+    free(s->archs);
+    free(s->maps);
+    free(s->ms);
+    free(s->mem);
+    free(s->norm);
+    free(s->refs);
+    free(s->scratch);
+    free(s->count);
+}
+
+/* Entry e's errors into the report's means (over its n entries) and maxima. */
+static void score_entry(ac_validate_report *r, const ac_validate_entry *e)
+{
+    double el = ape(e->predicted.latency_ms, e->latency_ms);
+    double et = ape(e->predicted.throughput_tok_s, e->throughput_tok_s);
+    double em = ape(e->predicted.memory_bytes, e->memory_bytes);
+    double ec = ape(e->predicted.conventional_bytes, e->memory_bytes);
+    r->latency_mape += el / r->n;
+    r->throughput_mape += et / r->n;
+    r->memory_mape += em / r->n;
+    r->conventional_memory_mape += ec / r->n;
+    r->latency_max_ape = el > r->latency_max_ape ? el : r->latency_max_ape;
+    r->throughput_max_ape = et > r->throughput_max_ape ? et : r->throughput_max_ape;
+    r->memory_max_ape = em > r->memory_max_ape ? em : r->memory_max_ape;
+    if (r->normalised) {
+        double nl = ape(e->predicted.latency_ms, e->latency_norm_ms);
+        double nt = ape(e->predicted.throughput_tok_s, e->throughput_norm_tok_s);
+        r->latency_norm_mape += nl / r->n;
+        r->throughput_norm_mape += nt / r->n;
+        r->latency_norm_max_ape = nl > r->latency_norm_max_ape ? nl : r->latency_norm_max_ape;
+        r->throughput_norm_max_ape = nt > r->throughput_norm_max_ape ? nt : r->throughput_norm_max_ape;
     }
-    report->seconds = 1e-9 * (double)(ac_monotonic_ns() - t0);
-    free(choice);
-    free(parent_layer);
-    ac_cost_model_free(model);
-    ac_arch_free(&parent);
+}
+
+ac_status ac_cost_validate(const char *model_dir, const ac_contract *contract, const ac_cost_tables *tables,
+                           const ac_validate_params *params, ac_validate_report *report)
+{
+    memset(report, 0, sizeof *report);
+    validate_state s;
+    ac_status st = validate_init(&s, model_dir, contract, params, report);
+    if (st != AC_OK)
+        return st;
+    st = validate_prepare(&s, tables);
+    if (st == AC_OK)
+        st = draw_archs(&s);
+    if (st == AC_OK)
+        st = measure_sweeps(&s);
+    if (st == AC_OK && s.normalise)
+        st = normalise_times(&s);
+    if (st == AC_OK)
+        st = keep_samples(report, s.ms, s.normalise ? s.refs : NULL, s.count, s.n, s.R, s.S);
+    if (st == AC_OK)
+        summarise(&s);
+    release_samples(&s);
+    for (int i = 0; st == AC_OK && i < report->n; i++)
+        score_entry(report, &report->entries[i]);
+    report->seconds = 1e-9 * (double)(ac_monotonic_ns() - s.t0);
+    free(s.choice);
+    ac_cost_model_free(s.model);
+    ac_arch_free(&s.parent);
     if (st != AC_OK)
         ac_validate_report_free(report);
     return st;
@@ -327,20 +436,11 @@ ac_status ac_validate_write_samples(const ac_validate_report *r, const char *pat
     return st;
 }
 
-ac_status ac_validate_plot(const ac_validate_report *r, const ac_contract *contract, const char *png_path)
+/* One line per entry: the latency or throughput predicted and measured (speed-normalised
+ * when the report is), memory predicted, measured and conventional (MiB), and the raw
+ * measurement. */
+static void write_plot_data(FILE *f, const ac_validate_report *r, int thr)
 {
-    int thr = (contract->targets.has_throughput || contract->ratios.has_throughput) &&
-              !(contract->targets.has_latency || contract->ratios.has_latency);
-    char data[] = "/tmp/ac-validate-XXXXXX";
-    int fd = mkstemp(data);
-    if (fd < 0)
-        return ac_fail(AC_ERR_IO, "plot: cannot create a temporary file: %s", strerror(errno));
-    FILE *f = fdopen(fd, "w");
-    if (!f) {
-        close(fd);
-        remove(data);
-        return ac_fail(AC_ERR_IO, "plot: cannot write %s", data);
-    }
     const double mib = 1024.0 * 1024.0;
     for (int i = 0; i < r->n; i++) {
         const ac_validate_entry *e = &r->entries[i];
@@ -350,26 +450,11 @@ ac_status ac_validate_plot(const ac_validate_report *r, const ac_contract *contr
                 e->predicted.memory_bytes / mib, e->memory_bytes / mib, e->predicted.conventional_bytes / mib,
                 thr ? e->throughput_tok_s : e->latency_ms);
     }
-    fclose(f);
-    /* gnuplot's own messages go to a log, shown only when it fails */
-    char log[] = "/tmp/ac-gnuplot-XXXXXX";
-    int lfd = mkstemp(log);
-    if (lfd < 0) {
-        remove(data);
-        return ac_fail(AC_ERR_IO, "plot: cannot create a temporary file: %s", strerror(errno));
-    }
-    close(lfd);
-    char command[128];
-    snprintf(command, sizeof command, "gnuplot >%s 2>&1", log);
-    FILE *g = popen(command, "w");
-    if (!g) {
-        remove(data);
-        remove(log);
-        return ac_fail(AC_ERR_UNSUPPORTED, "plot: cannot run gnuplot (scripts/setup.sh installs gnuplot-nox)");
-    }
-    fprintf(g, "set terminal pngcairo size 1400,620 font ',11'\nset output '%s'\n", png_path);
-    fprintf(g, "set multiplot layout 1,2 title '%s: cost model vs measurement, %d held-out architectures'\n",
-            contract->name, r->n);
+}
+
+/* The left panel: latency (or throughput) predicted against measured. */
+static void plot_costs(FILE *g, const ac_validate_report *r, int thr, const char *data)
+{
     fprintf(g, "set key top left\nset grid\nset size ratio -1\n");
     fprintf(g, "stats '%s' using 1:2 nooutput\nlo = (STATS_min_x < STATS_min_y ? STATS_min_x : STATS_min_y) * 0.95\n"
                "hi = (STATS_max_x > STATS_max_y ? STATS_max_x : STATS_max_y) * 1.05\n",
@@ -391,6 +476,11 @@ ac_status ac_validate_plot(const ac_validate_report *r, const ac_contract *contr
     else
         fprintf(g, "plot x title 'y = x' lc rgb '#999999', '%s' using 2:1 with points pt 7 ps 1.3 title 'cost model'\n",
                 data);
+}
+
+/* The right panel: memory predicted (W+C+P+R+eps, and conventional W+C+P) against measured. */
+static void plot_memory(FILE *g, const ac_validate_report *r, const char *data)
+{
     fprintf(g, "set autoscale\nstats '%s' using 4:5 nooutput\nlo = (STATS_min_x < STATS_min_y ? STATS_min_x : STATS_min_y) * 0.9\n"
                "stats '%s' using 4:3 nooutput\nhi = (STATS_max_x > STATS_max_y ? STATS_max_x : STATS_max_y) * 1.05\n",
             data, data);
@@ -401,9 +491,11 @@ ac_status ac_validate_plot(const ac_validate_report *r, const ac_contract *contr
     fprintf(g, "plot x title 'y = x' lc rgb '#999999', '%s' using 4:3 with points pt 7 ps 1.3 title 'W+C+P+R+eps', "
                "'%s' using 4:5 with points pt 6 ps 1.3 title 'W+C+P (conventional)'\n",
             data, data);
-    fprintf(g, "unset multiplot\n");
-    int status = pclose(g);
-    remove(data);
+}
+
+/* gnuplot's exit status, with the start of its log (removed here) when it failed. */
+static ac_status gnuplot_result(int status, const char *log, const char *png_path)
+{
     char tail[512] = "";
     FILE *lf = fopen(log, "r");
     if (lf) {
@@ -419,4 +511,47 @@ ac_status ac_validate_plot(const ac_validate_report *r, const ac_contract *contr
                        WIFEXITED(status) ? WEXITSTATUS(status) : -1, tail);
     }
     return AC_OK;
+}
+
+ac_status ac_validate_plot(const ac_validate_report *r, const ac_contract *contract, const char *png_path)
+{
+    int thr = (contract->targets.has_throughput || contract->ratios.has_throughput) &&
+              !(contract->targets.has_latency || contract->ratios.has_latency);
+    char data[] = "/tmp/ac-validate-XXXXXX";
+    int fd = mkstemp(data);
+    if (fd < 0)
+        return ac_fail(AC_ERR_IO, "plot: cannot create a temporary file: %s", strerror(errno));
+    FILE *f = fdopen(fd, "w");
+    if (!f) {
+        close(fd);
+        remove(data);
+        return ac_fail(AC_ERR_IO, "plot: cannot write %s", data);
+    }
+    write_plot_data(f, r, thr);
+    fclose(f);
+    /* gnuplot's own messages go to a log, shown only when it fails */
+    char log[] = "/tmp/ac-gnuplot-XXXXXX";
+    int lfd = mkstemp(log);
+    if (lfd < 0) {
+        remove(data);
+        return ac_fail(AC_ERR_IO, "plot: cannot create a temporary file: %s", strerror(errno));
+    }
+    close(lfd);
+    char command[128];
+    snprintf(command, sizeof command, "gnuplot >%s 2>&1", log);
+    FILE *g = popen(command, "w");
+    if (!g) {
+        remove(data);
+        remove(log);
+        return ac_fail(AC_ERR_UNSUPPORTED, "plot: cannot run gnuplot (scripts/setup.sh installs gnuplot-nox)");
+    }
+    fprintf(g, "set terminal pngcairo size 1400,620 font ',11'\nset output '%s'\n", png_path);
+    fprintf(g, "set multiplot layout 1,2 title '%s: cost model vs measurement, %d held-out architectures'\n",
+            contract->name, r->n);
+    plot_costs(g, r, thr, data);
+    plot_memory(g, r, data);
+    fprintf(g, "unset multiplot\n");
+    int status = pclose(g);
+    remove(data);
+    return gnuplot_result(status, log, png_path);
 }

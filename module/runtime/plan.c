@@ -51,14 +51,6 @@ size_t ac_plan_state_floats(const ac_arch *arch)
     return n;
 }
 
-size_t ac_plan_kv_floats_per_token(const ac_arch *arch)
-{
-    size_t n = 0;
-    for (int i = 0; i < arch->n_layers; i++)
-        n += ac_plan_block_kv_floats_per_token(&arch->layers[i]);
-    return n;
-}
-
 ac_activation_plan ac_plan_activations(const ac_arch *arch, size_t scratch_per_token, int tokens, size_t workspace)
 {
     size_t T = (size_t)tokens, D = (size_t)arch->hidden;

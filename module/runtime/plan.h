@@ -13,9 +13,9 @@ size_t ac_plan_scratch_per_token(const ac_arch *arch);
 size_t ac_plan_backward_scratch_per_token(const ac_arch *arch);
 /* Host floats per token of the block that reads back the most (block table's host_per_token). */
 size_t ac_plan_host_per_token(const ac_arch *arch);
-/* Floats of one sequence's fixed state (every layer's), and of K plus V per token. */
+/* Floats of one sequence's fixed state (every layer's); one block's K plus V floats per
+ * token, and its fixed state's floats. */
 size_t ac_plan_state_floats(const ac_arch *arch);
-size_t ac_plan_kv_floats_per_token(const ac_arch *arch);
 size_t ac_plan_block_kv_floats_per_token(const ac_block_dims *b);
 size_t ac_plan_block_state_floats(const ac_block_dims *b);
 

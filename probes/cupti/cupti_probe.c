@@ -92,7 +92,6 @@ typedef struct {
     size_t cap_spans;
     ac_span **retired; /* earlier span arrays, kept valid until the reset as probe.h says */
     size_t n_retired;
-    ac_memory_sample peak;
 } cupti_probe;
 
 /* CUPTI's buffer callbacks take no user data, hence one probe per process. */
@@ -524,21 +523,6 @@ static void cupti_end(void *state, const ac_probe_site *site)
 
 static size_t max_size(size_t a, size_t b) { return a > b ? a : b; }
 
-/* `resident` becomes the device memory in use: the whole device's, so other processes
- * on it count too. */
-static void cupti_memory(void *state, const ac_probe_site *site, const ac_memory_sample *m)
-{
-    (void)site;
-    cupti_probe *p = state;
-    size_t free_bytes = 0, total_bytes = 0;
-    size_t used = cudaMemGetInfo(&free_bytes, &total_bytes) == cudaSuccess ? total_bytes - free_bytes : 0;
-    p->peak.weights = max_size(p->peak.weights, m->weights);
-    p->peak.kv_cache = max_size(p->peak.kv_cache, m->kv_cache);
-    p->peak.state = max_size(p->peak.state, m->state);
-    p->peak.activations = max_size(p->peak.activations, m->activations);
-    p->peak.resident = max_size(p->peak.resident, used);
-}
-
 /* Room for n spans. A full array is retired rather than moved, so the spans an earlier
  * collect returned stay valid until the reset. */
 static ac_status room_for_spans(cupti_probe *p, size_t n)
@@ -651,7 +635,6 @@ static void cupti_reset(void *state)
     pthread_mutex_unlock(&p->lock);
     ac_cupti_attribution_free(&p->result);
     free_retired(p);
-    memset(&p->peak, 0, sizeof p->peak);
 }
 
 static void cupti_destroy(void *state)
@@ -678,7 +661,6 @@ static void cupti_destroy(void *state)
 static const ac_probe_ops cupti_ops = {
     .begin = cupti_begin,
     .end = cupti_end,
-    .memory = cupti_memory,
     .collect = cupti_collect,
     .reset = cupti_reset,
     .destroy = cupti_destroy,
@@ -718,10 +700,4 @@ const ac_cupti_attribution *ac_cupti_probe_attribution(const ac_probe *probe)
 {
     const cupti_probe *p = probe->state;
     return &p->result;
-}
-
-ac_memory_sample ac_cupti_probe_memory_peak(const ac_probe *probe)
-{
-    const cupti_probe *p = probe->state;
-    return p->peak;
 }

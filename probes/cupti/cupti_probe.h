@@ -17,10 +17,6 @@
  * Valid until the next collect or reset. */
 const ac_cupti_attribution *ac_cupti_probe_attribution(const ac_probe *probe);
 
-/* The element-wise maximum of the memory samples since the last reset, with `resident`
- * the device memory in use (cudaMemGetInfo: total - free) when each sample was taken. */
-ac_memory_sample ac_cupti_probe_memory_peak(const ac_probe *probe);
-
 /* Appends a buffer of CUPTI activity records to the log: external-correlation records of
  * the probe's own kind as links; kernels, memcpys and memsets as records; other kinds
  * (API records) are skipped. Calls cuptiActivityGetNextRecord, which needs libcupti but

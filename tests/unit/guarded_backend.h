@@ -4,7 +4,8 @@
  * from the host, as it may not on a GPU, stops with SIGSEGV here, on a machine without
  * one; the ops themselves are the CPU's, so results equal the CPU backend's bit for bit.
  * One range in transparent huge pages makes opening and closing one mprotect each over a
- * few page-table entries (4 KiB pages made a server test 70x slower than the CPU's);
+ * few page-table entries (4 KiB pages made a server test many times slower than the
+ * CPU's: see docs/results.md);
  * freed blocks are reused (first fit). Calls from several threads (a server's scheduler
  * and a model loading beside it) take one lock. Include in one test file; guarded_backend is
  * the table. */

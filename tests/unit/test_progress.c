@@ -67,6 +67,35 @@ static void test_json_lines_are_throttled_and_carry_rate_and_eta(void **state)
     free(text);
 }
 
+static void test_interval_can_be_set(void **state)
+{
+    (void)state;
+    FILE *out = tmpfile();
+    ac_progress *p;
+    assert_int_equal(ac_progress_init(&p, "search", 100, "steps", AC_PROGRESS_JSON, out), AC_OK);
+    ac_progress_set_interval(p, 5.0);
+    ac_progress_update_at(p, 10, 0.5); /* first report: always shown */
+    ac_progress_update_at(p, 20, 2.0); /* past JSON's default 1 s, within 5 s: suppressed */
+    ac_progress_update_at(p, 30, 5.6); /* 5.1 s after the first: shown */
+    ac_progress_set_interval(p, 0.0);
+    ac_progress_update_at(p, 40, 5.6); /* no interval: every update shown */
+    ac_progress_free(p);
+
+    char *text = slurp(out);
+    fclose(out);
+    double want[] = {10, 30, 40};
+    char *save = NULL, *line = strtok_r(text, "\n", &save);
+    for (int i = 0; i < 3; i++, line = strtok_r(NULL, "\n", &save)) {
+        assert_non_null(line);
+        cJSON *o = cJSON_Parse(line);
+        assert_non_null(o);
+        assert_float_equal(cJSON_GetObjectItem(o, "done")->valuedouble, want[i], 1e-9);
+        cJSON_Delete(o);
+    }
+    assert_null(line);
+    free(text);
+}
+
 static void test_bar_shows_fraction_rate_eta_and_metrics(void **state)
 {
     (void)state;
@@ -132,6 +161,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_json_lines_are_throttled_and_carry_rate_and_eta),
+        cmocka_unit_test(test_interval_can_be_set),
         cmocka_unit_test(test_bar_shows_fraction_rate_eta_and_metrics),
         cmocka_unit_test(test_mode_names),
         cmocka_unit_test(test_status_message_and_context),

@@ -1,6 +1,7 @@
 /* Full-model training math against PyTorch autograd: cross-entropy and distillation
  * gradients of every parameter, and three AdamW steps with clipping and the warmup +
- * cosine schedule, on the hybrid_f32 fixture (tests/fixtures/nemotron_h/gradients.py). */
+ * cosine schedule, on the hybrid_f32 fixture (tests/fixtures/nemotron_h/gradients.py);
+ * AdamW's step counter. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -193,12 +194,41 @@ static void test_adamw_steps_match_torch(void **state)
     ac_train_step_free(step);
 }
 
+/* The counter a checkpoint saves and a resume restores: the steps taken, or the count
+ * set, plus the steps taken since. */
+static void test_adamw_counts_its_steps(void **state)
+{
+    fixture *f = *state;
+    ac_adamw_params p = ac_adamw_default_params();
+    ac_train_step *step;
+    ac_model *grads;
+    ac_adamw *opt;
+    assert_int_equal(ac_train_step_create(f->model, f->B, f->T, &step), AC_OK);
+    assert_int_equal(ac_model_create(ac_model_arch(f->model), &grads), AC_OK);
+    assert_int_equal(ac_adamw_create(f->model, &p, &opt), AC_OK);
+    assert_int_equal(ac_adamw_steps_done(opt), 0);
+    for (int t = 0; t < 3; t++) {
+        if (t == 2)
+            ac_adamw_set_steps_done(opt, 7);
+        ac_model_zero(grads);
+        ac_step_inputs in = {.tokens = f->inputs, .targets = f->targets, .grads = grads};
+        double loss;
+        assert_int_equal(ac_train_step_run(step, &in, &loss), AC_OK);
+        assert_int_equal(ac_adamw_step(opt, f->model, grads, NULL), AC_OK);
+        assert_int_equal(ac_adamw_steps_done(opt), t < 2 ? t + 1 : 8);
+    }
+    ac_adamw_free(opt);
+    ac_model_free(grads);
+    ac_train_step_free(step);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_cross_entropy_gradients_match_torch, setup, teardown),
         cmocka_unit_test_setup_teardown(test_distillation_gradients_match_torch, setup, teardown),
         cmocka_unit_test_setup_teardown(test_adamw_steps_match_torch, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_adamw_counts_its_steps, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

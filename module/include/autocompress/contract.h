@@ -84,9 +84,10 @@ enum {
     AC_CONTRACT_MAX_FILE_BYTES = 1 << 20
 };
 
-/* The cost model under-predicts a measured checkpoint by up to about 2% (the validated
- * error on held-out architectures, 1.0-1.3%, plus the spread of one run's pick), so a
- * search that plans right on a target misses it when measured about half the time. */
+/* The cost model under-predicts a measured checkpoint a little (its validated error on
+ * held-out architectures, in docs/results.md, plus the spread of one run's pick), so a
+ * search that plans right on a target misses it when measured about half the time: the
+ * default margin covers that error. */
 #define AC_CONTRACT_DEFAULT_MARGIN 0.02
 #define AC_CONTRACT_MAX_MARGIN 0.5
 

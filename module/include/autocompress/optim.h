@@ -32,6 +32,8 @@ void ac_adamw_free(ac_adamw *opt);
  * scaled; grads itself is not modified); the pre-clip norm goes to *grad_norm (may be
  * NULL). The step counter advances. */
 ac_status ac_adamw_step(ac_adamw *opt, ac_model *model, ac_model *grads, double *grad_norm);
+/* The steps taken, counted on from the count last set with ac_adamw_set_steps_done: the
+ * schedule's position, which a checkpoint saves and a resume sets back. */
 int ac_adamw_steps_done(const ac_adamw *opt);
 /* The moments, named like the model's parameters, for checkpoints: m then v, in the
  * memory of the model's device (host memory for a model on the CPU). */

@@ -6,9 +6,9 @@
  * By default the slots follow the parent's layer pattern and each takes its weights from
  * the parent layer at its position, so every layer sees inputs like those it sees in a
  * candidate; this matters on the CPU, where attention's cost depends on its data (the
- * softmax's expf takes a slow path, about twice the time, when scores underflow, which
- * activations grown through a stack of other layers make them do: measured 70 ms against
- * 40 ms for the same attention prefill). `balanced` shares the slots out instead, so that
+ * softmax's expf takes a slow path when scores underflow, which activations grown through
+ * a stack of other layers make them do; docs/results.md has the times of the same
+ * attention prefill both ways). `balanced` shares the slots out instead, so that
  * the kinds with many configurations get most of them (every kind keeps one; MoE, with
  * experts x routed width x shared width configurations, gets the rest): fewer runs, for
  * devices whose kernels cost the same whatever the data. Each slot holds
@@ -29,16 +29,15 @@
  * whenever they run) is run again, up to 8 times.
  *
  * Machine speed. On a shared host the speed drifts from request to request and differs
- * from process to process (measured here: the same model's median request 10-15% (sd)
- * apart between processes, 6% between requests of one process), and most of the drift
- * is common to whatever runs at that moment: the log ratio of two models' requests timed
- * one after the other varies half as much as either. Every child therefore also times a
- * request of the parent itself right after each measured one (the reference), and each
- * sample is scaled by the median reference over the whole profiling over its own
- * reference, so the rows are at the machine's median speed. Per slot the prefill samples
- * give a median, and the decode steps per-step medians; slots with the same configuration
- * (across runs) are combined by the median, and the decode medians get their
- * least-squares line in the context.
+ * from process to process (more between processes than between requests of one process:
+ * see docs/results.md), and most of the drift is common to whatever runs at that moment:
+ * the log ratio of two models' requests timed one after the other varies much less than
+ * either. Every child therefore also times a request of the parent itself right after
+ * each measured one (the reference), and each sample is scaled by the median reference
+ * over the whole profiling over its own reference, so the rows are at the machine's
+ * median speed. Per slot the prefill samples give a median, and the decode steps per-step
+ * medians; slots with the same configuration (across runs) are combined by the median,
+ * and the decode medians get their least-squares line in the context.
  *
  * Each run executes in a child process (fork), so its memory peak (VmHWM) is its own:
  * the measured memory of a run is its peak resident size over the resident size before
