@@ -529,19 +529,12 @@ static enum MHD_Result job_resume(srv_http *h, struct MHD_Connection *c, const r
     return send_job(h, c, k->endpoint, &r);
 }
 
-/* The policy's state with "enabled": true, or just "enabled": false without one. */
+/* The policy's state (with "enabled": true), or just "enabled": false without one. */
 static enum MHD_Result policy(srv_http *h, struct MHD_Connection *c, const route_call *k)
 {
     if (!h->policy)
         return send_json(h, c, k->endpoint, 200, strdup("{\"enabled\":false}"));
-    char *state = srv_policy_state_json(h->policy);
-    cJSON *o = state ? cJSON_Parse(state) : NULL;
-    free(state);
-    if (o)
-        cJSON_AddBoolToObject(o, "enabled", 1);
-    char *json = o ? cJSON_PrintUnformatted(o) : NULL;
-    cJSON_Delete(o);
-    return send_json(h, c, k->endpoint, 200, json);
+    return send_json(h, c, k->endpoint, 200, srv_policy_state_json(h->policy));
 }
 
 /* ---- routing ---- */

@@ -139,6 +139,7 @@ char *ac_sla_policy_json(ac_sla_policy *p)
     if (!root)
         return NULL;
     const ac_sla_config *c = &p->config;
+    cJSON_AddBoolToObject(root, "enabled", 1);
     cJSON_AddNumberToObject(root, "window_s", c->window_s);
     cJSON_AddNumberToObject(root, "hysteresis", c->hysteresis);
     cJSON_AddNumberToObject(root, "cooldown_s", c->cooldown_s);

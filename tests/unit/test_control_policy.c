@@ -172,6 +172,7 @@ static void test_json(void **state)
     char *text = ac_sla_policy_json(p);
     cJSON *o = cJSON_Parse(text);
     assert_non_null(o);
+    assert_true(cJSON_IsTrue(cJSON_GetObjectItem(o, "enabled")));
     const cJSON *limits = cJSON_GetObjectItem(o, "limits");
     assert_int_equal(cJSON_GetArraySize(limits), 1); /* only the limits set */
     const cJSON *l = cJSON_GetArrayItem(limits, 0);

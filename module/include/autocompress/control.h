@@ -173,7 +173,8 @@ void ac_sla_policy_free(ac_sla_policy *policy);
 int ac_sla_policy_observe(ac_sla_policy *policy, const ac_sla_sample *sample, char *reason, size_t size);
 /* Records the outcome of a decision (started: the cooldown begins; else why not). */
 void ac_sla_policy_started(ac_sla_policy *policy, double now, int started, const char *why);
-/* The policy's state and its last decisions (JSON, malloc'd). */
+/* The policy's state and its last decisions (JSON, malloc'd), with "enabled": true (a
+ * server without a policy answers "enabled": false). */
 char *ac_sla_policy_json(ac_sla_policy *policy);
 
 /* ---- in-situ profiling ---- */
