@@ -268,9 +268,10 @@ static ac_status alloc_buffers(search_run *r)
 
 static ac_status open_tokens(search_run *r, const ac_model *parent)
 {
-    char path[4096];
-    snprintf(path, sizeof path, "%s/train.bin", r->p->data_dir);
-    ac_status st = ac_tokens_open(path, &r->tokens);
+    char path[AC_PATH_MAX];
+    ac_status st = ac_path_join(path, sizeof path, r->p->data_dir, "train.bin");
+    if (st == AC_OK)
+        st = ac_tokens_open(path, &r->tokens);
     if (st != AC_OK)
         return st;
     if ((int)ac_tokens_vocab_size(r->tokens) > ac_model_arch(parent)->vocab)
