@@ -12,6 +12,7 @@
 #include "autocompress/config_json.h"
 #include "autocompress/model.h"
 #include "autocompress/prune.h"
+#include "util/path.h"
 
 typedef struct {
     const char *model_dir, *arch_path, *out_dir, *importance_path, *search_path;
@@ -39,14 +40,19 @@ static int parse_args(int argc, char **argv, prune_args *a)
     return cli_parse(&spec, argc, argv, NULL);
 }
 
-/* PATH of NAME in the directory of `beside`, when that file exists. */
-static const char *sibling(const char *beside, const char *name, char *path, size_t size)
+/* *found = PATH of NAME in the directory of `beside` when that file exists, else NULL. */
+static ac_status sibling(const char *beside, const char *name, char *path, size_t size, const char **found)
 {
-    char copy[4096];
-    snprintf(copy, sizeof copy, "%s", beside);
-    snprintf(path, size, "%s/%s", dirname(copy), name);
+    char copy[AC_PATH_MAX];
+    *found = NULL;
+    /* dirname writes into its argument: a copy, refused (not cut) when too long */
+    ac_status st = ac_path_suffixed(copy, sizeof copy, beside, "");
+    if (st == AC_OK)
+        st = ac_path_join(path, size, dirname(copy), name);
     struct stat sb;
-    return stat(path, &sb) == 0 ? path : NULL;
+    if (st == AC_OK && stat(path, &sb) == 0)
+        *found = path;
+    return st;
 }
 
 typedef struct {
@@ -56,23 +62,27 @@ typedef struct {
     int *parent_layers;
 } prune_run;
 
-static ac_status load_inputs(prune_args *a, prune_run *r)
+static ac_status load_inputs(const prune_args *a, prune_run *r)
 {
-    char imp_path[4096], search_path[4096];
-    if (!a->importance_path && !a->ordered)
-        a->importance_path = sibling(a->arch_path, "importance.safetensors", imp_path, sizeof imp_path);
-    if (!a->search_path)
-        a->search_path = sibling(a->arch_path, "search.json", search_path, sizeof search_path);
-    if (!a->importance_path && !a->ordered)
+    char imp_path[AC_PATH_MAX], search_path[AC_PATH_MAX];
+    const char *importance = a->importance_path, *search = a->search_path;
+    ac_status st = AC_OK;
+    if (!importance && !a->ordered)
+        st = sibling(a->arch_path, "importance.safetensors", imp_path, sizeof imp_path, &importance);
+    if (st == AC_OK && !search)
+        st = sibling(a->arch_path, "search.json", search_path, sizeof search_path, &search);
+    if (st != AC_OK)
+        return st;
+    if (!importance && !a->ordered)
         return ac_fail(AC_ERR_INVALID, "no importance.safetensors beside %s: give --importance FILE, or --ordered when "
                        "the model is already in importance order", a->arch_path);
-    ac_status st = ac_model_load(a->model_dir, &r->parent);
+    st = ac_model_load(a->model_dir, &r->parent);
     if (st == AC_OK)
         st = ac_config_json_read(a->arch_path, &r->arch);
-    if (st == AC_OK && a->search_path)
-        st = ac_prune_read_parent_layers(a->search_path, r->arch.n_layers, &r->parent_layers);
+    if (st == AC_OK && search)
+        st = ac_prune_read_parent_layers(search, r->arch.n_layers, &r->parent_layers);
     if (st == AC_OK && !a->ordered)
-        st = ac_importance_load(a->importance_path, ac_model_arch(r->parent), &r->importance);
+        st = ac_importance_load(importance, ac_model_arch(r->parent), &r->importance);
     return st;
 }
 

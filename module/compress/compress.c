@@ -7,6 +7,7 @@
 #include "util/child.h"
 #include "util/fs_util.h"
 #include "util/json_util.h"
+#include "util/path.h"
 
 #include <cjson/cJSON.h>
 #include <stdio.h>
@@ -47,7 +48,9 @@ ac_compress_params ac_compress_default_params(void)
 
 void ac_compress_path(const ac_compress_ctx *c, const char *name, char *buf, size_t size)
 {
-    snprintf(buf, size, "%s/%s", c->p->out_dir, name);
+    /* cannot fail: out_dir passed ac_path_check_dir (check_params), names are at most
+     * AC_PATH_NAME_MAX and size is AC_PATH_MAX (compress_internal.h) */
+    (void)ac_path_join(buf, size, c->p->out_dir, name);
 }
 
 /* FNV-1a-64 of the contract's text: a changed contract is another run. */
@@ -86,7 +89,9 @@ static ac_status check_params(const ac_compress_params *p)
         p->measure_sweeps < 1 || p->eval_batches < 1)
         return ac_fail(AC_ERR_INVALID, "compress: batch, seq_len, KD learning rate, candidates, profile repeats, "
                                        "measure sweeps and eval batches must be positive");
-    return AC_OK;
+    /* before any work: every file of the run is joined onto out_dir (ac_compress_path) */
+    ac_status st = ac_path_check_dir(p->out_dir);
+    return st == AC_OK ? AC_OK : ac_fail_context(st, "compress: --out");
 }
 
 static void describe_settings(ac_compress_ctx *c, uint64_t contract_hash)
@@ -105,7 +110,7 @@ static void describe_settings(ac_compress_ctx *c, uint64_t contract_hash)
 
 static ac_status load_state(ac_compress_ctx *c)
 {
-    char path[4096];
+    char path[AC_PATH_MAX];
     ac_compress_path(c, "compress.json", path, sizeof path);
     if (!ac_path_exists(path))
         return AC_OK;
@@ -148,7 +153,7 @@ static ac_status save_state(const ac_compress_ctx *c)
         }
     cJSON_AddItemToObject(root, "done", done);
     cJSON_AddItemToObject(root, "seconds", secs);
-    char path[4096];
+    char path[AC_PATH_MAX];
     ac_compress_path(c, "compress.json", path, sizeof path);
     ac_status st = ac_write_json_file(path, root);
     cJSON_Delete(root);

@@ -8,6 +8,7 @@
 
 #include "autocompress/compress.h"
 #include "autocompress/contract.h"
+#include "util/path.h"
 
 enum { AC_STAGE_TABLES, AC_STAGE_SEARCH, AC_STAGE_PRUNE, AC_STAGE_DISTILL, AC_STAGE_MEASURE, AC_STAGE_EVAL,
        AC_STAGE_REPORT, AC_STAGE_COUNT };
@@ -15,7 +16,7 @@ enum { AC_STAGE_TABLES, AC_STAGE_SEARCH, AC_STAGE_PRUNE, AC_STAGE_DISTILL, AC_ST
 typedef struct {
     const ac_compress_params *p;
     ac_contract contract;
-    char tables[4096];          /* the tables every stage after profiling reads */
+    char tables[AC_PATH_MAX];   /* the tables every stage after profiling reads */
     int64_t search_tokens, kd_tokens, candidate_tokens;
     int kd_steps;
     char settings[2048];        /* what decides the artifacts: a resume must match */
@@ -31,7 +32,8 @@ typedef struct {
 
 extern const ac_compress_stage ac_compress_stages[AC_STAGE_COUNT];
 
-/* out_dir/name */
+/* buf = out_dir/name, for a name of at most AC_PATH_NAME_MAX bytes and a buffer of
+ * AC_PATH_MAX (size); out_dir was checked once, up front, so that it always fits. */
 void ac_compress_path(const ac_compress_ctx *c, const char *name, char *buf, size_t size);
 
 /* report.json, report.md and the pictures from the stages' artifacts. */

@@ -44,21 +44,21 @@ static int flag(const cJSON *o, const char *a, const char *b)
 
 static ac_status read_json(const ac_compress_ctx *c, const char *name, cJSON **out)
 {
-    char path[4096];
+    char path[AC_PATH_MAX];
     ac_compress_path(c, name, path, sizeof path);
     return ac_read_json_file(path, 1 << 22, out);
 }
 
 static ac_status read_arch(const char *dir, ac_arch *arch)
 {
-    char path[4200];
-    snprintf(path, sizeof path, "%s/config.json", dir);
-    return ac_config_json_read(path, arch);
+    char path[AC_PATH_MAX];
+    ac_status st = ac_path_join(path, sizeof path, dir, "config.json");
+    return st == AC_OK ? ac_config_json_read(path, arch) : st;
 }
 
 static ac_status load_inputs(const ac_compress_ctx *c, report_inputs *in)
 {
-    char path[4096];
+    char path[AC_PATH_MAX];
     ac_status st = read_json(c, "search/search.json", &in->search);
     if (st == AC_OK)
         st = read_json(c, "measure.json", &in->measure);
@@ -160,7 +160,7 @@ static ac_status write_json_report(const ac_compress_ctx *c, const report_inputs
     for (int s = 0; secs && s < AC_STAGE_COUNT; s++)
         if (c->done[s])
             cJSON_AddNumberToObject(secs, ac_compress_stages[s].name, c->seconds[s]);
-    char path[4096];
+    char path[AC_PATH_MAX];
     ac_compress_path(c, "report.json", path, sizeof path);
     ac_status st = ac_write_json_file(path, root);
     cJSON_Delete(root);
@@ -187,7 +187,7 @@ static void cost_row(FILE *f, const report_inputs *in, const char *label, const 
 static ac_status write_markdown(const ac_compress_ctx *c, const report_inputs *in, int have_arch_png,
                                 int have_loss_png)
 {
-    char path[4096];
+    char path[AC_PATH_MAX];
     ac_compress_path(c, "report.md", path, sizeof path);
     char *text = NULL;
     size_t len = 0;
@@ -250,11 +250,14 @@ static ac_status write_markdown(const ac_compress_ctx *c, const report_inputs *i
 /* Runs a gnuplot script in out_dir (its files are named relative to it). */
 static ac_status gnuplot(const ac_compress_ctx *c, const char *name, const char *script)
 {
-    char path[4096], command[8400];
+    char file[64], path[AC_PATH_MAX], command[8400];
     if (strchr(c->p->out_dir, '\''))
         return ac_fail(AC_ERR_UNSUPPORTED, "report: not drawing %s: %s has a quote in its name", name, c->p->out_dir);
-    snprintf(path, sizeof path, "%s/%s.gp", c->p->out_dir, name);
-    ac_status st = ac_write_text_file(path, script);
+    ac_status st = ac_path_suffixed(file, sizeof file, name, ".gp");
+    if (st != AC_OK)
+        return st;
+    ac_compress_path(c, file, path, sizeof path);
+    st = ac_write_text_file(path, script);
     if (st != AC_OK)
         return st;
     snprintf(command, sizeof command, "cd '%s' && gnuplot %s.gp >%s.gp.log 2>&1", c->p->out_dir, name, name);
@@ -266,7 +269,7 @@ static ac_status gnuplot(const ac_compress_ctx *c, const char *name, const char 
 
 static ac_status draw_arch(const ac_compress_ctx *c, const report_inputs *in)
 {
-    char path[4096];
+    char path[AC_PATH_MAX];
     ac_compress_path(c, "arch.dat", path, sizeof path);
     char *data = NULL;
     size_t len = 0;

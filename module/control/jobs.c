@@ -18,6 +18,7 @@
 
 #include "util/fs_util.h"
 #include "util/json_util.h"
+#include "util/path.h"
 #include "autocompress/clock.h"
 #include "autocompress/log.h"
 
@@ -266,11 +267,9 @@ static ac_status list_ids(const char *dir, id_list *list)
     return st;
 }
 
-/* jobs->dir is at most AC_JOB_PATH_MAX - 64 bytes and ids are short: nothing is cut. */
-static void job_dir(const ac_jobs *jobs, const char *id, char *out, size_t size)
+static ac_status job_dir(const ac_jobs *jobs, const char *id, char *out, size_t size)
 {
-    if (snprintf(out, size, "%s/%s", jobs->dir, id) >= (int)size)
-        out[0] = '\0';
+    return ac_path_join(out, size, jobs->dir, id);
 }
 
 /* Jobs a previous server left running: nothing runs them now. */
@@ -279,8 +278,7 @@ static void mark_interrupted(ac_jobs *jobs, const id_list *list)
     for (size_t i = 0; i < list->count; i++) {
         char dir[AC_JOB_PATH_MAX];
         ac_job_info info;
-        job_dir(jobs, list->ids[i], dir, sizeof dir);
-        if (ac_job_read(dir, &info) != AC_OK) {
+        if (job_dir(jobs, list->ids[i], dir, sizeof dir) != AC_OK || ac_job_read(dir, &info) != AC_OK) {
             ac_warn("jobs: %s", ac_error_message());
             continue;
         }
@@ -367,8 +365,7 @@ ac_jobs_result ac_jobs_submit(ac_jobs *jobs, const ac_job_spec *spec, const char
     if (jobs->running) {
         r = AC_JOBS_BUSY;
         ac_fail(AC_ERR_INVALID, "job %s is running; one job runs at a time", jobs->current.id);
-    } else if (next_id(jobs, job.id) == AC_OK) {
-        job_dir(jobs, job.id, job.dir, sizeof job.dir);
+    } else if (next_id(jobs, job.id) == AC_OK && job_dir(jobs, job.id, job.dir, sizeof job.dir) == AC_OK) {
         snprintf(contract, sizeof contract, "%s/contract.cfg", job.dir);
         ac_status st = ac_make_dirs(jobs->dir); /* the jobs directory comes with the first job */
         if (st == AC_OK && mkdir(job.dir, 0755) != 0)
@@ -442,7 +439,8 @@ ac_jobs_result ac_jobs_get(ac_jobs *jobs, const char *id, ac_job_info *info)
     if (current)
         return AC_JOBS_DONE;
     char dir[AC_JOB_PATH_MAX];
-    job_dir(jobs, id, dir, sizeof dir);
+    if (job_dir(jobs, id, dir, sizeof dir) != AC_OK)
+        return AC_JOBS_ERROR;
     if (!ac_path_exists(dir)) {
         ac_fail(AC_ERR_INVALID, "no job %s", id);
         return AC_JOBS_NOT_FOUND;

@@ -3,32 +3,40 @@
 #include "cost/cost_internal.h"
 
 #include "autocompress/config_json.h"
+#include "util/path.h"
 
-#include <stdio.h>
 #include <sys/stat.h>
 
-static int exists(const char *dir, const char *name)
+/* *yes = whether dir/name exists; an error only when that path is too long. */
+static ac_status exists(const char *dir, const char *name, int *yes)
 {
-    char path[4096];
+    char path[AC_PATH_MAX];
     struct stat sb;
-    snprintf(path, sizeof path, "%s/%s", dir, name);
-    return stat(path, &sb) == 0;
+    ac_status st = ac_path_join(path, sizeof path, dir, name);
+    *yes = st == AC_OK && stat(path, &sb) == 0;
+    return st;
 }
 
 ac_status ac_load_parent_arch(const char *dir, ac_arch *arch)
 {
-    char path[4096];
-    snprintf(path, sizeof path, "%s/config.json", dir);
-    return ac_config_json_read(path, arch);
+    char path[AC_PATH_MAX];
+    ac_status st = ac_path_join(path, sizeof path, dir, "config.json");
+    return st == AC_OK ? ac_config_json_read(path, arch) : st;
 }
 
 ac_status ac_load_parent(const char *dir, uint64_t seed, ac_model **model)
 {
     *model = NULL;
-    if (exists(dir, "model.safetensors") || exists(dir, "model.safetensors.index.json"))
+    int single = 0, sharded = 0;
+    ac_status st = exists(dir, "model.safetensors", &single);
+    if (st == AC_OK)
+        st = exists(dir, "model.safetensors.index.json", &sharded);
+    if (st != AC_OK)
+        return st;
+    if (single || sharded)
         return ac_model_load(dir, model);
     ac_arch arch;
-    ac_status st = ac_load_parent_arch(dir, &arch);
+    st = ac_load_parent_arch(dir, &arch);
     if (st != AC_OK)
         return st;
     st = ac_model_create(&arch, model);

@@ -1,6 +1,7 @@
 /* Tokenizing a corpus into train/val token shards and a manifest (see tokens.h). */
 #include "autocompress/tokens.h"
 #include "util/json_util.h"
+#include "util/path.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -236,9 +237,10 @@ static ac_status write_manifest(const ac_tokenize_params *p, const ac_tokenizer 
     cJSON *splits = cJSON_AddObjectToObject(root, "splits");
     cJSON_AddItemToObject(splits, "train", split_json("train.bin", stats->documents[0], stats->tokens[0], stats->bytes[0]));
     cJSON_AddItemToObject(splits, "val", split_json("val.bin", stats->documents[1], stats->tokens[1], stats->bytes[1]));
-    char path[4200];
-    snprintf(path, sizeof path, "%s/manifest.json", p->out_dir);
-    ac_status st = ac_write_json_file(path, root);
+    char path[AC_PATH_MAX];
+    ac_status st = ac_path_join(path, sizeof path, p->out_dir, "manifest.json");
+    if (st == AC_OK)
+        st = ac_write_json_file(path, root);
     cJSON_Delete(root);
     return st;
 }
@@ -287,9 +289,10 @@ ac_status ac_tokenize_corpus(const ac_tokenize_params *p, ac_tokenize_stats *sta
     job j = {.params = &params, .tok = tok, .eos = eos, .stats = stats};
     static const char *const names[2] = {"train.bin", "val.bin"};
     for (int s = 0; s < 2 && st == AC_OK; s++) {
-        char path[4200];
-        snprintf(path, sizeof path, "%s/%s", p->out_dir, names[s]);
-        st = ac_tokens_writer_open(path, (uint32_t)ac_tokenizer_vocab_size(tok), &j.writers[s]);
+        char path[AC_PATH_MAX];
+        st = ac_path_join(path, sizeof path, p->out_dir, names[s]);
+        if (st == AC_OK)
+            st = ac_tokens_writer_open(path, (uint32_t)ac_tokenizer_vocab_size(tok), &j.writers[s]);
     }
     if (st == AC_OK)
         st = ac_progress_init(&j.progress, "tokenize", (double)stats->input_bytes / 1e6, "MB", p->progress, stderr);

@@ -9,6 +9,7 @@
 
 #include "blocks/block.h"
 #include "util/json_util.h"
+#include "util/path.h"
 
 ac_status ac_prune_check(const ac_arch *parent, const ac_arch *child, const int *parent_layers)
 {
@@ -92,15 +93,18 @@ ac_status ac_prune_read_parent_layers(const char *search_json, int n_layers, int
 
 static ac_status copy_if_present(const char *from_dir, const char *to_dir, const char *name)
 {
-    char from[4096], to[4096];
-    snprintf(from, sizeof from, "%s/%s", from_dir, name);
-    snprintf(to, sizeof to, "%s/%s", to_dir, name);
+    char from[AC_PATH_MAX], to[AC_PATH_MAX];
+    ac_status st = ac_path_join(from, sizeof from, from_dir, name);
+    if (st == AC_OK)
+        st = ac_path_join(to, sizeof to, to_dir, name);
+    if (st != AC_OK)
+        return st;
     struct stat sb;
     if (stat(from, &sb) != 0)
         return errno == ENOENT ? AC_OK : ac_fail(AC_ERR_IO, "%s: cannot stat: %s", from, strerror(errno));
     char *text;
     size_t len;
-    ac_status st = ac_read_text_file(from, (size_t)1 << 30, &text, &len);
+    st = ac_read_text_file(from, (size_t)1 << 30, &text, &len);
     if (st == AC_OK) {
         st = ac_write_text_file(to, text);
         free(text);

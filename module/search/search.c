@@ -15,6 +15,7 @@
 #include "model/model_internal.h"
 #include "search/search_loop.h"
 #include "train/checkpoint.h"
+#include "util/path.h"
 
 #include <errno.h>
 #include <math.h>
@@ -193,9 +194,9 @@ static void free_run(search_run *r)
     free(r->d_thr);
 }
 
-static void path_in(const search_run *r, const char *name, char *buf, size_t size)
+static ac_status path_in(const search_run *r, const char *name, char *buf, size_t size)
 {
-    snprintf(buf, size, "%s/%s", r->p->out_dir, name);
+    return ac_path_join(buf, size, r->p->out_dir, name);
 }
 
 /* batch windows of seq_len input tokens, packed: the sampler writes seq_len + 1 per
@@ -214,13 +215,14 @@ static ac_status sample_inputs(const ac_tokens *tokens, uint64_t seed, uint64_t 
 static ac_status prepare_model(search_run *r, const ac_model *parent)
 {
     const ac_search_params *p = r->p;
-    char path[4096];
-    path_in(r, "importance.safetensors", path, sizeof path);
+    char path[AC_PATH_MAX];
+    ac_status st = path_in(r, "importance.safetensors", path, sizeof path);
     struct stat sb;
     r->calib_tokens = (int64_t)p->calib_seqs * p->seq_len;
     /* rank 0 computes the importance (or finds it saved); the others load its file */
     int rank = ac_comm_rank(p->comm);
-    ac_status st = rank == 0 ? AC_OK : ac_comm_barrier(p->comm);
+    if (st == AC_OK && rank != 0)
+        st = ac_comm_barrier(p->comm);
     if (st != AC_OK)
         return st;
     if (stat(path, &sb) == 0) {
@@ -266,9 +268,10 @@ static ac_status alloc_buffers(search_run *r)
 
 static ac_status open_tokens(search_run *r, const ac_model *parent)
 {
-    char path[4096];
-    snprintf(path, sizeof path, "%s/train.bin", r->p->data_dir);
-    ac_status st = ac_tokens_open(path, &r->tokens);
+    char path[AC_PATH_MAX];
+    ac_status st = ac_path_join(path, sizeof path, r->p->data_dir, "train.bin");
+    if (st == AC_OK)
+        st = ac_tokens_open(path, &r->tokens);
     if (st != AC_OK)
         return st;
     if ((int)ac_tokens_vocab_size(r->tokens) > ac_model_arch(parent)->vocab)
@@ -483,8 +486,10 @@ void ac_search_axis_label(const ac_cost_axis *a, char *buf, size_t size)
 
 static ac_status open_csv(search_run *r, int resumed_step)
 {
-    char path[4096];
-    path_in(r, "search.csv", path, sizeof path);
+    char path[AC_PATH_MAX];
+    ac_status st = path_in(r, "search.csv", path, sizeof path);
+    if (st != AC_OK)
+        return st;
     /* a resumed run keeps the rows of the steps it does not redo */
     char *kept = NULL;
     size_t kept_len = 0;
@@ -547,36 +552,38 @@ static void write_row(search_run *r, int step, int64_t tokens, const step_result
 
 /* ---- the loop ---- */
 
-static void weights_dir(const search_run *r, char *buf, size_t size)
+static ac_status weights_dir(const search_run *r, char *buf, size_t size)
 {
-    path_in(r, "weights_checkpoint", buf, size);
+    return path_in(r, "weights_checkpoint", buf, size);
 }
 
 /* The trained weights and their optimizer at step `done`, after the routers' state of the
  * same step (so that on resume a router state matches the weights, ac_search_state_load). */
 static ac_status save_weights(search_run *r, int done, int64_t tokens)
 {
-    char dir[4096];
-    weights_dir(r, dir, sizeof dir);
+    char dir[AC_PATH_MAX];
+    ac_status st = weights_dir(r, dir, sizeof dir);
     ac_train_state ts = {.step = done, .tokens = tokens};
     snprintf(ts.run, sizeof ts.run, "%s", r->fingerprint);
-    return ac_checkpoint_save(dir, r->model, r->opt, &ts);
+    return st == AC_OK ? ac_checkpoint_save(dir, r->model, r->opt, &ts) : st;
 }
 
 /* The trained weights' checkpoint into r->model and r->opt; *step = its step, or 0 (and
  * nothing loaded) when there is none. */
 static ac_status load_weights(search_run *r, int *step)
 {
-    char dir[4096], found[4096];
-    weights_dir(r, dir, sizeof dir);
+    char dir[AC_PATH_MAX], found[AC_PATH_MAX];
     *step = 0;
+    ac_status st = weights_dir(r, dir, sizeof dir);
+    if (st != AC_OK)
+        return st;
     if (ac_checkpoint_find(dir, found, sizeof found) != AC_OK) {
         ac_clear_error();
         return AC_OK;
     }
     ac_train_state ts;
     ac_model *saved = NULL;
-    ac_status st = ac_checkpoint_load(found, &saved, &ts);
+    st = ac_checkpoint_load(found, &saved, &ts);
     size_t n_saved = 0, n_model = 0;
     if (st == AC_OK)
         ac_model_arena(saved, &n_saved);
@@ -718,9 +725,10 @@ ac_status ac_search_run(const ac_model *parent, const ac_contract *contract, con
     if (st == AC_OK && writer)
         st = ac_search_write_outputs(params->out_dir, contract, r.cost, choice, repairs, report);
     if (st == AC_OK && writer && r.opt) {
-        char dir[4096];
-        path_in(&r, "weights", dir, sizeof dir);
-        st = ac_model_save(r.model, dir, AC_DTYPE_F32);
+        char dir[AC_PATH_MAX];
+        st = path_in(&r, "weights", dir, sizeof dir);
+        if (st == AC_OK)
+            st = ac_model_save(r.model, dir, AC_DTYPE_F32);
     }
     /* the others return once the outputs are there */
     if (st == AC_OK)

@@ -3,6 +3,7 @@
 #include "search/search_loop.h"
 
 #include "util/atomic_file.h"
+#include "util/path.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -20,11 +21,6 @@ typedef struct {
     char fingerprint[AC_SEARCH_FINGERPRINT];
 } state_header;
 
-static void state_path(const char *dir, const char *name, char *buf, size_t size)
-{
-    snprintf(buf, size, "%s/%s", dir, name);
-}
-
 ac_status ac_search_state_save(const char *dir, const ac_search_state *state, const float *logits, const float *m,
                                const float *v, int n)
 {
@@ -41,9 +37,12 @@ ac_status ac_search_state_save(const char *dir, const ac_search_state *state, co
     h.fingerprint[sizeof h.fingerprint - 1] = '\0';
     uint64_t bytes = (uint64_t)n * sizeof(float);
     ac_file_piece pieces[4] = {{&h, sizeof h}, {logits, bytes}, {m, bytes}, {v, bytes}};
-    char path[4096], prev[4096];
-    state_path(dir, "search_state.bin", path, sizeof path);
-    state_path(dir, "search_state.prev.bin", prev, sizeof prev);
+    char path[AC_PATH_MAX], prev[AC_PATH_MAX];
+    ac_status st = ac_path_join(path, sizeof path, dir, "search_state.bin");
+    if (st == AC_OK)
+        st = ac_path_join(prev, sizeof prev, dir, "search_state.prev.bin");
+    if (st != AC_OK)
+        return st;
     /* the previous state stays until the next one is whole (the weights' checkpoint,
      * written after this, may still be at that step when a kill comes in between) */
     if (rename(path, prev) != 0 && errno != ENOENT)
@@ -85,10 +84,11 @@ ac_status ac_search_state_load(const char *dir, int want_step, ac_search_state *
                                float *v, int n, int *found)
 {
     const char *names[2] = {"search_state.bin", "search_state.prev.bin"};
-    char path[4096];
+    char path[AC_PATH_MAX];
     for (int i = 0; i < 2; i++) {
-        state_path(dir, names[i], path, sizeof path);
-        ac_status st = load_file(path, state, logits, m, v, n, found);
+        ac_status st = ac_path_join(path, sizeof path, dir, names[i]);
+        if (st == AC_OK)
+            st = load_file(path, state, logits, m, v, n, found);
         if (st != AC_OK)
             return st;
         if (*found && (want_step < 0 || state->step == want_step))

@@ -23,3 +23,13 @@ ac_status ac_path_suffixed(char *out, size_t size, const char *path, const char 
 {
     return put(out, size, path, "", suffix);
 }
+
+ac_status ac_path_check_dir(const char *dir)
+{
+    enum { longest = AC_PATH_MAX - 1 - 1 - AC_PATH_NAME_MAX }; /* less the '/' and the NUL */
+    if (strlen(dir) > longest)
+        /* the reason first: a message this long loses its end */
+        return ac_fail(AC_ERR_INVALID, "directory path over %d bytes, too long for the files under it: %s",
+                       (int)longest, dir);
+    return AC_OK;
+}

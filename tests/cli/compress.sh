@@ -4,7 +4,8 @@
 # does nothing; a run whose later stages are lost resumes at the first of them and ends
 # with the same model bit for bit; other settings on the same directory are refused;
 # the Minitron++ baseline keeps the candidate with the lowest short-KD loss, and its
-# choice is homogeneous (one value per axis, at most 20% of the layers removed).
+# choice is homogeneous (one value per axis, at most 20% of the layers removed); an --out
+# too long for the run's files is refused at once.
 set -euo pipefail
 ac=$1
 src=$2
@@ -42,6 +43,16 @@ run() { # run OUT [extra args]: compress's exit status is 0 or 3 (timing decides
   set -e
   [ "$rc" = 0 ] || [ "$rc" = 3 ] || fail "compress exited $rc: $(cat "$out.err")"
 }
+
+# an --out too long for the run's files is refused before any work, naming it
+long=$tmp/$(printf 'd%.0s' {1..3900})
+set +e
+"$ac" "${args[@]}" --contract "$contract" --out "$long" >/dev/null 2>"$tmp/err"
+rc=$?
+set -e
+[ "$rc" = 2 ] && grep -qF "compress: --out: directory path over 3839 bytes, too long for the files under it: $tmp/ddd" \
+  "$tmp/err" || fail "an over-long --out: exit $rc, $(cut -c1-200 "$tmp/err")"
+[ ! -e "$long" ] || fail "an over-long --out left something behind"
 
 run "$tmp/a"
 for f in tables.json search/arch.json search/search.json search/importance.safetensors pruned/config.json \
