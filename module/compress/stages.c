@@ -5,10 +5,10 @@
 #include "autocompress/config_json.h"
 #include "autocompress/cost.h"
 #include "autocompress/eval.h"
+#include "autocompress/minitron.h"
 #include "autocompress/model.h"
 #include "autocompress/profile.h"
 #include "autocompress/prune.h"
-#include "autocompress/minitron.h"
 #include "autocompress/search.h"
 #include "autocompress/train.h"
 #include "util/json_util.h"
@@ -26,8 +26,9 @@ static ac_status stage_tables(ac_compress_ctx *c)
     if (p->tables_path) {
         st = ac_cost_tables_read(c->tables, &tables);
         ac_arch parent = {0};
-        char path[4096];
-        snprintf(path, sizeof path, "%s/config.json", p->model_dir);
+        char path[AC_PATH_MAX];
+        if (st == AC_OK)
+            st = ac_path_join(path, sizeof path, p->model_dir, "config.json");
         if (st == AC_OK)
             st = ac_config_json_read(path, &parent);
         ac_cost_model *model = NULL;
@@ -105,7 +106,7 @@ static ac_status search_minitron(ac_compress_ctx *c, const ac_model *parent, con
 
 static ac_status stage_search(ac_compress_ctx *c)
 {
-    char dir[4096];
+    char dir[AC_PATH_MAX];
     ac_compress_path(c, "search", dir, sizeof dir);
     ac_cost_tables *tables = NULL;
     ac_model *parent = NULL;
@@ -123,7 +124,7 @@ static ac_status stage_search(ac_compress_ctx *c)
 /* The parent reordered by the search's importance and sliced to its architecture. */
 static ac_status stage_prune(ac_compress_ctx *c)
 {
-    char arch_path[4096], imp_path[4096], search_path[4096], out[4096];
+    char arch_path[AC_PATH_MAX], imp_path[AC_PATH_MAX], search_path[AC_PATH_MAX], out[AC_PATH_MAX];
     ac_compress_path(c, "search/arch.json", arch_path, sizeof arch_path);
     ac_compress_path(c, "search/importance.safetensors", imp_path, sizeof imp_path);
     ac_compress_path(c, "search/search.json", search_path, sizeof search_path);
@@ -157,7 +158,7 @@ static ac_status stage_prune(ac_compress_ctx *c)
 static ac_status stage_distill(ac_compress_ctx *c)
 {
     const ac_compress_params *p = c->p;
-    char pruned[4096], dir[4096], final_dir[4096];
+    char pruned[AC_PATH_MAX], dir[AC_PATH_MAX], final_dir[AC_PATH_MAX];
     ac_compress_path(c, "pruned", pruned, sizeof pruned);
     ac_compress_path(c, "distill", dir, sizeof dir);
     ac_compress_path(c, "model", final_dir, sizeof final_dir);
@@ -201,7 +202,7 @@ static ac_status stage_distill(ac_compress_ctx *c)
 static ac_status stage_measure(ac_compress_ctx *c)
 {
     const ac_compress_params *p = c->p;
-    char model[4096], path[4096];
+    char model[AC_PATH_MAX], path[AC_PATH_MAX];
     ac_compress_path(c, "model", model, sizeof model);
     ac_compress_path(c, "measure.json", path, sizeof path);
     ac_cost_tables *tables = NULL;
@@ -228,7 +229,7 @@ static ac_status stage_measure(ac_compress_ctx *c)
 static ac_status stage_eval(ac_compress_ctx *c)
 {
     const ac_compress_params *p = c->p;
-    char model[4096], path[4096];
+    char model[AC_PATH_MAX], path[AC_PATH_MAX];
     ac_compress_path(c, "model", model, sizeof model);
     ac_compress_path(c, "eval.json", path, sizeof path);
     ac_model *student = NULL, *teacher = NULL;
