@@ -2,7 +2,7 @@
 # The CPU engine of two builds side by side, for a change that must not move speed (a
 # refactor): bench_runtime (prefill and decode, batch 1 and 16) and bench_train (training,
 # KD and forward steps) of OLD and NEW in alternating rounds, in one sitting, on the same
-# models; prints each figure's medians and NEW / OLD.
+# models; prints each figure's medians, and the median and range of NEW / OLD by round.
 #   tests/bench/run_ab_bench.sh OLD_BUILD_DIR NEW_BUILD_DIR [ROUNDS]
 # (build directories of two checkouts, e.g. a `git worktree` of the older commit.)
 set -euo pipefail
@@ -35,9 +35,14 @@ run_build() { # side build
 for ((r = 0; r < rounds; r++)); do
   if ((r % 2 == 0)); then run_build old "$old"; run_build new "$new"; else run_build new "$new"; run_build old "$old"; fi
 done
-printf "%-16s %12s %12s %8s   (medians of %d alternating rounds, tokens/s)\n" figure old new new/old "$rounds"
+# per round, new / old of the same round: their median and their range
+ratios() { paste -d' ' <(echo "${got[new,$1]}" | tr ' ' '\n' | grep .) <(echo "${got[old,$1]}" | tr ' ' '\n' | grep .) |
+           awk '{ print $1 / $2 }'; }
+printf "%-16s %12s %12s %8s %17s   (medians of %d alternating rounds, tokens/s)\n" figure old new new/old \
+  "rounds' range" "$rounds"
 for f in prefill_b1 decode_b1 prefill_b16 decode_b16 train_tok_s kd_tok_s forward_tok_s; do
   a=$(echo "${got[old,$f]}" | tr ' ' '\n' | grep . | median)
   b=$(echo "${got[new,$f]}" | tr ' ' '\n' | grep . | median)
-  printf "%-16s %12.1f %12.1f %8.3f\n" "$f" "$a" "$b" "$(awk "BEGIN { print $b / $a }")"
+  r=$(ratios "$f" | median) lo=$(ratios "$f" | sort -g | head -1) hi=$(ratios "$f" | sort -g | tail -1)
+  printf "%-16s %12.1f %12.1f %8.3f %8.3f-%-8.3f\n" "$f" "$a" "$b" "$r" "$lo" "$hi"
 done
