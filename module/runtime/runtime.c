@@ -47,6 +47,7 @@ void ac_runtime_free(ac_runtime *runtime)
     free(runtime->ids_host);
     free(runtime->offset);
     free(runtime->len);
+    free(runtime->views);
     free(runtime);
 }
 
