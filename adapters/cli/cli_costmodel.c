@@ -12,6 +12,7 @@
 #include "autocompress/contract.h"
 #include "autocompress/cost.h"
 #include "autocompress/profile.h"
+#include "util/path.h"
 
 /* What both subcommands read: the parent, its contract and its cost tables. */
 typedef struct {
@@ -103,12 +104,13 @@ static void print_prediction(const ac_cost_prediction *p)
 static int predict(const predict_args *a)
 {
     const ac_contract *contract = &a->in.contract;
-    char path[4096];
-    snprintf(path, sizeof path, "%s/config.json", a->in.model_dir);
+    char path[AC_PATH_MAX];
     ac_arch parent = {0}, arch = {0};
     ac_cost_model *m = NULL;
     ac_cost_prediction p;
-    ac_status st = ac_config_json_read(path, &parent);
+    ac_status st = ac_path_join(path, sizeof path, a->in.model_dir, "config.json");
+    if (st == AC_OK)
+        st = ac_config_json_read(path, &parent);
     if (st == AC_OK)
         st = ac_config_json_read(a->arch, &arch);
     if (st == AC_OK)
@@ -129,12 +131,12 @@ static int predict(const predict_args *a)
  * (what the search's budget loss pays per step). */
 static double expected_call_us(const costmodel_inputs *in)
 {
-    char path[4096];
-    snprintf(path, sizeof path, "%s/config.json", in->model_dir);
+    char path[AC_PATH_MAX];
     ac_arch parent = {0};
     ac_cost_model *m = NULL;
     double us = -1;
-    if (ac_config_json_read(path, &parent) == AC_OK &&
+    if (ac_path_join(path, sizeof path, in->model_dir, "config.json") == AC_OK &&
+        ac_config_json_read(path, &parent) == AC_OK &&
         ac_cost_model_create(in->tables, &parent, &in->contract, &m) == AC_OK) {
         int n = ac_cost_model_prob_count(m);
         double *p = malloc((size_t)n * sizeof *p), *g = malloc(3 * (size_t)n * sizeof *g);

@@ -12,6 +12,7 @@
 #include "autocompress/runtime.h"
 #include "autocompress/sample.h"
 #include "autocompress/tokenizer.h"
+#include "util/path.h"
 
 typedef struct {
     const char *model_dir;
@@ -115,11 +116,12 @@ static ac_status run_state_open(const run_args *a, run_state *r)
     *r = (run_state){0};
     ac_status st = AC_OK;
     if (a->prompt) {
-        char path[4096];
+        char path[AC_PATH_MAX];
         if (!a->tokenizer_path)
-            snprintf(path, sizeof path, "%s/tokenizer.json", a->model_dir);
+            st = ac_path_join(path, sizeof path, a->model_dir, "tokenizer.json");
         size_t n = 0;
-        st = ac_tokenizer_load(a->tokenizer_path ? a->tokenizer_path : path, &r->tokenizer);
+        if (st == AC_OK)
+            st = ac_tokenizer_load(a->tokenizer_path ? a->tokenizer_path : path, &r->tokenizer);
         if (st == AC_OK)
             st = ac_tokenizer_encode(r->tokenizer, a->prompt, strlen(a->prompt), &r->ids, &n);
         if (st == AC_OK && n == 0)

@@ -1,6 +1,7 @@
 /* A served model: checkpoint, tokenizer and the scheduler's runtime, loaded and checked
  * before it may take requests. */
 #include "server/srv.h"
+#include "util/path.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -81,8 +82,9 @@ static ac_status load_here(const char *path, const char *name, const char *devic
         snprintf(m->name, sizeof m->name, "%.*s", (int)(len - start), path + start);
     }
     char tok_path[SRV_PATH_MAX + 32];
-    snprintf(tok_path, sizeof tok_path, "%s/tokenizer.json", path);
-    ac_status st = ac_model_load(path, &m->model);
+    ac_status st = ac_path_join(tok_path, sizeof tok_path, path, "tokenizer.json");
+    if (st == AC_OK)
+        st = ac_model_load(path, &m->model);
     if (st == AC_OK)
         st = ac_model_move_to_device_as(&m->model, device, weights);
     if (st == AC_OK)

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "util/json_util.h"
+#include "util/path.h"
 
 extern char **environ;
 
@@ -43,8 +44,10 @@ static void build_args(const ac_job_info *info, const char *exe, job_args *a)
 {
     const ac_job_spec *s = &info->spec;
     memset(a, 0, sizeof *a);
-    snprintf(a->contract, sizeof a->contract, "%s/contract.cfg", info->dir);
-    snprintf(a->out, sizeof a->out, "%s/out", info->dir);
+    /* cannot fail: info->dir is shorter than AC_JOB_PATH_MAX (its array's size) and the
+     * buffers leave 16 bytes past that for the name */
+    (void)ac_path_join(a->contract, sizeof a->contract, info->dir, "contract.cfg");
+    (void)ac_path_join(a->out, sizeof a->out, info->dir, "out");
     add(a, exe);
     add(a, "compress");
     add(a, "--model");
@@ -127,13 +130,12 @@ ac_status ac_job_child_start(const ac_job_info *info, const ac_jobs_config *conf
     if (!env)
         return ac_fail(AC_ERR_NOMEM, "job %s: out of memory", info->id);
     char log_path[AC_JOB_PATH_MAX + 16];
-    snprintf(log_path, sizeof log_path, "%s/log", info->dir);
-    int log_fd = open(log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    ac_status st = ac_path_join(log_path, sizeof log_path, info->dir, "log");
+    int log_fd = st == AC_OK ? open(log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644) : -1;
     int fds[2] = {-1, -1};
-    ac_status st = AC_OK;
-    if (log_fd < 0)
+    if (st == AC_OK && log_fd < 0)
         st = ac_fail(AC_ERR_IO, "job %s: cannot open %s: %s", info->id, log_path, strerror(errno));
-    else if (pipe2(fds, O_CLOEXEC) != 0)
+    else if (st == AC_OK && pipe2(fds, O_CLOEXEC) != 0)
         st = ac_fail(AC_ERR_IO, "job %s: cannot create a pipe: %s", info->id, strerror(errno));
     pid_t parent = getpid();
     pid_t pid = st == AC_OK ? fork() : -1;
@@ -204,7 +206,8 @@ void ac_job_missed_reason(const ac_job_info *info, char *message, size_t size)
 {
     static const char *const keys[] = {"latency_ms", "throughput_tok_s", "memory_bytes"};
     char path[AC_JOB_PATH_MAX + 32];
-    snprintf(path, sizeof path, "%s/out/measure.json", info->dir);
+    /* cannot fail: info->dir is shorter than AC_JOB_PATH_MAX and the name is under 32 bytes */
+    (void)ac_path_join(path, sizeof path, info->dir, "out/measure.json");
     cJSON *m = NULL;
     snprintf(message, size, "measured to miss its contract");
     if (ac_read_json_file(path, 1 << 20, &m) != AC_OK)

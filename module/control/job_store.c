@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "util/json_util.h"
+#include "util/path.h"
 
 static const char *const state_names[AC_JOB_STATE_COUNT] = {"running",   "succeeded", "missed",
                                                             "failed",    "cancelled", "interrupted"};
@@ -112,11 +113,13 @@ char *ac_job_json(const ac_job_info *info)
 ac_status ac_job_write(const ac_job_info *info)
 {
     char path[AC_JOB_PATH_MAX + 16];
-    snprintf(path, sizeof path, "%s/job.json", info->dir);
+    ac_status st = ac_path_join(path, sizeof path, info->dir, "job.json");
+    if (st != AC_OK)
+        return st;
     cJSON *o = ac_job_to_cjson(info);
     if (!o)
         return ac_fail(AC_ERR_NOMEM, "%s: out of memory", path);
-    ac_status st = ac_write_json_file(path, o);
+    st = ac_write_json_file(path, o);
     cJSON_Delete(o);
     return st;
 }
@@ -180,9 +183,10 @@ static void read_spec(reader *r, const cJSON *o, ac_job_spec *s)
 ac_status ac_job_read(const char *dir, ac_job_info *info)
 {
     char path[AC_JOB_PATH_MAX + 16];
-    snprintf(path, sizeof path, "%s/job.json", dir);
     cJSON *o = NULL;
-    ac_status st = ac_read_json_file(path, 1 << 20, &o);
+    ac_status st = ac_path_join(path, sizeof path, dir, "job.json");
+    if (st == AC_OK)
+        st = ac_read_json_file(path, 1 << 20, &o);
     if (st != AC_OK)
         return st;
     memset(info, 0, sizeof *info);

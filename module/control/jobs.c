@@ -84,11 +84,19 @@ static void follow_child(ac_jobs *jobs, int fd, FILE *log)
     fclose(in);
 }
 
+/* out = DIR/NAME for a file in a job's directory. It cannot fail: job directories are
+ * shorter than AC_JOB_PATH_MAX (the size of ac_job_info.dir; ac_jobs_open bounds the jobs
+ * directory) and the callers' buffers leave 16 bytes past that for the name. */
+static void job_file(char *out, size_t size, const char *dir, const char *name)
+{
+    (void)ac_path_join(out, size, dir, name);
+}
+
 /* The last line the child wrote that is not progress: its error, when it failed. */
 static void last_error_line(const char *dir, char *out, size_t size)
 {
     char path[AC_JOB_PATH_MAX + 16];
-    snprintf(path, sizeof path, "%s/log", dir);
+    job_file(path, sizeof path, dir, "log");
     FILE *f = fopen(path, "r");
     if (!f)
         return;
@@ -135,7 +143,7 @@ static void conclude(ac_jobs *jobs, ac_job_info *job, int status)
 static void swap_result(ac_jobs *jobs, ac_job_info *job)
 {
     char model[AC_JOB_PATH_MAX + 16], why[256] = "";
-    snprintf(model, sizeof model, "%s/out/model", job->dir);
+    job_file(model, sizeof model, job->dir, "out/model");
     if (!job->spec.swap_auto || !jobs->config.swap)
         return;
     job->swapped = jobs->config.swap(jobs->config.swap_ctx, job, model, why, sizeof why);
@@ -165,7 +173,7 @@ static void *monitor_main(void *arg)
         pthread_mutex_unlock(&jobs->mu);
         save(&job);
         char log_path[AC_JOB_PATH_MAX + 16];
-        snprintf(log_path, sizeof log_path, "%s/log", job.dir);
+        job_file(log_path, sizeof log_path, job.dir, "log");
         FILE *log = fopen(log_path, "a");
         follow_child(jobs, child.stderr_fd, log);
         if (log)
@@ -366,7 +374,7 @@ ac_jobs_result ac_jobs_submit(ac_jobs *jobs, const ac_job_spec *spec, const char
         r = AC_JOBS_BUSY;
         ac_fail(AC_ERR_INVALID, "job %s is running; one job runs at a time", jobs->current.id);
     } else if (next_id(jobs, job.id) == AC_OK && job_dir(jobs, job.id, job.dir, sizeof job.dir) == AC_OK) {
-        snprintf(contract, sizeof contract, "%s/contract.cfg", job.dir);
+        job_file(contract, sizeof contract, job.dir, "contract.cfg");
         ac_status st = ac_make_dirs(jobs->dir); /* the jobs directory comes with the first job */
         if (st == AC_OK && mkdir(job.dir, 0755) != 0)
             st = ac_fail(AC_ERR_IO, "jobs: cannot create %s: %s", job.dir, strerror(errno));

@@ -9,6 +9,7 @@
 #include "autocompress/train.h"
 #include "util/fs_util.h"
 #include "util/json_util.h"
+#include "util/path.h"
 
 #include <cjson/cJSON.h>
 #include <math.h>
@@ -60,13 +61,16 @@ typedef struct {
 static ac_status importance(minitron_run *r)
 {
     const ac_minitron_params *p = r->p;
-    char path[4096];
-    snprintf(path, sizeof path, "%s/importance.safetensors", p->out_dir);
+    char path[AC_PATH_MAX], train[AC_PATH_MAX];
+    ac_status st = ac_path_join(path, sizeof path, p->out_dir, "importance.safetensors");
+    if (st != AC_OK)
+        return st;
     if (ac_path_exists(path))
         return ac_importance_load(path, ac_model_arch(r->parent), &r->imp);
-    snprintf(path, sizeof path, "%s/train.bin", p->data_dir);
     ac_tokens *tokens = NULL;
-    ac_status st = ac_tokens_open(path, &tokens);
+    st = ac_path_join(train, sizeof train, p->data_dir, "train.bin");
+    if (st == AC_OK)
+        st = ac_tokens_open(train, &tokens);
     int32_t *calib = st == AC_OK ? malloc((size_t)p->calib_seqs * (p->seq_len + 1) * sizeof *calib) : NULL;
     if (st == AC_OK && !calib)
         st = ac_fail(AC_ERR_NOMEM, "minitron: out of memory for %d calibration sequences", p->calib_seqs);
@@ -79,7 +83,6 @@ static ac_status importance(minitron_run *r)
         st = ac_importance_compute(r->parent, calib, p->calib_seqs, p->seq_len, &r->imp);
     free(calib);
     ac_tokens_close(tokens);
-    snprintf(path, sizeof path, "%s/importance.safetensors", p->out_dir);
     return st == AC_OK ? ac_importance_save(&r->imp, path) : st;
 }
 
@@ -245,12 +248,15 @@ static int select_feasible(minitron_run *r, const ac_budget_targets *t)
 static ac_status distill_candidate(minitron_run *r, candidate *c, int rank, int64_t tokens, int64_t *used)
 {
     const ac_minitron_params *p = r->p;
-    char dir[4096], path[4200];
-    snprintf(dir, sizeof dir, "%s/candidates/c%d", p->out_dir, rank);
-    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    char name[32], dir[AC_PATH_MAX], path[AC_PATH_MAX];
+    snprintf(name, sizeof name, "candidates/c%d", rank); /* fits: 12 bytes and an int */
+    ac_status st = ac_path_join(dir, sizeof dir, p->out_dir, name);
+    if (st == AC_OK)
+        st = ac_path_join(path, sizeof path, dir, "model.safetensors");
+    if (st != AC_OK)
+        return st;
     int steps = (int)(tokens / ((int64_t)p->batch * p->seq_len));
     *used = (int64_t)steps * p->batch * p->seq_len;
-    ac_status st = AC_OK;
     if (!ac_path_exists(path)) {
         ac_arch arch;
         int *layers = malloc((size_t)ac_model_arch(r->parent)->n_layers * sizeof *layers);
@@ -289,15 +295,17 @@ static ac_status distill_candidate(minitron_run *r, candidate *c, int rank, int6
         if (st != AC_OK)
             return ac_fail_context(st, "minitron: candidate %d", rank);
     }
-    snprintf(path, sizeof path, "%s/loss.csv", dir);
+    st = ac_path_join(path, sizeof path, dir, "loss.csv");
     int n = 0;
-    return ac_train_tail_loss(path, TAIL_STEPS, &c->kd, &n);
+    return st == AC_OK ? ac_train_tail_loss(path, TAIL_STEPS, &c->kd, &n) : st;
 }
 
 static ac_status write_table(const minitron_run *r, int trained)
 {
-    char path[4096];
-    snprintf(path, sizeof path, "%s/minitron.csv", r->p->out_dir);
+    char path[AC_PATH_MAX];
+    ac_status st = ac_path_join(path, sizeof path, r->p->out_dir, "minitron.csv");
+    if (st != AC_OK)
+        return st;
     FILE *f = fopen(path, "w");
     if (!f)
         return ac_fail(AC_ERR_IO, "minitron: cannot write %s", path);
@@ -312,9 +320,10 @@ static ac_status write_table(const minitron_run *r, int trained)
 
 static ac_status write_outputs(const minitron_run *r, const ac_minitron_report *rep)
 {
-    char path[4096];
-    snprintf(path, sizeof path, "%s/arch.json", r->p->out_dir);
-    ac_status st = ac_config_json_write(path, &rep->arch);
+    char path[AC_PATH_MAX];
+    ac_status st = ac_path_join(path, sizeof path, r->p->out_dir, "arch.json");
+    if (st == AC_OK)
+        st = ac_config_json_write(path, &rep->arch);
     if (st != AC_OK)
         return st;
     ac_search_report sr;
@@ -340,8 +349,9 @@ static ac_status write_outputs(const minitron_run *r, const ac_minitron_report *
         cJSON_AddNumberToObject(o, "kd_loss", r->grid[i].kd);
         cJSON_AddItemToArray(list, o);
     }
-    snprintf(path, sizeof path, "%s/search.json", r->p->out_dir);
-    st = ac_write_json_file(path, root);
+    st = ac_path_join(path, sizeof path, r->p->out_dir, "search.json");
+    if (st == AC_OK)
+        st = ac_write_json_file(path, root);
     cJSON_Delete(root);
     return st == AC_OK ? write_table(r, rep->trained) : st;
 }

@@ -6,6 +6,7 @@
 #include "autocompress/config_json.h"
 #include "autocompress/log.h"
 #include "util/json_util.h"
+#include "util/path.h"
 
 #include <cjson/cJSON.h>
 #include <math.h>
@@ -207,15 +208,17 @@ static void write_plot_script(FILE *g, const char *csv_path, const ac_cost_model
 
 static ac_status plot(const char *dir, const ac_cost_model *cost, const ac_search_report *r)
 {
-    char script[4096], command[8400];
+    char script[AC_PATH_MAX], csv[AC_PATH_MAX], command[8400];
     if (strchr(dir, '\''))
         return ac_fail(AC_ERR_UNSUPPORTED, "search: not drawing search.png: the directory %s has a quote in its name", dir);
-    snprintf(script, sizeof script, "%s/search.gp", dir);
+    ac_status st = ac_path_join(script, sizeof script, dir, "search.gp");
+    if (st == AC_OK)
+        st = ac_path_join(csv, sizeof csv, dir, "search.csv");
+    if (st != AC_OK)
+        return st;
     FILE *g = fopen(script, "w");
     if (!g)
         return ac_fail(AC_ERR_IO, "search: cannot write %s", script);
-    char csv[4096];
-    snprintf(csv, sizeof csv, "%s/search.csv", dir);
     write_plot_script(g, csv, cost, r);
     if (fclose(g) != 0)
         return ac_fail(AC_ERR_IO, "search: cannot write %s", script);
@@ -232,13 +235,14 @@ static ac_status plot(const char *dir, const ac_cost_model *cost, const ac_searc
 ac_status ac_search_write_outputs(const char *dir, const ac_contract *contract, const ac_cost_model *cost,
                                   const int *choice, const ac_repair_step *steps, const ac_search_report *report)
 {
-    char path[4096];
-    snprintf(path, sizeof path, "%s/arch.json", dir);
-    ac_status st = ac_config_json_write(path, &report->arch);
-    if (st == AC_OK) {
-        snprintf(path, sizeof path, "%s/search.json", dir);
+    char path[AC_PATH_MAX];
+    ac_status st = ac_path_join(path, sizeof path, dir, "arch.json");
+    if (st == AC_OK)
+        st = ac_config_json_write(path, &report->arch);
+    if (st == AC_OK)
+        st = ac_path_join(path, sizeof path, dir, "search.json");
+    if (st == AC_OK)
         st = write_summary(path, contract, cost, choice, steps, report);
-    }
     if (st == AC_OK && plot(dir, cost, report) != AC_OK) {
         /* the plot is a convenience: the numbers are in search.csv */
         ac_warn("%s", ac_error_message());

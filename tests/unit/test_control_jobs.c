@@ -95,6 +95,20 @@ static void test_job_round_trip(void **state)
     assert_non_null(strstr(ac_error_message(), "\"stage\" must be a string"));
 }
 
+/* a directory whose job.json does not fit is refused (AC_ERR_INVALID; a read of the
+ * truncated path would fail with AC_ERR_IO). The message names the path first, so its
+ * end is cut at the error message's 1024 bytes. */
+static void test_job_path_too_long(void **state)
+{
+    (void)state;
+    char dir[AC_JOB_PATH_MAX + 16];
+    memset(dir, 'd', sizeof dir - 1);
+    dir[sizeof dir - 1] = '\0';
+    ac_job_info r;
+    assert_int_equal(ac_job_read(dir, &r), AC_ERR_INVALID);
+    assert_memory_equal(ac_error_message(), dir, 64);
+}
+
 static void test_job_ids(void **state)
 {
     (void)state;
@@ -242,6 +256,7 @@ int main(void)
         cmocka_unit_test(test_job_round_trip),       cmocka_unit_test(test_job_ids),
         cmocka_unit_test(test_child_lines),          cmocka_unit_test(test_missed_reason),
         cmocka_unit_test(test_contract_rewrite),     cmocka_unit_test(test_running_job_reads_interrupted),
+        cmocka_unit_test(test_job_path_too_long),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
