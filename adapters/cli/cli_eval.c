@@ -20,10 +20,13 @@ static int parse_args(int argc, char **argv, eval_args *a)
         CLI_REQUIRED("model", &a->model_dir, "DIR", "the checkpoint to evaluate (the student)"),
         CLI_REQUIRED("teacher", &a->teacher_dir, "DIR", "the parent it is compared with"),
         CLI_REQUIRED("data", &a->p.data_dir, "DIR", "token shards from autocompress tokenize (val.bin)"),
-        CLI_NUMBER("batches", CLI_INT, &a->p.batches, "N", "batches scored, the first of val.bin", 1, 100000000),
+        CLI_NUMBER("batches", CLI_INT, &a->p.batches, "N", "batches scored, the first of val.bin (0: all of it)", 0,
+                   100000000),
         CLI_NUMBER("batch", CLI_INT, &a->p.batch, "B", "sequences per batch", 1, 65536),
         CLI_NUMBER("seq-len", CLI_INT, &a->p.seq_len, "T", "tokens per sequence", 1, 1 << 20),
         CLI_REAL("tau", CLI_FLOAT, &a->p.kd_tau, "T", "distillation temperature of the KD loss"),
+        CLI_NUMBER("bootstrap", CLI_INT, &a->p.bootstrap, "N",
+                   "resamples of the 95% intervals of the KD loss and the CE (over windows)", 1, 1000000),
         CLI_NUMBER("lines", CLI_INT, &a->p.code_lines, "N",
                    "lines for next-line exact match (default: 200 if DATA was made from whole files, else 0)", 0,
                    100000000),
@@ -43,7 +46,8 @@ static int parse_args(int argc, char **argv, eval_args *a)
     const cli_spec spec = {"eval", NULL,
                            "Scores the model against its teacher on the first batches of DATA/val.bin: the\n"
                            "distillation loss (tau^2 KL, as distill optimizes it), both models' cross-entropy\n"
-                           "and perplexity, and how often their top-1 tokens agree; with --lines, the share\n"
+                           "and perplexity, and how often their top-1 tokens agree, with 95% bootstrap intervals\n"
+                           "of the student's KD loss and CE over the windows scored; with --lines, the share\n"
                            "of held-out lines the model completes exactly (greedy, from the line's context).\n"
                            "Exit status: 0 on success, 1 on a failure, 2 on a usage error.",
                            opts, CLI_COUNT(opts), 0, 0};
@@ -60,6 +64,8 @@ static void print_report(const eval_args *a, const ac_eval_report *r)
     printf("  %-8s %10s %12s %10s %8s\n", "model", "ce", "ppl", "kd_loss", "top1");
     printf("  %-8s %10.4f %12.3f %10.6f %8.4f\n", "student", r->ce, r->ppl, r->kd_loss, r->top1_agreement);
     printf("  %-8s %10.4f %12.3f %10s %8s\n", "teacher", r->teacher_ce, r->teacher_ppl, "-", "-");
+    printf("  95%% over %lld windows: ce [%.4f, %.4f], kd_loss [%.6f, %.6f]\n", (long long)r->windows, r->ce_lo,
+           r->ce_hi, r->kd_lo, r->kd_hi);
     if (r->lines > 0)
         printf("  next-line exact match: %.4f (%d lines)\n", r->line_exact_match, r->lines);
 }

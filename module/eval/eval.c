@@ -18,13 +18,14 @@
 #include "eval/eval_internal.h"
 #include "util/json_util.h"
 #include "util/path.h"
+#include "util/stats.h"
 #include "kernels/kernels.h"
 
 enum { AUTO_CODE_LINES = 200 };
 
 ac_eval_params ac_eval_default_params(void)
 {
-    return (ac_eval_params){.batches = 16, .batch = 8, .seq_len = 256, .kd_tau = 1.0f, .code_lines = -1,
+    return (ac_eval_params){.batches = 16, .batch = 8, .seq_len = 256, .kd_tau = 1.0f, .bootstrap = 1000, .code_lines = -1,
                             .line_context = 128, .max_line_tokens = 48, .progress = AC_PROGRESS_AUTO};
 }
 
@@ -32,9 +33,11 @@ static ac_status check_params(const ac_eval_params *p)
 {
     if (!p->data_dir)
         return ac_fail(AC_ERR_INVALID, "eval: no data directory (val.bin from autocompress tokenize)");
-    if (p->batches < 1 || p->batch < 1 || p->seq_len < 1)
-        return ac_fail(AC_ERR_INVALID, "eval: batches (%d), batch (%d) and seq_len (%d) must be positive", p->batches,
-                       p->batch, p->seq_len);
+    if (p->batches < 0 || p->batch < 1 || p->seq_len < 1)
+        return ac_fail(AC_ERR_INVALID, "eval: batch (%d) and seq_len (%d) must be positive and batches (%d) >= 0 "
+                       "(0: all of val.bin)", p->batch, p->seq_len, p->batches);
+    if (p->bootstrap < 1)
+        return ac_fail(AC_ERR_INVALID, "eval: bootstrap resamples must be positive, got %d", p->bootstrap);
     if (!(p->kd_tau > 0))
         return ac_fail(AC_ERR_INVALID, "eval: the distillation temperature must be positive, got %g", p->kd_tau);
     if (p->code_lines < -1)
@@ -93,6 +96,8 @@ typedef struct {
     double *row_kd;                     /* [batch * seq_len] */
     double kd, ce, teacher_ce;          /* sums over positions */
     int64_t agree, tokens;
+    double *win_kd, *win_ce;            /* [windows to score]: each window's mean KD and CE */
+    int64_t windows, capacity;          /* scored so far, and room */
 } scorer;
 
 static void scorer_free(scorer *s)
@@ -103,6 +108,8 @@ static void scorer_free(scorer *s)
     free(s->inputs);
     free(s->targets);
     free(s->row_kd);
+    free(s->win_kd);
+    free(s->win_ce);
 }
 
 static ac_status scorer_init(scorer *s, const ac_model *student, const ac_model *teacher)
@@ -134,6 +141,34 @@ static void split_windows(scorer *s, int n)
         }
 }
 
+/* -log softmax(logits)[target] over V logits, in double. */
+static double row_ce(const float *logits, int V, int target)
+{
+    float m = logits[0];
+    for (int v = 1; v < V; v++)
+        m = logits[v] > m ? logits[v] : m;
+    double sum = 0.0;
+    for (int v = 0; v < V; v++)
+        sum += exp((double)logits[v] - m);
+    return (double)m + log(sum) - logits[target];
+}
+
+/* Each of the batch's n windows' mean KD (from row_kd) and CE (from the student's logits). */
+static void add_windows(scorer *s, int n, const float *sl)
+{
+    int T = s->p->seq_len, V = s->vocab;
+    for (int w = 0; w < n && s->windows < s->capacity; w++, s->windows++) {
+        double kd = 0.0, ce = 0.0;
+        for (int t = 0; t < T; t++) {
+            int r = w * T + t;
+            kd += s->row_kd[r];
+            ce += row_ce(sl + (size_t)r * V, V, s->targets[r]);
+        }
+        s->win_kd[s->windows] = kd / T;
+        s->win_ce[s->windows] = ce / T;
+    }
+}
+
 /* Both forwards (loss only: no backward, no gradients), then the sums over the n*T
  * positions that count, which come first. */
 static ac_status score_batch(scorer *s, int n)
@@ -155,6 +190,7 @@ static ac_status score_batch(scorer *s, int n)
         s->kd += s->row_kd[r];
         s->agree += ac_argmax(sl + (size_t)r * V, V) == ac_argmax(tl + (size_t)r * V, V);
     }
+    add_windows(s, n, sl);
     /* the steps' losses are means over the counted positions */
     s->ce += student_ce * rows;
     s->teacher_ce += teacher_ce * rows;
@@ -166,15 +202,22 @@ static ac_status score_batches(scorer *s, const ac_tokens *val, ac_eval_report *
 {
     const ac_eval_params *p = s->p;
     uint64_t windows = ac_tokens_window_count(val, p->seq_len), want = (uint64_t)p->batches * (uint64_t)p->batch;
-    double total = (double)(windows < want ? windows : want) * p->seq_len;
+    uint64_t scored = p->batches == 0 || windows < want ? windows : want;
+    s->win_kd = malloc(scored * sizeof *s->win_kd);
+    s->win_ce = malloc(scored * sizeof *s->win_ce);
+    if (!s->win_kd || !s->win_ce)
+        return ac_fail(AC_ERR_NOMEM, "eval: out of memory for %llu windows", (unsigned long long)scored);
+    s->capacity = (int64_t)scored;
     ac_progress *progress;
-    ac_status st = ac_progress_init(&progress, "eval", total, "tok", p->progress, stderr);
+    ac_status st = ac_progress_init(&progress, "eval", (double)scored * p->seq_len, "tok", p->progress, stderr);
     if (st != AC_OK)
         return st;
     ac_tokens_iter it;
     ac_tokens_iter_init(&it, val, p->seq_len);
     int n;
-    for (int b = 0; st == AC_OK && b < p->batches && (n = ac_tokens_iter_next(&it, p->batch, s->window)) > 0; b++) {
+    for (int b = 0; st == AC_OK && (p->batches == 0 || b < p->batches) &&
+                    (n = ac_tokens_iter_next(&it, p->batch, s->window)) > 0;
+         b++) {
         st = score_batch(s, n);
         ac_progress_metric(progress, "kd", s->tokens ? s->kd / (double)s->tokens : 0.0);
         ac_progress_update(progress, (double)s->tokens);
@@ -191,7 +234,12 @@ static ac_status score_batches(scorer *s, const ac_tokens *val, ac_eval_report *
     r->teacher_ce = s->teacher_ce / N;
     r->teacher_ppl = exp(r->teacher_ce);
     r->top1_agreement = (double)s->agree / N;
-    return AC_OK;
+    r->windows = s->windows;
+    /* a fixed seed: the same windows give the same interval */
+    st = ac_stat_bootstrap_mean(s->win_kd, (size_t)s->windows, p->bootstrap, 1, 0.95, &r->kd_lo, &r->kd_hi);
+    if (st == AC_OK)
+        st = ac_stat_bootstrap_mean(s->win_ce, (size_t)s->windows, p->bootstrap, 1, 0.95, &r->ce_lo, &r->ce_hi);
+    return st;
 }
 
 /* ---- next-line exact match ---- */
@@ -311,8 +359,15 @@ ac_status ac_eval_write_json(const ac_eval_report *r, const ac_eval_params *p, c
         return ac_fail(AC_ERR_NOMEM, "%s: out of memory for the report", path);
     cJSON_AddNumberToObject(root, "tokens", (double)r->tokens);
     cJSON_AddNumberToObject(root, "kd_loss", r->kd_loss);
+    cJSON *kd95 = cJSON_AddArrayToObject(root, "kd_loss_95");
+    cJSON_AddItemToArray(kd95, cJSON_CreateNumber(r->kd_lo));
+    cJSON_AddItemToArray(kd95, cJSON_CreateNumber(r->kd_hi));
     cJSON_AddNumberToObject(root, "kd_tau", p->kd_tau);
     cJSON_AddNumberToObject(root, "ce", r->ce);
+    cJSON *ce95 = cJSON_AddArrayToObject(root, "ce_95");
+    cJSON_AddItemToArray(ce95, cJSON_CreateNumber(r->ce_lo));
+    cJSON_AddItemToArray(ce95, cJSON_CreateNumber(r->ce_hi));
+    cJSON_AddNumberToObject(root, "windows", (double)r->windows);
     cJSON_AddNumberToObject(root, "ppl", r->ppl);
     cJSON_AddNumberToObject(root, "teacher_ce", r->teacher_ce);
     cJSON_AddNumberToObject(root, "teacher_ppl", r->teacher_ppl);
@@ -327,6 +382,7 @@ ac_status ac_eval_write_json(const ac_eval_report *r, const ac_eval_params *p, c
     cJSON_AddNumberToObject(root, "batches", p->batches);
     cJSON_AddNumberToObject(root, "batch", p->batch);
     cJSON_AddNumberToObject(root, "seq_len", p->seq_len);
+    cJSON_AddNumberToObject(root, "bootstrap", p->bootstrap);
     cJSON_AddNumberToObject(root, "line_context", p->line_context);
     cJSON_AddNumberToObject(root, "max_line_tokens", p->max_line_tokens);
     ac_status st = ac_write_json_file(path, root);

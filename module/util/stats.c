@@ -1,6 +1,10 @@
-/* Robust statistics for measurements: median, MAD-based spread, least-squares lines. */
+/* Robust statistics for measurements: median, MAD-based spread, least-squares lines, and
+ * bootstrap intervals of a mean. */
 #include "util/stats.h"
 
+#include "util/rng.h"
+
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 
@@ -78,4 +82,37 @@ double ac_stat_within_slope(const double *x, const double *y, const size_t *star
 double ac_speed_factor(double typical, double now, double slope)
 {
     return now > 0 && typical > 0 ? pow(typical / now, slope) : 1.0;
+}
+
+/* The q-quantile of sorted[0 .. n), linear between order statistics. */
+static double sorted_quantile(const double *sorted, size_t n, double q)
+{
+    double at = q * (double)(n - 1);
+    size_t i = (size_t)at;
+    if (i + 1 >= n)
+        return sorted[n - 1];
+    return sorted[i] + (at - (double)i) * (sorted[i + 1] - sorted[i]);
+}
+
+ac_status ac_stat_bootstrap_mean(const double *v, size_t n, int resamples, uint64_t seed, double level, double *lo,
+                                 double *hi)
+{
+    if (n == 0 || n > INT_MAX || resamples < 1 || !(level > 0 && level < 1))
+        return ac_fail(AC_ERR_INVALID, "bootstrap: needs values (%zu), resamples (%d) and a level in (0, 1) (%g)", n,
+                       resamples, level);
+    double *means = malloc((size_t)resamples * sizeof *means);
+    if (!means)
+        return ac_fail(AC_ERR_NOMEM, "bootstrap: out of memory for %d resamples", resamples);
+    uint64_t state = seed;
+    for (int b = 0; b < resamples; b++) {
+        double sum = 0.0;
+        for (size_t i = 0; i < n; i++)
+            sum += v[ac_rng_below(&state, (int)n)];
+        means[b] = sum / (double)n;
+    }
+    qsort(means, (size_t)resamples, sizeof *means, compare_double);
+    *lo = sorted_quantile(means, (size_t)resamples, (1 - level) / 2);
+    *hi = sorted_quantile(means, (size_t)resamples, (1 + level) / 2);
+    free(means);
+    return AC_OK;
 }

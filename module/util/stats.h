@@ -3,6 +3,9 @@
 #define AC_UTIL_STATS_H
 
 #include <stddef.h>
+#include <stdint.h>
+
+#include "autocompress/status.h"
 
 /* Median of n values (n >= 1; the array is reordered). */
 double ac_stat_median(double *v, size_t n);
@@ -18,5 +21,11 @@ double ac_stat_within_slope(const double *x, const double *y, const size_t *star
 double ac_speed_factor(double typical, double now, double slope);
 /* Least-squares y = a + b x over n points (b = 0 when x does not vary). */
 void ac_stat_line(const double *x, const double *y, size_t n, double *a, double *b);
+/* The percentile bootstrap interval of the mean of v[0 .. n) (n >= 1): the means of
+ * `resamples` draws of n values with replacement (util/rng.h's stream from `seed`), and
+ * their (1 - level) / 2 and (1 + level) / 2 quantiles (linear between order statistics)
+ * into *lo and *hi. */
+ac_status ac_stat_bootstrap_mean(const double *v, size_t n, int resamples, uint64_t seed, double level, double *lo,
+                                 double *hi);
 
 #endif

@@ -652,6 +652,64 @@ static void test_on_a_device_equals_cpu(void **state)
     assert_int_equal(guarded_count, 0);
 }
 
+/* The mean and the normal approximation's 95% half-width of n values. */
+static void normal_interval(const double *v, int n, double *mean, double *half)
+{
+    double sum = 0.0, sq = 0.0;
+    for (int i = 0; i < n; i++)
+        sum += v[i];
+    *mean = sum / n;
+    for (int i = 0; i < n; i++)
+        sq += (v[i] - *mean) * (v[i] - *mean);
+    *half = 1.96 * sqrt(sq / (n - 1)) / sqrt((double)n);
+}
+
+/* batches 0 scores every window of val.bin; the 95% intervals of the KD loss and the CE
+ * agree with the normal approximation over the windows' means computed here. */
+enum { WINDOWS = 60, LONG_STREAM = WINDOWS * 8 + 1 };
+
+static void test_all_windows_with_intervals(void **state)
+{
+    fixture *f = *state;
+    static int32_t ids[LONG_STREAM];
+    random_stream(ids, LONG_STREAM, 12);
+    write_shard(f->data, "val.bin", V, ids, LONG_STREAM);
+    ac_eval_params p = small_params(f);
+    p.batches = 0;
+    ac_eval_report r;
+    assert_int_equal(ac_eval_run(f->student, f->teacher, NULL, &p, &r), AC_OK);
+    assert_int_equal(r.windows, WINDOWS);
+    assert_int_equal(r.tokens, WINDOWS * 8);
+    double ce[WINDOWS], kd[WINDOWS];
+    for (int w = 0; w < WINDOWS; w++) {
+        sums one = score_here(f->student, f->teacher, ids + w * 8, 1, 2, 8, 1.0);
+        ce[w] = one.ce / 8;
+        kd[w] = one.kd / 8;
+    }
+    double ce_mean, ce_half, kd_mean, kd_half;
+    normal_interval(ce, WINDOWS, &ce_mean, &ce_half);
+    normal_interval(kd, WINDOWS, &kd_mean, &kd_half);
+    printf("  %d windows: ce %.6f [%.6f, %.6f] (normal: %.6f +- %.6f), kd %.6f [%.6f, %.6f] (normal: %.6f +- %.6f)\n",
+           WINDOWS, r.ce, r.ce_lo, r.ce_hi, ce_mean, ce_half, r.kd_loss, r.kd_lo, r.kd_hi, kd_mean, kd_half);
+    assert_true(close_rel(r.ce, ce_mean, 1e-6));
+    assert_true(close_rel(r.kd_loss, kd_mean, 1e-5));
+    assert_true(kd_half > 0 && ce_half > 0);
+    /* the bootstrap's ends within a quarter of the half-width of the normal interval's */
+    assert_true(fabs(r.ce_lo - (ce_mean - ce_half)) < 0.25 * ce_half);
+    assert_true(fabs(r.ce_hi - (ce_mean + ce_half)) < 0.25 * ce_half);
+    assert_true(fabs(r.kd_lo - (kd_mean - kd_half)) < 0.25 * kd_half);
+    assert_true(fabs(r.kd_hi - (kd_mean + kd_half)) < 0.25 * kd_half);
+
+    /* the same windows, the same interval; fewer resamples, another */
+    ac_eval_report again;
+    assert_int_equal(ac_eval_run(f->student, f->teacher, NULL, &p, &again), AC_OK);
+    assert_true(again.ce_lo == r.ce_lo && again.ce_hi == r.ce_hi && again.kd_lo == r.kd_lo);
+    p.bootstrap = 0;
+    ac_eval_report none;
+    assert_int_equal(ac_eval_run(f->student, f->teacher, NULL, &p, &none), AC_ERR_INVALID);
+    assert_non_null(strstr(ac_error_message(), "bootstrap"));
+}
+
 static void expect_error(const fixture *f, const ac_model *student, const ac_eval_params *p, ac_status code,
                          const char *needle)
 {
@@ -703,6 +761,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_code_lines_from_the_manifest, setup, teardown),
         cmocka_unit_test_setup_teardown(test_on_a_device_equals_cpu, setup, teardown),
         cmocka_unit_test_setup_teardown(test_bad_inputs, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_all_windows_with_intervals, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

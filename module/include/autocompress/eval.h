@@ -10,7 +10,9 @@
  * Per position: kd = tau^2 KL(softmax(t/tau) || softmax(s/tau)), the kernel distill
  * optimizes (its mean over positions is distill's loss); ce = -log softmax(s)[target];
  * top-1 agreement when argmax s == argmax t (first index on ties). The report holds the
- * means over all scored positions.
+ * means over all scored positions, and 95% intervals of the KD loss and the CE: percentile
+ * bootstrap over the scored windows (every window has seq_len positions, so a mean is
+ * the mean of the windows' means), `bootstrap` resamples from a fixed seed.
  *
  * Next-line exact match (the student only), for code:
  *   - a line start is a position i of val.bin with i >= line_context, where the token
@@ -43,8 +45,10 @@ extern "C" {
 
 typedef struct {
     const char *data_dir;       /* val.bin (from `autocompress tokenize`): the held-out tokens */
-    int batches, batch, seq_len;/* the first `batches` batches of batch x seq_len; defaults 16, 8, 256 */
+    int batches, batch, seq_len;/* the first `batches` batches of batch x seq_len (0: every window
+                                   of val.bin); defaults 16, 8, 256 */
     float kd_tau;               /* default 1 */
+    int bootstrap;              /* resamples of the intervals (default 1000) */
     int code_lines;             /* held-out lines for next-line exact match; 0: none; -1 (the
                                    default): 200 when data_dir/manifest.json says the shards were
                                    made from whole files (document_format "files"), else 0 */
@@ -58,8 +62,11 @@ ac_eval_params ac_eval_default_params(void);
 
 typedef struct {
     int64_t tokens;             /* held-out positions scored */
+    int64_t windows;            /* in windows of seq_len */
     double kd_loss;             /* mean over positions of tau^2 KL(teacher || student) */
     double ce, ppl;             /* student cross-entropy on the next token (nats) and exp(ce) */
+    double kd_lo, kd_hi;        /* 95% bootstrap intervals over the windows */
+    double ce_lo, ce_hi;
     double teacher_ce, teacher_ppl;
     double top1_agreement;      /* fraction of positions where argmax student == argmax teacher */
     int lines;                  /* lines tried (0 when not run, or when val.bin has no line start) */
