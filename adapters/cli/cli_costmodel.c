@@ -6,8 +6,8 @@
 
 #include <stdio.h>
 #include <stdlib.h>
-#include <time.h>
 
+#include "autocompress/clock.h"
 #include "autocompress/config_json.h"
 #include "autocompress/contract.h"
 #include "autocompress/cost.h"
@@ -145,15 +145,13 @@ static double expected_call_us(const costmodel_inputs *in)
             for (int j = 0; j < x->count; j++)
                 p[x->offset + j] = 1.0 / x->count;
         }
-        struct timespec t0, t1;
         int calls = 200;
         ac_cost_prediction out;
-        clock_gettime(CLOCK_MONOTONIC, &t0);
+        int64_t t0 = ac_monotonic_ns();
         for (int i = 0; p && g && i < calls; i++)
             ac_cost_expected(m, p, &out, g, g + n, g + 2 * n);
-        clock_gettime(CLOCK_MONOTONIC, &t1);
         if (p && g)
-            us = ((double)(t1.tv_sec - t0.tv_sec) * 1e9 + (double)(t1.tv_nsec - t0.tv_nsec)) / 1e3 / calls;
+            us = (double)(ac_monotonic_ns() - t0) / 1e3 / calls;
         free(p);
         free(g);
     }

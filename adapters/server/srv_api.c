@@ -21,6 +21,7 @@
 
 #include "autocompress/clock.h"
 #include "autocompress/probe.h"
+#include "util/rng.h"
 
 static void set_error(srv_error *err, int status, const char *type, const char *code, const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));
@@ -345,7 +346,7 @@ static void make_id(srv_request *req)
 {
     static unsigned long long counter;
     unsigned long long c = __atomic_add_fetch(&counter, 1, __ATOMIC_RELAXED);
-    unsigned long long mix = (c * 0x9e3779b97f4a7c15ULL) ^ ((unsigned long long)(req->created * 1000.0) << 20);
+    unsigned long long mix = (c * AC_RNG_GAMMA) ^ ((unsigned long long)(req->created * 1000.0) << 20);
     snprintf(req->id, sizeof req->id, "cmpl-%016llx%08llx", mix, c & 0xffffffffULL);
 }
 
@@ -375,7 +376,7 @@ srv_request *srv_api_parse_completion(const char *body, size_t len, srv_model *m
     req->created = (double)time(NULL);
     make_id(req);
     /* without a seed each request draws its own */
-    req->seed = (uint64_t)ac_monotonic_ns() * 0x9e3779b97f4a7c15ULL ^ (uint64_t)(uintptr_t)req;
+    req->seed = (uint64_t)ac_monotonic_ns() * AC_RNG_GAMMA ^ (uint64_t)(uintptr_t)req;
     long long max_tokens = config->default_max_tokens;
     int ok = 1;
     if (!cJSON_IsObject(root)) {

@@ -16,6 +16,7 @@
 #include "search/search_loop.h"
 #include "train/checkpoint.h"
 #include "util/path.h"
+#include "util/rng.h"
 
 #include <errno.h>
 #include <math.h>
@@ -443,7 +444,7 @@ static ac_status router_step(search_run *r, int step, step_result *out)
     const ac_search_params *p = r->p;
     int n = r->n_logits;
     out->temperature = ac_search_temperature(p, step, r->steps);
-    ac_routers_probs(r->routers, out->temperature, p->sampling, p->seed * 0x9e3779b97f4a7c15ULL + (uint64_t)step,
+    ac_routers_probs(r->routers, out->temperature, p->sampling, p->seed * AC_RNG_GAMMA + (uint64_t)step,
                      r->probs);
     const ac_masks *masks = ac_routers_masks(r->routers, r->probs);
     out->kd = 0;
