@@ -52,6 +52,14 @@ typedef struct {
     const ac_backend *backend; /* NULL: the CPU backend */
 } ac_kctx;
 
+/* What a backend's `identify` gives. */
+typedef struct {
+    char name[96];          /* "NVIDIA H100 80GB HBM3" */
+    double memory_bytes;    /* the device's memory */
+    char driver[16];        /* the driver's CUDA version, "12.4" */
+    char capability[8];     /* compute capability, "9.0" */
+} ac_device_identity;
+
 /* The direction of a backend copy. On the CPU every kind is a memcpy. */
 typedef enum {
     AC_COPY_HOST_TO_DEVICE,
@@ -114,6 +122,11 @@ struct ac_backend {
      * sequence reaching `keys` positions when `threads` threads run it. The runtime
      * reserves it; the memory model plans the CPU's (runtime/plan.c). */
     size_t (*attention_workspace)(int threads, int queries, int keys);
+
+    /* The device's identity for the cost tables' fingerprint (autocompress/cost.h): its
+     * name, memory, driver and compute capability. NULL on the CPU, whose identity the
+     * host gives (autocompress/host.h). */
+    void (*identify)(ac_device_identity *id);
 
     /* ---- the ops, with their contracts: kernels/ops.def ---- */
 

@@ -2,6 +2,7 @@
  * and its report. */
 #include "cli.h"
 #include "cli_opts.h"
+#include "cli_tables.h"
 
 #include <stdio.h>
 
@@ -20,6 +21,10 @@ static int parse_args(int argc, char **argv, ac_compress_params *p)
         CLI_REQUIRED("data", &p->data_dir, "DIR", "token shards: train.bin (search, KD), val.bin (eval)"),
         CLI_REQUIRED("out", &p->out_dir, "DIR", "every stage's artifacts; a rerun resumes here"),
         CLI_TEXT("tables", &p->tables_path, "FILE", "cost tables of this parent and contract (default: profile them)"),
+        CLI_TEXT("tables-cache", &p->tables_cache, "DIR",
+                 "without --tables: reuse tables profiled here before for the same parent, space and workload, "
+                 "and keep new ones there"),
+        CLI_FOREIGN_TABLES(&p->foreign_tables),
         CLI_CUSTOM("method", &p->method, "autocompress|minitron++", "how the architecture is chosen (default: autocompress)",
                    parse_method),
         CLI_NUMBER("search-tokens", CLI_I64, &p->search_tokens, "N", "search tokens (default: the contract's budget)", 1,

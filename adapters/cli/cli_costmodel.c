@@ -3,6 +3,7 @@
 #include "cli.h"
 #include "cli_args.h"
 #include "cli_opts.h"
+#include "cli_tables.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,6 +18,7 @@
 /* What both subcommands read: the parent, its contract and its cost tables. */
 typedef struct {
     const char *model_dir, *contract_path, *tables_path;
+    int foreign_tables;
     ac_contract contract;
     ac_cost_tables *tables;
 } costmodel_inputs;
@@ -24,7 +26,8 @@ typedef struct {
 #define COSTMODEL_INPUT_OPTS(in)                                                       \
     CLI_REQUIRED("model", &(in)->model_dir, "DIR", "the parent checkpoint"),           \
     CLI_REQUIRED("contract", &(in)->contract_path, "FILE", "the deployment contract"), \
-    CLI_REQUIRED("tables", &(in)->tables_path, "FILE", "cost tables from autocompress profile")
+    CLI_REQUIRED("tables", &(in)->tables_path, "FILE", "cost tables from autocompress profile"), \
+    CLI_FOREIGN_TABLES(&(in)->foreign_tables)
 
 typedef struct {
     costmodel_inputs in;
@@ -83,8 +86,10 @@ static int parse_predict_args(int argc, char **argv, predict_args *a)
 static int load_inputs(const char *command, costmodel_inputs *in)
 {
     ac_status st = ac_contract_load(in->contract_path, &in->contract);
+    char name[48];
+    snprintf(name, sizeof name, "costmodel %s", command);
     if (st == AC_OK)
-        st = ac_cost_tables_read(in->tables_path, &in->tables);
+        st = cli_read_tables(name, in->tables_path, &in->contract, in->foreign_tables, &in->tables);
     if (st == AC_OK)
         return 0;
     fprintf(stderr, "autocompress costmodel %s: %s\n", command, ac_error_message());

@@ -2,6 +2,7 @@
  * contract's workload, each against its target. */
 #include "cli.h"
 #include "cli_opts.h"
+#include "cli_tables.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,7 +12,7 @@
 
 typedef struct {
     const char *model_dir, *contract_path, *parent_dir, *tables_path;
-    int json;
+    int json, foreign_tables;
     ac_measure_params p;
 } measure_args;
 
@@ -26,6 +27,7 @@ static int parse_args(int argc, char **argv, measure_args *a)
         CLI_REQUIRED("contract", &a->contract_path, "FILE", "the deployment contract"),
         CLI_TEXT("parent", &a->parent_dir, "DIR", "the parent the tables were profiled with (ratio targets, speed reference)"),
         CLI_TEXT("tables", &a->tables_path, "FILE", "the parent's cost tables (prediction, speed correction)"),
+        CLI_FOREIGN_TABLES(&a->foreign_tables),
         CLI_NUMBER("sweeps", CLI_INT, &p->sweeps, "N", "fresh measurement processes", 1, 100),
         CLI_NUMBER("requests", CLI_INT, &p->requests, "K", "timed requests per process (0: as many as fit in 0.3 s)", 0,
                    AC_MAX_REQUESTS),
@@ -95,7 +97,7 @@ int cli_measure(int argc, char **argv)
     ac_cost_tables *tables = NULL;
     ac_status st = ac_contract_load(a.contract_path, &contract);
     if (st == AC_OK && a.tables_path)
-        st = ac_cost_tables_read(a.tables_path, &tables);
+        st = cli_read_tables("measure", a.tables_path, &contract, a.foreign_tables, &tables);
     a.p.tables = tables;
     a.p.parent_dir = a.parent_dir;
     ac_measure_report r;

@@ -3,6 +3,7 @@
 #include "cli.h"
 #include "cli_args.h"
 #include "cli_opts.h"
+#include "cli_tables.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -17,6 +18,7 @@ typedef struct {
     ac_search_params p;
     ac_comm_params comm;
     const char *model_dir, *contract_path, *tables_path;
+    int foreign_tables;
 } search_args;
 
 static ac_status parse_expert_masking(const char *value, void *dst)
@@ -35,6 +37,7 @@ static int parse_args(int argc, char **argv, search_args *a)
         CLI_REQUIRED("model", &a->model_dir, "DIR", "the parent checkpoint"),
         CLI_REQUIRED("contract", &a->contract_path, "FILE", "the deployment contract"),
         CLI_REQUIRED("tables", &a->tables_path, "FILE", "cost tables from autocompress profile"),
+        CLI_FOREIGN_TABLES(&a->foreign_tables),
         CLI_REQUIRED("data", &p->data_dir, "DIR", "token shards (train.bin)"),
         CLI_REQUIRED("out", &p->out_dir, "DIR", "search artifacts; a rerun resumes here"),
         CLI_NUMBER("tokens", CLI_I64, &p->max_tokens, "N", "search tokens (default: the contract's budgets.search_tokens)", 1, INT64_MAX),
@@ -116,7 +119,7 @@ int cli_search(int argc, char **argv)
     if (st == AC_OK)
         st = ac_contract_load(a.contract_path, &contract);
     if (st == AC_OK)
-        st = ac_cost_tables_read(a.tables_path, &tables);
+        st = cli_read_tables("search", a.tables_path, &contract, a.foreign_tables, &tables);
     if (st == AC_OK)
         st = ac_model_load(a.model_dir, &parent);
     if (st == AC_OK)

@@ -146,6 +146,22 @@ static size_t cuda_attention_workspace(int threads, int queries, int keys)
     return ac_cpu_attention_workspace(threads, queries, keys);
 }
 
+static void cuda_identify(ac_device_identity *id)
+{
+    memset(id, 0, sizeof *id);
+    int device = 0, driver = 0;
+    cudaDeviceProp prop;
+    if (cudaGetDevice(&device) != cudaSuccess || cudaGetDeviceProperties(&prop, device) != cudaSuccess ||
+        cudaDriverGetVersion(&driver) != cudaSuccess) {
+        ac_cuda_check("identify");
+        return;
+    }
+    snprintf(id->name, sizeof id->name, "%.95s", prop.name); /* as much as the name holds */
+    id->memory_bytes = (double)prop.totalGlobalMem;
+    snprintf(id->driver, sizeof id->driver, "%d.%d", driver / 1000, driver % 1000 / 10);
+    snprintf(id->capability, sizeof id->capability, "%d.%d", prop.major, prop.minor);
+}
+
 static void cuda_sync(ac_kctx *ctx)
 {
     if (cudaStreamSynchronize(ac_cuda_stream(ctx)) != cudaSuccess)
@@ -167,6 +183,7 @@ const ac_backend ac_cuda_backend = {
     .bytes_in_use = cuda_bytes_in_use,
     .probe_create = cuda_probe_create,
     .attention_workspace = cuda_attention_workspace,
+    .identify = cuda_identify,
 #define AC_OP(name, params, args) .name = ac_cuda_##name,
 #define AC_OP_VALUE(type, name, params, args) .name = ac_cuda_##name,
 #include "kernels/ops.def"

@@ -5,6 +5,7 @@
 #include "compress/compress_internal.h"
 
 #include "autocompress/config_json.h"
+#include "autocompress/cost.h"
 #include "autocompress/log.h"
 #include "autocompress/prune.h"
 #include "autocompress/train.h"
@@ -24,6 +25,7 @@ typedef struct {
     int *parent_layer;  /* per model layer */
     double kd_tail;
     int kd_tail_steps;
+    char tables_differ[1024]; /* "" when the tables were measured here (fingerprints) */
 } report_inputs;
 
 static double number(const cJSON *o, const char *a, const char *b)
@@ -75,6 +77,13 @@ static ac_status load_inputs(const ac_compress_ctx *c, report_inputs *in)
     ac_compress_path(c, "distill/loss.csv", path, sizeof path);
     if (st == AC_OK)
         st = ac_train_tail_loss(path, TAIL_STEPS, &in->kd_tail, &in->kd_tail_steps);
+    ac_cost_tables *tables = NULL;
+    if (st == AC_OK)
+        st = ac_cost_tables_read(c->tables, &tables);
+    if (st == AC_OK)
+        st = ac_cost_tables_check_machine(tables, c->tables, &c->contract, 1, in->tables_differ,
+                                          sizeof in->tables_differ);
+    ac_cost_tables_free(tables);
     return st;
 }
 
@@ -150,6 +159,10 @@ static ac_status write_json_report(const ac_compress_ctx *c, const report_inputs
                                    cJSON_GetObjectItemCaseSensitive(in->search, "parent_predicted"));
     cJSON_AddItemReferenceToObject(root, "predicted", cJSON_GetObjectItemCaseSensitive(in->search, "chosen_predicted"));
     cJSON_AddItemReferenceToObject(root, "measured", in->measure);
+    cJSON *tables = cJSON_AddObjectToObject(root, "tables");
+    cJSON_AddStringToObject(tables, "path", c->tables);
+    cJSON_AddBoolToObject(tables, "measured_here", !in->tables_differ[0]);
+    cJSON_AddStringToObject(tables, "differences", in->tables_differ);
     cJSON_AddBoolToObject(root, "pass", flag(in->measure, "pass", NULL));
     cJSON_AddNumberToObject(root, "search_tokens", number(in->search, "search_tokens", NULL));
     cJSON_AddNumberToObject(root, "kd_tokens", (double)c->kd_steps * c->p->batch * c->p->seq_len);
@@ -210,6 +223,12 @@ static ac_status write_markdown(const ac_compress_ctx *c, const report_inputs *i
     cost_row(f, in, "latency (ms)", "latency_ms", "latency_ms", "ms", 1.0, "<=");
     cost_row(f, in, "throughput (tok/s)", "throughput_tok_s", "throughput_tok_s", "tok/s", 1.0, ">=");
     cost_row(f, in, "memory (MiB)", "memory_mib", "memory_bytes", "MiB", 1024.0 * 1024.0, "<=");
+    if (in->tables_differ[0])
+        fprintf(f, "\n**The cost tables (`%s`) were measured elsewhere** (used with --foreign-tables): %s. The "
+                   "prediction and the speed correction rest on that machine.\n",
+                c->tables, in->tables_differ);
+    else
+        fprintf(f, "\nThe cost tables (`%s`) were measured on this machine for this contract.\n", c->tables);
     fprintf(f, "\n## Tokens and quality\n\n| | |\n|---|---|\n");
     fprintf(f, "| search tokens | %.0f |\n| KD tokens | %.0f |\n", number(in->search, "search_tokens", NULL),
             (double)c->kd_steps * c->p->batch * c->p->seq_len);

@@ -5,49 +5,97 @@
 #include "autocompress/config_json.h"
 #include "autocompress/cost.h"
 #include "autocompress/eval.h"
+#include "autocompress/log.h"
 #include "autocompress/minitron.h"
 #include "autocompress/model.h"
 #include "autocompress/profile.h"
 #include "autocompress/prune.h"
 #include "autocompress/search.h"
 #include "autocompress/train.h"
+#include "util/fs_util.h"
 #include "util/json_util.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-/* The given tables must fit the parent and the contract; profiling writes new ones. */
+/* The run's tables, refused when they were measured elsewhere (another fingerprint)
+ * unless the user allowed it; a stage on a resumed run checks them again, since the
+ * machine may have changed. */
+static ac_status read_tables(const ac_compress_ctx *c, ac_cost_tables **tables)
+{
+    char differs[1024];
+    ac_status st = ac_cost_tables_read(c->tables, tables);
+    if (st == AC_OK)
+        st = ac_cost_tables_check_machine(*tables, c->tables, &c->contract, c->p->foreign_tables, differs,
+                                          sizeof differs);
+    if (st == AC_OK && differs[0])
+        ac_warn("compress: %s were measured elsewhere, used as --foreign-tables asks: %s", c->tables, differs);
+    if (st != AC_OK) {
+        ac_cost_tables_free(*tables);
+        *tables = NULL;
+    }
+    return st;
+}
+
+/* Given tables must fit the parent and the contract. */
+static ac_status check_given_tables(ac_compress_ctx *c)
+{
+    ac_cost_tables *tables = NULL;
+    ac_arch parent = {0};
+    ac_cost_model *model = NULL;
+    char path[AC_PATH_MAX];
+    ac_status st = read_tables(c, &tables);
+    if (st == AC_OK)
+        st = ac_path_join(path, sizeof path, c->p->model_dir, "config.json");
+    if (st == AC_OK)
+        st = ac_config_json_read(path, &parent);
+    if (st == AC_OK)
+        st = ac_cost_model_create(tables, &parent, &c->contract, &model);
+    ac_cost_model_free(model);
+    ac_arch_free(&parent);
+    ac_cost_tables_free(tables);
+    return st;
+}
+
+static ac_status profile_tables(ac_compress_ctx *c, ac_cost_tables **tables)
+{
+    ac_profile_params pp = ac_profile_default_params();
+    pp.repeats = c->p->profile_repeats;
+    pp.seed = c->p->seed;
+    pp.progress = c->p->progress;
+    ac_profile_report rep;
+    return ac_profile_run(c->p->model_dir, &c->contract, &pp, tables, &rep);
+}
+
+/* Profiles into out_dir/tables.json; with a cache folder, tables profiled here before
+ * for the same parent, space, workload and settings are copied instead, and new ones are
+ * kept there. */
 static ac_status stage_tables(ac_compress_ctx *c)
 {
     const ac_compress_params *p = c->p;
+    if (p->tables_path)
+        return check_given_tables(c);
+    char cached[AC_PATH_MAX] = "";
+    ac_status st = AC_OK;
+    if (p->tables_cache)
+        st = ac_cost_tables_cache_path(p->tables_cache, p->model_dir, &c->contract, p->profile_repeats, p->seed, cached,
+                                       sizeof cached);
     ac_cost_tables *tables = NULL;
-    ac_status st;
-    if (p->tables_path) {
-        st = ac_cost_tables_read(c->tables, &tables);
-        ac_arch parent = {0};
-        char path[AC_PATH_MAX];
-        if (st == AC_OK)
-            st = ac_path_join(path, sizeof path, p->model_dir, "config.json");
-        if (st == AC_OK)
-            st = ac_config_json_read(path, &parent);
-        ac_cost_model *model = NULL;
-        if (st == AC_OK)
-            st = ac_cost_model_create(tables, &parent, &c->contract, &model);
-        ac_cost_model_free(model);
-        ac_arch_free(&parent);
-    } else {
-        ac_profile_params pp = ac_profile_default_params();
-        pp.repeats = p->profile_repeats;
-        pp.seed = p->seed;
-        pp.progress = p->progress;
-        ac_profile_report rep;
-        st = ac_profile_run(p->model_dir, &c->contract, &pp, &tables, &rep);
-        if (st == AC_OK)
-            st = ac_cost_tables_write(tables, c->tables);
+    if (st == AC_OK && cached[0] && ac_path_exists(cached)) {
+        ac_info("compress: reusing the tables profiled here before, %s", cached);
+        st = ac_cost_tables_read(cached, &tables);
+    } else if (st == AC_OK) {
+        st = profile_tables(c, &tables);
+        if (st == AC_OK && cached[0])
+            st = ac_make_dirs(p->tables_cache);
+        if (st == AC_OK && cached[0])
+            st = ac_cost_tables_write(tables, cached);
     }
+    if (st == AC_OK)
+        st = ac_cost_tables_write(tables, c->tables);
     ac_cost_tables_free(tables);
-    return st;
+    return st == AC_OK ? check_given_tables(c) : st;
 }
 
 static ac_adamw_params kd_optim(const ac_compress_params *p)
@@ -110,7 +158,7 @@ static ac_status stage_search(ac_compress_ctx *c)
     ac_compress_path(c, "search", dir, sizeof dir);
     ac_cost_tables *tables = NULL;
     ac_model *parent = NULL;
-    ac_status st = ac_cost_tables_read(c->tables, &tables);
+    ac_status st = read_tables(c, &tables);
     if (st == AC_OK)
         st = ac_model_load(c->p->model_dir, &parent);
     if (st == AC_OK)
@@ -206,7 +254,7 @@ static ac_status stage_measure(ac_compress_ctx *c)
     ac_compress_path(c, "model", model, sizeof model);
     ac_compress_path(c, "measure.json", path, sizeof path);
     ac_cost_tables *tables = NULL;
-    ac_status st = ac_cost_tables_read(c->tables, &tables);
+    ac_status st = read_tables(c, &tables);
     ac_measure_params mp = ac_measure_default_params();
     mp.parent_dir = p->model_dir;
     mp.tables = tables;

@@ -672,7 +672,7 @@ static ac_status profile_init(profile_state *s, const char *model_dir, const ac_
     return AC_OK;
 }
 
-static void fill_info(profile_state *s)
+static ac_status fill_info(profile_state *s)
 {
     const ac_contract *c = s->contract;
     ac_cost_tables_info *info = &s->info;
@@ -685,6 +685,10 @@ static void fill_info(profile_state *s)
     info->repeats = s->R;
     info->runs = s->n_runs;
     info->layers_per_run = s->L;
+    info->has_fingerprint = 1;
+    ac_status st = ac_cost_fingerprint_here(c, &info->fingerprint);
+    info->fingerprint.threads = s->threads;
+    return st;
 }
 
 static ac_status alloc_measure_buffers(profile_state *s)
@@ -762,7 +766,9 @@ static ac_status profile_prepare(profile_state *s)
     const ac_contract *c = s->contract;
     ac_status st = plan_runs(&s->parent, &c->search, s->L, s->params->balanced, &s->runs, &s->n_runs);
     s->threads = ac_cpu_threads_for(c->hardware.threads, &s->clamped);
-    fill_info(s);
+    ac_status info_st = fill_info(s);
+    if (st == AC_OK)
+        st = info_st;
     if (st == AC_OK)
         st = ac_cost_tables_create(&s->info, &s->tables);
     if (st == AC_OK)

@@ -183,6 +183,18 @@ static cJSON *row_json(const ac_cost_row *r)
     return o;
 }
 
+static int fingerprint_json(cJSON *o, const ac_cost_fingerprint *f)
+{
+    cJSON *fp = cJSON_AddObjectToObject(o, "fingerprint");
+    return fp && cJSON_AddStringToObject(fp, "version", f->version) && cJSON_AddStringToObject(fp, "device", f->device) &&
+           cJSON_AddStringToObject(fp, "cpu_model", f->cpu_model) && cJSON_AddStringToObject(fp, "cpu_isa", f->cpu_isa) &&
+           cJSON_AddStringToObject(fp, "blas_core", f->blas_core) && add_number(fp, "threads", f->threads) &&
+           cJSON_AddStringToObject(fp, "weights", ac_weights_dtype_name(f->weights)) &&
+           cJSON_AddStringToObject(fp, "gpu_name", f->gpu_name) && add_number(fp, "gpu_memory_bytes", f->gpu_memory_bytes) &&
+           cJSON_AddStringToObject(fp, "gpu_driver", f->gpu_driver) &&
+           cJSON_AddStringToObject(fp, "gpu_capability", f->gpu_capability);
+}
+
 static cJSON *tables_json(const ac_cost_tables *t)
 {
     const ac_cost_tables_info *in = &t->info;
@@ -190,6 +202,8 @@ static cJSON *tables_json(const ac_cost_tables *t)
     int ok = o && cJSON_AddStringToObject(o, "format", TABLES_FORMAT) && add_number(o, "version", TABLES_VERSION) &&
              cJSON_AddStringToObject(o, "contract", in->contract) && cJSON_AddStringToObject(o, "device", in->device) &&
              cJSON_AddStringToObject(o, "weights", ac_weights_dtype_name(in->weights));
+    if (ok && in->has_fingerprint)
+        ok = fingerprint_json(o, &in->fingerprint);
     cJSON *w = ok ? cJSON_AddObjectToObject(o, "workload") : NULL;
     ok = w && add_number(w, "batch", in->workload.batch) && add_number(w, "cached_tokens", (double)in->workload.cached_tokens) &&
          add_number(w, "input_tokens", (double)in->workload.input_tokens) &&
@@ -292,6 +306,25 @@ static void copy_string(reader *r, const cJSON *o, const char *key, char *dst, s
     snprintf(dst, size, "%s", v->valuestring);
 }
 
+static void read_fingerprint(reader *r, const cJSON *o, ac_cost_fingerprint *f)
+{
+    copy_string(r, o, "version", f->version, sizeof f->version);
+    copy_string(r, o, "device", f->device, sizeof f->device);
+    copy_string(r, o, "cpu_model", f->cpu_model, sizeof f->cpu_model);
+    copy_string(r, o, "cpu_isa", f->cpu_isa, sizeof f->cpu_isa);
+    copy_string(r, o, "blas_core", f->blas_core, sizeof f->blas_core);
+    f->threads = get_int(r, o, "threads", "fingerprint", 1);
+    char weights[8] = "";
+    copy_string(r, o, "weights", weights, sizeof weights);
+    if (r->st == AC_OK && ac_weights_dtype_parse("weights", weights, &f->weights) != AC_OK)
+        r->st = ac_fail(AC_ERR_INVALID, "%s: fingerprint.weights must be \"f32\" or \"bf16\", got \"%s\"", r->path,
+                        weights);
+    copy_string(r, o, "gpu_name", f->gpu_name, sizeof f->gpu_name);
+    f->gpu_memory_bytes = get_number(r, o, "gpu_memory_bytes", "fingerprint");
+    copy_string(r, o, "gpu_driver", f->gpu_driver, sizeof f->gpu_driver);
+    copy_string(r, o, "gpu_capability", f->gpu_capability, sizeof f->gpu_capability);
+}
+
 static void read_row(reader *r, const cJSON *o, int index, ac_cost_tables *t)
 {
     char where[32];
@@ -381,6 +414,10 @@ static void read_tables(reader *r, const cJSON *o, ac_cost_tables *t)
         copy_string(r, o, "weights", weights, sizeof weights);
         if (r->st == AC_OK && ac_weights_dtype_parse("weights", weights, &in->weights) != AC_OK)
             r->st = ac_fail(AC_ERR_INVALID, "%s: weights must be \"f32\" or \"bf16\", got \"%s\"", r->path, weights);
+    }
+    if (cJSON_GetObjectItemCaseSensitive(o, "fingerprint")) {
+        in->has_fingerprint = 1;
+        read_fingerprint(r, get_object(r, o, "fingerprint", ""), &in->fingerprint);
     }
     const cJSON *w = get_object(r, o, "workload", "");
     in->workload.batch = get_int(r, w, "batch", "workload", 1);

@@ -7,6 +7,7 @@
 #include <cblas.h>
 #include <errno.h>
 #include <omp.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -56,6 +57,63 @@ unsigned ac_cpu_features(void)
 }
 
 const char *ac_cpu_blas_core(void) { return openblas_get_corename(); }
+
+/* The value of the first /proc/cpuinfo line whose key is `key`, into dst; 0 when none. */
+static int cpuinfo_value(const char *key, char *dst, size_t cap)
+{
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (!f)
+        return 0;
+    char line[4096];
+    int found = 0;
+    size_t n = strlen(key);
+    while (!found && fgets(line, sizeof line, f)) {
+        const char *colon = strchr(line, ':');
+        if (!colon || strncmp(line, key, n) || strspn(line + n, " \t") != (size_t)(colon - line - (ptrdiff_t)n))
+            continue;
+        const char *v = colon + 1 + strspn(colon + 1, " \t");
+        snprintf(dst, cap, "%.*s", (int)strcspn(v, "\n"), v);
+        found = 1;
+    }
+    fclose(f);
+    return found;
+}
+
+void ac_cpu_model_name(char *dst, size_t cap)
+{
+    if (!cpuinfo_value("model name", dst, cap))
+        snprintf(dst, cap, "unknown");
+}
+
+/* The features that decide which kernels run (ours, OpenBLAS's, libgomp's), in the
+ * spelling of the kernel's cpuinfo flags. */
+static const char *const isa_features[] = {"sse4_2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl",
+                                           "avx512_vnni", "avx512_bf16", "avx512_fp16", "amx_tile", "amx_bf16",
+                                           "amx_int8", "asimd", "sve", "sve2"};
+
+static int has_flag(const char *flags, const char *name)
+{
+    size_t n = strlen(name);
+    for (const char *p = strstr(flags, name); p; p = strstr(p + 1, name))
+        if ((p == flags || p[-1] == ' ') && (p[n] == ' ' || p[n] == '\0'))
+            return 1;
+    return 0;
+}
+
+void ac_cpu_isa(char *dst, size_t cap)
+{
+    char flags[4096];
+    if (cap)
+        dst[0] = '\0';
+    if (!cpuinfo_value("flags", flags, sizeof flags) && !cpuinfo_value("Features", flags, sizeof flags))
+        return;
+    size_t used = 0;
+    for (size_t i = 0; i < sizeof isa_features / sizeof isa_features[0]; i++)
+        if (has_flag(flags, isa_features[i]) && used < cap) {
+            int w = snprintf(dst + used, cap - used, "%s%s", used ? " " : "", isa_features[i]);
+            used += w > 0 ? (size_t)w : 0;
+        }
+}
 
 void ac_cpu_blas_restart_if_legacy(char **argv)
 {

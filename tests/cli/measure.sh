@@ -15,7 +15,7 @@ contract="$src/examples/contracts/cpu-latency.cfg"
 
 "$ac" prune --model "$parent" --arch "$search/arch.json" --ordered --out "$tmp/child" >/dev/null
 set +e
-"$ac" measure --model "$tmp/child" --contract "$contract" --parent "$parent" --tables "$search/tables.json" \
+"$ac" measure --model "$tmp/child" --contract "$contract" --parent "$parent" --tables "$search/tables.json" --foreign-tables \
   --sweeps 1 --requests 2 --progress off --json >"$tmp/m.json"
 rc=$?
 set -e
@@ -26,7 +26,7 @@ grep -qa __asan_init "$ac" && sanitized=1
 # the parent's memory as the cost model predicts it now (search.json holds the prediction
 # of the memory plan at the time of the search, which moves when the runtime's buffers do)
 "$ac" costmodel predict --model "$parent" --arch "$parent/config.json" --contract "$contract" \
-  --tables "$search/tables.json" >"$tmp/parent.txt"
+  --tables "$search/tables.json" --foreign-tables >"$tmp/parent.txt" 2>/dev/null
 python3 - "$tmp/m.json" "$search/search.json" "$rc" "$sanitized" "$tmp/parent.txt" <<'EOF'
 import json, re, sys
 m = json.load(open(sys.argv[1]))

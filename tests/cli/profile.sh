@@ -57,6 +57,30 @@ fi
 grep -q "^latency .* ms" "$tmp/pred" || fail "no predicted latency: $(cat "$tmp/pred")"
 grep -q "eps" "$tmp/pred" || fail "no memory breakdown"
 
+# the tables carry what measured them: this CPU (as /proc/cpuinfo names it) and 1 thread;
+# another machine's tables (here: the same with another CPU name and 3 threads) are
+# refused naming both fields, and used with --foreign-tables and a warning naming them
+cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)
+python3 - "$tmp/tables.json" "$cpu" "$tmp/foreign.json" <<'PY' || fail "the tables' fingerprint"
+import json, sys
+t = json.load(open(sys.argv[1]))
+fp = t["fingerprint"]
+assert fp["cpu_model"] == (sys.argv[2] or "unknown"), fp
+assert fp["threads"] == 1 and fp["device"] == "cpu" and fp["weights"] == "f32", fp
+fp["cpu_model"], fp["threads"] = "Another CPU", 3
+json.dump(t, open(sys.argv[3], "w"))
+PY
+set +e
+"$ac" costmodel predict --model "$model" --contract "$tmp/tiny.cfg" --tables "$tmp/foreign.json" \
+  --arch "$model/config.json" >/dev/null 2>"$tmp/err"; rc=$?
+set -e
+[ $rc -ne 0 ] && grep -q 'cpu_model: tables "Another CPU"' "$tmp/err" && grep -q "threads: tables 3, here 1" "$tmp/err" ||
+  fail "foreign tables: rc $rc, $(cat "$tmp/err")"
+"$ac" costmodel predict --model "$model" --contract "$tmp/tiny.cfg" --tables "$tmp/foreign.json" --foreign-tables \
+  --arch "$model/config.json" >"$tmp/pred2" 2>"$tmp/err" || fail "--foreign-tables exited $?"
+grep -q "warning: .*threads: tables 3, here 1" "$tmp/err" || fail "no warning naming the fields: $(cat "$tmp/err")"
+cmp -s "$tmp/pred" "$tmp/pred2" || fail "the foreign tables predicted otherwise"
+
 set +e
 "$ac" profile --model "$model" --contract "$tmp/tiny.cfg" 2>"$tmp/err"; rc=$?
 [ $rc -eq 2 ] && grep -q -- "--out" "$tmp/err" || fail "missing --out: rc $rc, $(cat "$tmp/err")"

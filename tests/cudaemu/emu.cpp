@@ -10,7 +10,9 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/mman.h>
+#include <unistd.h>
 #if !defined(__x86_64__)
 #include <ucontext.h>
 #endif
@@ -72,6 +74,24 @@ cudaError_t cudaGetDeviceCount(int *count)
 cudaError_t cudaGetDevice(int *device)
 {
     *device = 0;
+    return cudaSuccess;
+}
+
+/* An emulated device: the host's memory stands for its own. */
+cudaError_t cudaGetDeviceProperties(cudaDeviceProp *prop, int device)
+{
+    if (device != 0)
+        return cudaErrorInvalidValue;
+    memset(prop, 0, sizeof *prop);
+    snprintf(prop->name, sizeof prop->name, "cudaemu");
+    prop->totalGlobalMem = (size_t)sysconf(_SC_PHYS_PAGES) * (size_t)sysconf(_SC_PAGESIZE);
+    prop->major = 9;
+    return cudaSuccess;
+}
+
+cudaError_t cudaDriverGetVersion(int *version)
+{
+    *version = 12000;
     return cudaSuccess;
 }
 

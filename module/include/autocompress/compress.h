@@ -40,6 +40,11 @@ typedef struct {
     const char *data_dir;       /* train.bin (search, KD), val.bin (eval) */
     const char *out_dir;
     const char *tables_path;    /* NULL: profile into out_dir/tables.json */
+    const char *tables_cache;   /* with no tables_path: a folder of tables profiled here
+                                   (ac_cost_tables_cache_path), reused when one fits and
+                                   filled when none does; NULL: none */
+    int foreign_tables;         /* 1: tables measured elsewhere (another fingerprint) are
+                                   used, with a warning and a line in the report */
     ac_compress_method method;
     int64_t search_tokens;      /* 0: the contract's budgets.search_tokens */
     int64_t kd_tokens;          /* 0: the contract's budgets.kd_tokens */

@@ -100,6 +100,28 @@ typedef struct {
 
 typedef struct ac_cost_tables ac_cost_tables;
 
+/* What measured a set of cost tables, or what would measure them here: the fields that
+ * change the times and the memory of the same model. Strings are "" where they do not
+ * apply (the GPU's on a CPU contract). */
+typedef struct {
+    char version[32];        /* the autocompress version that measured */
+    char device[16];         /* the contract's device kind: "cpu", "cuda" */
+    char cpu_model[96];      /* /proc/cpuinfo's model name */
+    char cpu_isa[160];       /* the kernel-choosing ISA features (ac_cpu_isa) */
+    char blas_core[32];      /* the OpenBLAS kernel set */
+    int threads;             /* host threads the runs used */
+    ac_dtype weights;        /* the served weights */
+    char gpu_name[96];       /* CUDA: the device's name, memory, driver and capability */
+    double gpu_memory_bytes;
+    char gpu_driver[16];
+    char gpu_capability[8];
+} ac_cost_fingerprint;
+
+/* The fingerprint of this machine serving `contract`: its CPU, the threads the contract
+ * gets here, and on a CUDA contract the device it computes on (gpu_name "no GPU" where
+ * there is none). */
+ac_status ac_cost_fingerprint_here(const ac_contract *contract, ac_cost_fingerprint *fp);
+
 /* Metadata of the measurement the tables come from. */
 typedef struct {
     char contract[AC_CONTRACT_NAME_MAX];
@@ -118,6 +140,8 @@ typedef struct {
                                (log-log, within runs): the exponent of the correction */
     double eps_bytes;     /* memory residual: median over all runs */
     double eps_spread_bytes;
+    int has_fingerprint;  /* 0: tables written before fingerprints */
+    ac_cost_fingerprint fingerprint;
 } ac_cost_tables_info;
 
 ac_status ac_cost_tables_create(const ac_cost_tables_info *info, ac_cost_tables **tables);
@@ -136,6 +160,24 @@ const ac_memory_point *ac_cost_tables_memory(const ac_cost_tables *tables, size_
 /* JSON, written through PATH.tmp and a rename. Reading names the file and field on error. */
 ac_status ac_cost_tables_write(const ac_cost_tables *tables, const char *path);
 ac_status ac_cost_tables_read(const char *path, ac_cost_tables **tables);
+
+/* Whether `tables` were measured here for `contract`: their fingerprint against the
+ * contract's device, threads and weights and against this machine
+ * (ac_cost_fingerprint_here). Every field that differs goes into `differs` (cap bytes;
+ * "" when none) as "FIELD: tables X, here Y", separated by "; ". When some differ and
+ * `allow_foreign` is 0 this fails with AC_ERR_INVALID naming `tables_path` and each
+ * field; with `allow_foreign` it returns AC_OK and the caller warns and reports. Tables
+ * without a fingerprint differ in "fingerprint". */
+ac_status ac_cost_tables_check_machine(const ac_cost_tables *tables, const char *tables_path,
+                                       const ac_contract *contract, int allow_foreign, char *differs, size_t cap);
+
+/* Where a folder of cached tables keeps those profiled here for `contract` and the parent
+ * in `model_dir` (config.json, and model.safetensors when it has weights) with `repeats`
+ * sweeps and `seed`: DIR/NAME-KEY.json, KEY a hash of this machine's fingerprint, the
+ * contract's hardware, workload and search space, the parent's files, the repeats and
+ * the seed. Anything else that changes gives another path. */
+ac_status ac_cost_tables_cache_path(const char *dir, const char *model_dir, const ac_contract *contract, int repeats,
+                                    uint64_t seed, char *path, size_t cap);
 
 /* A row's time over the workload: prefill plus every decode step on its line (us). */
 double ac_cost_row_workload_us(const ac_cost_row *row, const ac_contract_workload *w);

@@ -36,6 +36,12 @@ const char *ac_cpu_blas_core_choice(const char *detected, unsigned features);
 /* The kernel set OpenBLAS runs ("Cooperlake", "Haswell", ...). */
 const char *ac_cpu_blas_core(void);
 
+/* The CPU's model name as /proc/cpuinfo gives it, and the instruction-set features that
+ * choose kernels (those of a fixed list the CPU has, space-separated: "avx2 fma avx512f
+ * ... amx_tile"), into dst (cap bytes); "unknown" / "" when /proc/cpuinfo says nothing. */
+void ac_cpu_model_name(char *dst, size_t cap);
+void ac_cpu_isa(char *dst, size_t cap);
+
 /* Process memory from /proc/self/status: VmRSS and VmHWM (peak) in bytes; 0 when unknown. */
 size_t ac_cpu_resident_bytes(void);
 size_t ac_cpu_peak_resident_bytes(void);

@@ -58,6 +58,13 @@ typedef struct ac_emu_stream *cudaStream_t;
 
 cudaError_t cudaGetDeviceCount(int *count);
 cudaError_t cudaGetDevice(int *device);
+struct cudaDeviceProp {
+    char name[256];
+    size_t totalGlobalMem;
+    int major, minor;
+};
+cudaError_t cudaGetDeviceProperties(cudaDeviceProp *prop, int device);
+cudaError_t cudaDriverGetVersion(int *version);
 cudaError_t cudaMalloc(void **p, size_t bytes);
 /* the runtime's typed overload */
 template <typename T> static inline cudaError_t cudaMalloc(T **p, size_t bytes)
