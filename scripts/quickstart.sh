@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # The quickstart: builds everything (through setup.sh), then runs the whole pipeline,
 # `autocompress compress`, on the built-in CPU engine with the small prose parent: the
-# cpu-latency contract's architecture searched with the committed cost tables, pruned,
-# distilled, measured and evaluated, on a tiny token budget (about a minute here; the
-# contract's own budgets take hours). It ends by printing the report.
+# quickstart contract (cpu-latency over a smaller search space) profiled on this machine,
+# its architecture searched, pruned, distilled, measured and evaluated, on a tiny token
+# budget (the contract's own budgets take hours). The cost tables are kept in
+# build/tables-cache, keyed by this machine's fingerprint, the parent and the space, so a
+# rerun (or another --out) reuses them. It ends by printing the report.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 "$root/scripts/setup.sh"
@@ -20,8 +22,8 @@ echo "== token shards (Debian's fortunes, the parent's training corpus)"
   --format fortune --progress off "$root/build/corpus/prose.txt"
 echo "== compress (a rerun resumes in $out/run; remove it to start over)"
 set +e
-"$ac" compress --model "$root/examples/parent/prose" --contract "$root/examples/contracts/cpu-latency.cfg" \
-  --data "$out/data" --tables "$root/examples/search/cpu-latency/tables.json" --search-tokens 30000 \
+"$ac" compress --model "$root/examples/parent/prose" --contract "$root/examples/contracts/quickstart.cfg" \
+  --data "$out/data" --tables-cache "$root/build/tables-cache" --profile-repeats 2 --search-tokens 30000 \
   --kd-tokens 40960 --measure-sweeps 2 --eval-batches 4 --out "$out/run"
 rc=$?
 set -e

@@ -15,9 +15,9 @@
 # alone, about 100 minutes for the whole table): search tokens S for AutoCompress, 2 S
 # for Minitron++'s four short KDs (the paper's baseline spent 2-3x AutoCompress's search
 # tokens), KD tokens D for both. The
-# cost tables are the committed prose-parent profiles (examples/search/*/tables.json); the
-# code parent has the same architecture, so it reuses the latency tables (its reference
-# request, timed against its own weights, corrects for the machine's speed).
+# cost tables are profiled on this machine by the first run of each (parent, contract)
+# and kept in RUNS_DIR/tables-cache, keyed by the machine's fingerprint, the parent and
+# the contract's space, so both methods use the same tables.
 #
 # AC_REMEASURE=1 measures (and evaluates and reports) every finished run again
 # (compress --from measure), for when other jobs shared the machine during a measurement.
@@ -52,7 +52,7 @@ for pc in "${contracts[@]}"; do
     [ "${AC_REMEASURE:-0}" = 1 ] && [ -f "$out/report.json" ] && from=(--from measure)
     set +e
     "$ac" compress "${from[@]}" --model "$root/examples/parent/$parent" --contract "$root/examples/contracts/$contract.cfg" \
-      --data "$runs/data-$parent" --tables "$root/examples/search/$contract/tables.json" --method "$method" \
+      --data "$runs/data-$parent" --tables-cache "$runs/tables-cache" --method "$method" \
       --search-tokens "$search_tokens" --kd-tokens "$kd_tokens" --progress off --out "$out" 2>"$out.log"
     rc=$?
     set -e
