@@ -29,11 +29,29 @@ typedef struct {
     CLI_REQUIRED("tables", &(in)->tables_path, "FILE", "cost tables from autocompress profile"), \
     CLI_FOREIGN_TABLES(&(in)->foreign_tables)
 
+enum { MAX_GIVEN_ARCHS = 64 };
+
+/* --arch of validate, which may be given more than once. */
+typedef struct {
+    const char *paths[MAX_GIVEN_ARCHS];
+    int n;
+} given_archs;
+
 typedef struct {
     costmodel_inputs in;
     const char *plot, *samples;
+    given_archs given;
     ac_validate_params p;
 } validate_args;
+
+static ac_status add_arch(const char *value, void *dst)
+{
+    given_archs *g = dst;
+    if (g->n == MAX_GIVEN_ARCHS)
+        return ac_fail(AC_ERR_INVALID, "--arch: at most %d architectures", MAX_GIVEN_ARCHS);
+    g->paths[g->n++] = value;
+    return AC_OK;
+}
 
 typedef struct {
     costmodel_inputs in;
@@ -45,7 +63,10 @@ static int parse_validate_args(int argc, char **argv, validate_args *a)
     ac_validate_params *p = &a->p;
     const cli_opt opts[] = {
         COSTMODEL_INPUT_OPTS(&a->in),
-        CLI_NUMBER("n", CLI_INT, &p->n, "N", "held-out architectures", 1, 100000),
+        CLI_NUMBER("n", CLI_INT, &p->n, "N", "held-out architectures drawn from the space", 0, 100000),
+        CLI_CUSTOM("arch", &a->given, "FILE",
+                   "a held-out architecture to measure too, e.g. a search's pick (config.json or arch.json; "
+                   "repeatable; scored apart as well)", add_arch),
         CLI_NUMBER("repeats", CLI_INT, &p->repeats, "R", "sweeps: each architecture measured once per sweep", 1, 64),
         CLI_NUMBER("requests", CLI_INT, &p->requests, "K", "timed requests per measurement (0: as many as fit in 0.3 s)",
                    0, AC_MAX_REQUESTS),
@@ -57,8 +78,9 @@ static int parse_validate_args(int argc, char **argv, validate_args *a)
                    cli_parse_progress),
     };
     const cli_spec spec = {"costmodel validate", NULL,
-                           "Draws N architectures from the contract's search space, slices each from the\n"
-                           "parent, measures it end to end on this machine and prints its measured latency\n"
+                           "Draws N architectures from the contract's search space (after every --arch,\n"
+                           "such as a search's pick), slices each from the parent, measures it end to end\n"
+                           "on this machine and prints its measured latency\n"
                            "(or throughput) and memory beside the cost model's prediction from the tables,\n"
                            "then the mean and max errors (MAPE).\n"
                            "Exit status: 0 on success, 1 when a measurement, the plot or the samples fail,\n"
@@ -202,6 +224,10 @@ static int validate(const validate_args *a)
                r.latency_norm_mape, r.latency_norm_max_ape, r.throughput_norm_mape, r.throughput_norm_max_ape);
     printf("memory MAPE %.2f%% (max %.2f%%); conventional W+C+P MAPE %.2f%%\n", r.memory_mape, r.memory_max_ape,
            r.conventional_memory_mape);
+    if (r.n_given > 0)
+        printf("given architectures (0-%d): latency MAPE %.2f%%, speed-normalised %.2f%% (max %.2f%%); memory MAPE "
+               "%.2f%% (max %.2f%%)\n", r.n_given - 1, r.given_latency_mape, r.given_latency_norm_mape,
+               r.given_latency_norm_max_ape, r.given_memory_mape, r.given_memory_max_ape);
     if (r.retried)
         printf("%d requests run again: another process had taken a core\n", r.retried);
     if (r.normalised)
@@ -240,6 +266,8 @@ static int costmodel_validate(int argc, char **argv)
     int rc = parse_validate_args(argc, argv, &a);
     if (rc != CLI_PARSED)
         return rc;
+    a.p.archs = a.given.paths;
+    a.p.n_archs = a.given.n;
     rc = load_inputs("validate", &a.in);
     if (!rc)
         rc = validate(&a);

@@ -1,6 +1,7 @@
 /* Validation of the cost model against end-to-end measurement of held-out architectures
  * sampled from the search space, and the predicted-vs-measured plot. */
 #include "autocompress/clock.h"
+#include "autocompress/config_json.h"
 #include "autocompress/profile.h"
 #include "cost/cost_internal.h"
 #include "blocks/block.h"
@@ -165,8 +166,9 @@ static ac_status validate_init(validate_state *s, const char *model_dir, const a
                                const ac_validate_params *params, ac_validate_report *report)
 {
     *s = (validate_state){.model_dir = model_dir, .contract = contract, .params = params, .report = report};
-    if (params->n < 1)
-        return ac_fail(AC_ERR_INVALID, "validate: --n must be at least 1, got %d", params->n);
+    if (params->n < 0 || params->n_archs < 0 || params->n + params->n_archs < 1)
+        return ac_fail(AC_ERR_INVALID, "validate: nothing to validate (--n %d and %d given architectures)", params->n,
+                       params->n_archs);
     if (params->repeats < 1)
         return ac_fail(AC_ERR_INVALID, "validate: --repeats must be at least 1, got %d", params->repeats);
     if (params->requests < 0 || params->requests > AC_MAX_REQUESTS)
@@ -202,14 +204,15 @@ static ac_status validate_prepare(validate_state *s, const ac_cost_tables *table
     ac_status st = ac_cost_model_create(tables, &s->parent, s->contract, &s->model);
     int n_axes = s->model ? ac_cost_model_axis_count(s->model) : 0;
     s->choice = malloc((size_t)(n_axes + 1) * sizeof *s->choice);
-    s->report->entries = calloc((size_t)p->n, sizeof *s->report->entries);
+    s->report->entries = calloc((size_t)(p->n + p->n_archs), sizeof *s->report->entries);
     if (st == AC_OK && (!s->choice || !s->report->entries))
         st = ac_fail(AC_ERR_NOMEM, "validate: out of memory");
     if (st == AC_OK)
-        st = ac_progress_init(&s->progress, "validate", (double)p->n * p->repeats, "measurements", p->progress,
+        st = ac_progress_init(&s->progress, "validate", (double)(p->n + p->n_archs) * p->repeats, "measurements",
+                              p->progress,
                               p->progress_stream ? p->progress_stream : stderr);
     s->rng = p->seed;
-    s->n = p->n;
+    s->n = p->n + p->n_archs;
     s->R = p->repeats;
     s->K = p->requests > 0 ? p->requests : AC_MAX_REQUESTS;
     s->S = s->R * s->K;
@@ -242,11 +245,34 @@ static ac_status draw_arch(validate_state *s, int i)
     return st;
 }
 
+/* Given architecture i read, mapped onto the search space (its parent layers as the
+ * space's choice gives them), predicted and described. */
+static ac_status given_arch(validate_state *s, int i)
+{
+    const char *path = s->params->archs[i];
+    ac_validate_entry *e = &s->report->entries[i];
+    ac_arch read = {0};
+    ac_status st = ac_config_json_read(path, &read);
+    if (st == AC_OK)
+        st = ac_cost_arch_choice(s->model, &read, s->choice);
+    if (st == AC_OK)
+        st = ac_cost_choice_arch(s->model, s->choice, &s->archs[i], s->maps + (size_t)i * s->parent.n_layers);
+    if (st == AC_OK)
+        st = ac_cost_predict(s->model, s->choice, &e->predicted);
+    ac_arch_free(&read);
+    if (st != AC_OK)
+        return ac_fail_context(st, "validate: --arch %d", i + 1);
+    describe(&s->archs[i], e->description, sizeof e->description);
+    e->params = (double)ac_arch_param_counts(&s->archs[i]).total;
+    e->given = 1;
+    return AC_OK;
+}
+
 static ac_status draw_archs(validate_state *s)
 {
     ac_status st = AC_OK;
     for (int i = 0; st == AC_OK && i < s->n; i++)
-        st = draw_arch(s, i);
+        st = i < s->params->n_archs ? given_arch(s, i) : draw_arch(s, i);
     return st;
 }
 
@@ -385,6 +411,14 @@ static void score_entry(ac_validate_report *r, const ac_validate_entry *e)
         r->latency_norm_max_ape = nl > r->latency_norm_max_ape ? nl : r->latency_norm_max_ape;
         r->throughput_norm_max_ape = nt > r->throughput_norm_max_ape ? nt : r->throughput_norm_max_ape;
     }
+    if (e->given) {
+        double nl = r->normalised ? ape(e->predicted.latency_ms, e->latency_norm_ms) : el;
+        r->given_latency_mape += el / r->n_given;
+        r->given_latency_norm_mape += nl / r->n_given;
+        r->given_latency_norm_max_ape = nl > r->given_latency_norm_max_ape ? nl : r->given_latency_norm_max_ape;
+        r->given_memory_mape += em / r->n_given;
+        r->given_memory_max_ape = em > r->given_memory_max_ape ? em : r->given_memory_max_ape;
+    }
 }
 
 ac_status ac_cost_validate(const char *model_dir, const ac_contract *contract, const ac_cost_tables *tables,
@@ -407,6 +441,7 @@ ac_status ac_cost_validate(const char *model_dir, const ac_contract *contract, c
     if (st == AC_OK)
         summarise(&s);
     release_samples(&s);
+    report->n_given = params->n_archs;
     for (int i = 0; st == AC_OK && i < report->n; i++)
         score_entry(report, &report->entries[i]);
     report->seconds = 1e-9 * (double)(ac_monotonic_ns() - s.t0);

@@ -49,8 +49,10 @@ json.dump(t, open(sys.argv[3], "w"))
 PY
 
 validate() { # validate TABLES: prints "LATENCY_MAPE MEMORY_MAPE" (percent)
+  # held out: 8 drawn architectures and one given (the parent itself, as a search's pick is given)
   "$ac" costmodel validate --model "$model" --contract "$tmp/tiny.cfg" --tables "$1" --n 8 --repeats 3 --seed 7 \
-    --progress off >"$tmp/out" || fail "validate exited $? on $1"
+    --arch "$model/config.json" --progress off >"$tmp/out" || fail "validate exited $? on $1"
+  grep -q "^given architectures (0-0): latency MAPE" "$tmp/out" || fail "the given architecture is not scored apart"
   local lat mem
   lat=$(sed -nE 's/^speed-normalised: latency MAPE ([0-9.]+)%.*/\1/p' "$tmp/out")
   mem=$(sed -nE 's/^memory MAPE ([0-9.]+)%.*/\1/p' "$tmp/out")

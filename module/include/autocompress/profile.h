@@ -104,7 +104,11 @@ ac_status ac_profile_run(const char *model_dir, const ac_contract *contract, con
 /* ---- validation ---- */
 
 typedef struct {
-    int n;                  /* held-out architectures (default 20) */
+    int n;                  /* held-out architectures drawn (default 20) */
+    const char *const *archs; /* more held-out architectures, given (the picks of a search or
+                                 of Minitron++: config.json or arch.json files), measured
+                                 before the drawn ones and scored apart too; may be NULL */
+    int n_archs;
     int repeats;            /* sweeps: each architecture measured once per sweep (default 10) */
     int requests;           /* timed requests per measurement; 0: auto (above) */
     int no_reference;       /* 1: no reference requests (only raw times) */
@@ -117,6 +121,7 @@ ac_validate_params ac_validate_default_params(void);
 
 typedef struct {
     char description[160];  /* hidden size and per-layer configuration */
+    int given;              /* one of params->archs (else drawn) */
     double params;          /* parameter count */
     ac_cost_prediction predicted;
     double latency_ms;      /* measured: median of the timed requests */
@@ -149,6 +154,9 @@ typedef struct {
     double throughput_norm_mape, throughput_norm_max_ape;
     double memory_mape, memory_max_ape;
     double conventional_memory_mape;            /* W + C + P against the measurement */
+    int n_given;                                /* the given architectures' errors apart */
+    double given_latency_mape, given_latency_norm_mape, given_latency_norm_max_ape;
+    double given_memory_mape, given_memory_max_ape;
     double reference_slope;      /* how the measured times move with the reference here
                                     (log-log, within architectures): the correction's exponent */
     double reference_noise_pct;  /* the parent's reference request: 1.4826 MAD over median,
