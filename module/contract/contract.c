@@ -3,9 +3,9 @@
  * where LINE is that of the offending setting, list element, or (for a missing entry)
  * the enclosing group. */
 #include "autocompress/contract.h"
+#include "autocompress/model.h"
 
 #include "contract/contract_internal.h"
-#include "kernels/kernels.h"
 #include "util/cfg.h"
 
 #include <errno.h>
@@ -604,10 +604,10 @@ ac_status ac_contract_compute_device(const ac_contract *contract, const char **d
                        "device; make that one cuda:0 with CUDA_VISIBLE_DEVICES=%d", contract->name, hw->device,
                        hw->index);
     /* asked here, before any stage's work, rather than when the first model moves there */
-    char why[256];
-    if (!ac_backend_select("cuda", why, sizeof why))
-        return ac_fail(AC_ERR_UNSUPPORTED, "contract %s: hardware.device = \"%s\" cannot be measured here: %s",
-                       contract->name, hw->device, why);
+    ac_status st = ac_device_check("cuda");
+    if (st != AC_OK)
+        return ac_fail_context(st, "contract %s: hardware.device = \"%s\" cannot be measured here", contract->name,
+                               hw->device);
     *device = "cuda";
     return AC_OK;
 }
