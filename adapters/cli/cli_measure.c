@@ -73,6 +73,9 @@ static void print_report(const ac_measure_report *r)
     const ac_contract_workload *w = &r->workload;
     printf("contract %s: batch %d, cached %lld, input %lld, output %lld tokens, %d threads\n", r->contract, w->batch,
            (long long)w->cached_tokens, (long long)w->input_tokens, (long long)w->output_tokens, r->threads);
+    if (r->data_parallel > 1)
+        printf("data_parallel %d: one replica measured on one device; its throughput and memory are per device, "
+               "the %d replicas serve %d x the throughput\n", r->data_parallel, r->data_parallel, r->data_parallel);
     printf("%.0f parameters; %d timed requests (%d run again), %.1f s\n", r->parameters, r->samples, r->retried,
            r->seconds);
     printf("%-12s %12s", "", "measured");

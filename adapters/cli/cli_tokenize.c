@@ -127,6 +127,9 @@ int cli_tokenize(int argc, char **argv)
                            "  files    each input file\n"
                            "A document goes to validation when FNV-1a-64(its text) % 100 < val-percent.\n"
                            "Writes DIR/train.bin and DIR/val.bin (ACTOKENS shards) and DIR/manifest.json.\n"
+                           "Warns when an input yields exactly one document with --format fortune or lines\n"
+                           "(is the format right?) and when train or val ends up empty though its share\n"
+                           "is above 0.\n"
                            "Exit status: 0 on success, 1 when an input, a list or the tokenizer cannot be\n"
                            "read or the output written, 2 on a usage error.",
                            opts, CLI_COUNT(opts), 0, -1};

@@ -10,6 +10,7 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 /* ---- errors: the first failure since the last take_error ---- */
 
@@ -57,14 +58,19 @@ static const char *cuda_take_error(void)
 static pthread_once_t probe_once = PTHREAD_ONCE_INIT;
 static char no_device[256];
 
+/* On a machine without a GPU the runtime finds no driver and reports "CUDA driver version
+ * is insufficient for CUDA runtime version", which sends the user after a driver update;
+ * without the NVIDIA kernel driver (/proc/driver/nvidia) there is no GPU to update it for. */
 static void probe_devices(void)
 {
     int count = 0;
     cudaError_t err = cudaGetDeviceCount(&count);
-    if (err != cudaSuccess)
+    if (err == cudaErrorNoDevice || (err == cudaSuccess && count == 0))
+        snprintf(no_device, sizeof no_device, "no CUDA device: no GPU (the driver sees none)");
+    else if (err == cudaErrorInsufficientDriver && access("/proc/driver/nvidia/version", F_OK) != 0)
+        snprintf(no_device, sizeof no_device, "no CUDA device: no GPU (no NVIDIA driver is loaded)");
+    else if (err != cudaSuccess)
         snprintf(no_device, sizeof no_device, "no CUDA device: %s", cudaGetErrorString(err));
-    else if (count == 0)
-        snprintf(no_device, sizeof no_device, "no CUDA device: the driver sees none");
 }
 
 static const char *cuda_unavailable(void)

@@ -228,6 +228,9 @@ ac_status ac_compress_run(const ac_compress_params *p, ac_compress_report *repor
         st = ac_contract_parse_string(text, p->contract_path, &c.contract);
     uint64_t hash = text ? text_hash(text, len) : 0;
     free(text);
+    const char *device;
+    if (st == AC_OK) /* a contract this machine cannot serve fails before the first stage */
+        st = ac_contract_compute_device(&c.contract, &device);
     if (st == AC_OK)
         st = resolve_budgets(&c);
     if (st == AC_OK) {

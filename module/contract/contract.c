@@ -3,6 +3,7 @@
  * where LINE is that of the offending setting, list element, or (for a missing entry)
  * the enclosing group. */
 #include "autocompress/contract.h"
+#include "autocompress/model.h"
 
 #include "contract/contract_internal.h"
 #include "util/cfg.h"
@@ -108,6 +109,9 @@ static ac_status read_hardware(const ac_cfg *r, const config_setting_t *root, ac
     hw->count = hw->tensor_parallel = hw->data_parallel = 1;
     if ((st = ac_cfg_read_int(r, g, path, "threads", &present, 0, &hw->threads)) != AC_OK)
         return st;
+    if (hw->threads > AC_CONTRACT_MAX_THREADS)
+        return ac_cfg_fail(r, config_setting_get_member(g, "threads"), "hardware.threads = %d: at most %d "
+                           "(0 = all cores)", hw->threads, AC_CONTRACT_MAX_THREADS);
     if ((st = ac_cfg_read_positive(r, g, path, "memory_gib", &hw->has_memory, &hw->memory_gib)) != AC_OK)
         return st;
     if ((st = ac_cfg_read_int(r, g, path, "count", &present, 1, &hw->count)) != AC_OK)
@@ -120,6 +124,11 @@ static ac_status read_hardware(const ac_cfg *r, const config_setting_t *root, ac
         return ac_cfg_fail(r, g, "hardware: tensor_parallel (%d) x data_parallel (%d) = %lld does "
                            "not equal count (%d)", hw->tensor_parallel, hw->data_parallel,
                            (long long)hw->tensor_parallel * hw->data_parallel, hw->count);
+    /* one replica is one model on one device: nothing here splits a model across devices */
+    if (hw->tensor_parallel > 1)
+        return ac_cfg_fail(r, config_setting_get_member(g, "tensor_parallel"), "hardware.tensor_parallel = %d: "
+                           "not supported (this engine serves and measures a model on one device; scale out with "
+                           "data_parallel, one replica a device)", hw->tensor_parallel);
     return AC_OK;
 }
 
@@ -147,8 +156,8 @@ static ac_status read_workload(const ac_cfg *r, const config_setting_t *root, ac
     if ((st = ac_cfg_read_int64(r, g, path, "input_tokens", NULL, 1, LLONG_MAX, &v)) != AC_OK)
         return st;
     w->input_tokens = v;
-    v = 0;
-    if ((st = ac_cfg_read_int64(r, g, path, "output_tokens", &present, 0, LLONG_MAX, &v)) != AC_OK)
+    /* throughput counts output tokens, and a request with none has no decode to measure */
+    if ((st = ac_cfg_read_int64(r, g, path, "output_tokens", NULL, 1, LLONG_MAX, &v)) != AC_OK)
         return st;
     w->output_tokens = v;
     return AC_OK;
@@ -301,6 +310,12 @@ ac_status ac_contract_resolve_targets(const ac_contract *c, const ac_contract_co
                        "parent's memory_gib %g = %g GiB, exceeds hardware.memory_gib = %g", name,
                        ratios.memory, known.memory_gib, resolved.memory_gib,
                        c->hardware.memory_gib);
+    /* a model that does not fit one device's memory cannot serve there: with no memory
+     * target, hardware.memory_gib is the bound (an explicit target is below it, checked above) */
+    if (!resolved.has_memory && c->hardware.has_memory) {
+        resolved.has_memory = true;
+        resolved.memory_gib = c->hardware.memory_gib;
+    }
     *out = resolved;
     return AC_OK;
 }
@@ -588,6 +603,11 @@ ac_status ac_contract_compute_device(const ac_contract *contract, const char **d
         return ac_fail(AC_ERR_UNSUPPORTED, "contract %s: device %s: the CUDA backend runs on the first visible "
                        "device; make that one cuda:0 with CUDA_VISIBLE_DEVICES=%d", contract->name, hw->device,
                        hw->index);
+    /* asked here, before any stage's work, rather than when the first model moves there */
+    ac_status st = ac_device_check("cuda");
+    if (st != AC_OK)
+        return ac_fail_context(st, "contract %s: hardware.device = \"%s\" cannot be measured here", contract->name,
+                               hw->device);
     *device = "cuda";
     return AC_OK;
 }

@@ -55,14 +55,22 @@ static void print_target(FILE *out, const char *key, const char *ratio_key, cons
         print_cost(out, key, has, relation, v);
 }
 
-static void print_targets(FILE *out, const ac_contract_costs *t, const ac_contract_ratios *r)
+/* With no memory target of its own, hardware.memory_gib bounds the memory
+ * (ac_contract_resolve_targets). */
+static void print_targets(FILE *out, const ac_contract *c)
 {
+    const ac_contract_costs *t = &c->targets;
+    const ac_contract_ratios *r = &c->ratios;
     print_target(out, "latency_ms", "latency_ratio", "<= ", t->has_latency, t->latency_ms,
                  r->has_latency, r->latency);
     print_target(out, "throughput_tok_s", "throughput_ratio", ">= ", t->has_throughput,
                  t->throughput_tok_s, r->has_throughput, r->throughput);
-    print_target(out, "memory_gib", "memory_ratio", "<= ", t->has_memory, t->memory_gib,
-                 r->has_memory, r->memory);
+    if (c->hardware.has_memory && !t->has_memory && !r->has_memory)
+        fprintf(out, "    %-17s<= %g (hardware.memory_gib: one device's memory)\n", "memory_gib",
+                c->hardware.memory_gib);
+    else
+        print_target(out, "memory_gib", "memory_ratio", "<= ", t->has_memory, t->memory_gib,
+                     r->has_memory, r->memory);
 }
 
 static void print_margin(FILE *out, double margin)
@@ -109,7 +117,11 @@ void ac_contract_print(const ac_contract *c, FILE *out)
     print_cost(out, "memory_gib", hw->has_memory, "", hw->memory_gib);
     fprintf(out, "    %-17s%d\n", "count", hw->count);
     fprintf(out, "    %-17s%d\n", "tensor_parallel", hw->tensor_parallel);
-    fprintf(out, "    %-17s%d\n", "data_parallel", hw->data_parallel);
+    if (hw->data_parallel > 1)
+        fprintf(out, "    %-17s%d (replicas, one a device; each serves the workload and meets the targets, "
+                "measured as one)\n", "data_parallel", hw->data_parallel);
+    else
+        fprintf(out, "    %-17s%d\n", "data_parallel", hw->data_parallel);
 
     fprintf(out, "  workload:\n");
     fprintf(out, "    %-17s%d\n", "batch", w->batch);
@@ -118,7 +130,7 @@ void ac_contract_print(const ac_contract *c, FILE *out)
     fprintf(out, "    %-17s%" PRId64 "\n", "output_tokens", w->output_tokens);
 
     fprintf(out, "  targets:\n");
-    print_targets(out, &c->targets, &c->ratios);
+    print_targets(out, c);
     print_margin(out, c->margin);
 
     if (c->parent.present) {

@@ -365,6 +365,9 @@ ac_status ac_cost_model_create(const ac_cost_tables *tables, const ac_arch *pare
                                        "(profile again with its hardware.weights)",
                        ac_weights_dtype_name(in->weights), contract->name,
                        ac_weights_dtype_name(contract->hardware.weights));
+    ac_status st = ac_contract_check_parent(contract, parent);
+    if (st != AC_OK)
+        return st;
     ac_cost_model *m = calloc(1, sizeof *m);
     if (!m)
         return ac_fail(AC_ERR_NOMEM, "cost model: out of memory");
@@ -374,7 +377,7 @@ ac_status ac_cost_model_create(const ac_cost_tables *tables, const ac_arch *pare
     m->threads = in->threads > 0 ? in->threads : 1;
     m->eps = in->eps_bytes;
     m->scratch_bytes_per_float = (double)cw->batch * (double)cw->input_tokens * sizeof(float);
-    ac_status st = ac_arch_copy(&m->parent, parent);
+    st = ac_arch_copy(&m->parent, parent);
     if (st == AC_OK) {
         m->layers = calloc((size_t)parent->n_layers, sizeof *m->layers);
         st = m->layers ? build_axes(m, &contract->search) : ac_fail(AC_ERR_NOMEM, "cost model: out of memory");

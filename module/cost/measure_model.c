@@ -177,6 +177,7 @@ ac_status ac_measure_checkpoint(const char *model_dir, const ac_contract *c, con
         return ac_fail_context(st, "measure: the checkpoint %s", model_dir);
     snprintf(r->contract, sizeof r->contract, "%s", c->name);
     r->workload = c->workload;
+    r->data_parallel = c->hardware.data_parallel;
     r->parameters = (double)ac_arch_param_counts(&arch).total;
     r->weights_bytes = ac_memory_formula(&arch, c->hardware.weights, &c->workload, c->hardware.threads).weights;
     ac_cost_prediction parent_cost, model_cost;
@@ -245,6 +246,7 @@ ac_status ac_measure_report_json(const ac_measure_report *r, char **text)
     cJSON_AddNumberToObject(w, "output_tokens", r->workload.output_tokens);
     cJSON_AddItemToObject(root, "workload", w);
     cJSON_AddNumberToObject(root, "threads", r->threads);
+    cJSON_AddNumberToObject(root, "data_parallel", r->data_parallel);
     cJSON_AddNumberToObject(root, "parameters", r->parameters);
     cJSON_AddBoolToObject(root, "speed_corrected", r->normalised);
     cJSON_AddNumberToObject(root, "reference_slope", r->reference_slope);

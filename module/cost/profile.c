@@ -664,6 +664,10 @@ static ac_status profile_init(profile_state *s, const char *model_dir, const ac_
     st = ac_load_parent_arch(model_dir, &s->parent);
     if (st != AC_OK)
         return st;
+    if ((st = ac_contract_check_parent(contract, &s->parent)) != AC_OK) {
+        ac_arch_free(&s->parent);
+        return st;
+    }
     s->L = params->layers > 0 ? params->layers : s->parent.n_layers;
     s->sites = s->L + FIXED_SITES;
     s->occ.n_dec = s->n_dec;

@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 
 #include "autocompress/clock.h"
+#include "autocompress/log.h"
 #include "autocompress/tokenizer.h"
 
 uint64_t ac_fnv1a64(const void *data, size_t len)
@@ -204,6 +205,29 @@ static ac_status split_documents(job *j, const char *s, size_t n)
     return ac_fail(AC_ERR_INVALID, "tokenize: unknown document format %d", (int)j->params->format);
 }
 
+/* One document from a whole file is what a wrong --format gives (a file of lines read
+ * as fortune entries); the files format means it. */
+static void warn_single_document(const job *j, size_t len)
+{
+    if (j->params->format == AC_DOCS_FILES || j->src_docs[0] + j->src_docs[1] != 1)
+        return;
+    ac_warn("tokenize: %s (%zu bytes) yields one document with --format %s; is that the format it is in? "
+            "(fortune: entries between lines holding just %%; lines: each non-blank line; files: each file)",
+            j->source, len, ac_docs_format_name(j->params->format));
+}
+
+/* A split with a share of the documents that got none (too few documents, or all of
+ * them hashed to the other side). */
+static void warn_empty_splits(const ac_tokenize_params *p, const ac_tokenize_stats *stats)
+{
+    static const char *const names[2] = {"train", "val"};
+    const int share[2] = {100 - p->val_percent, p->val_percent};
+    for (int s = 0; s < 2; s++)
+        if (share[s] > 0 && stats->documents[s] == 0)
+            ac_warn("tokenize: the %s split is empty: 0 of %llu documents went there (--val-percent %d)", names[s],
+                    (unsigned long long)(stats->documents[0] + stats->documents[1]), p->val_percent);
+}
+
 static cJSON *split_json(const char *file, uint64_t docs, uint64_t tokens, uint64_t bytes)
 {
     cJSON *o = cJSON_CreateObject();
@@ -307,6 +331,8 @@ ac_status ac_tokenize_corpus(const ac_tokenize_params *p, ac_tokenize_stats *sta
         j.src_docs[0] = j.src_docs[1] = j.src_tokens = 0;
         st = split_documents(&j, data, len);
         free(data);
+        if (st == AC_OK)
+            warn_single_document(&j, len);
         j.done_bytes += len;
         cJSON *src = cJSON_CreateObject();
         cJSON_AddStringToObject(src, "path", p->inputs[i]);
@@ -330,6 +356,8 @@ ac_status ac_tokenize_corpus(const ac_tokenize_params *p, ac_tokenize_stats *sta
         else
             ac_tokens_writer_abort(j.writers[s]);
     }
+    if (st == AC_OK)
+        warn_empty_splits(p, stats);
     if (st == AC_OK)
         st = write_manifest(&params, tok, eos, tok_len, tok_hash, sources, stats);
     else

@@ -230,6 +230,14 @@ ac_status ac_model_to_backend_as(const ac_model *model, const ac_backend *be, ac
     return AC_OK;
 }
 
+ac_status ac_device_check(const char *device)
+{
+    char why[256];
+    if (!device || !strcmp(device, "cpu") || ac_backend_select(device, why, sizeof why))
+        return AC_OK;
+    return ac_fail(AC_ERR_UNSUPPORTED, "%s", why);
+}
+
 ac_status ac_model_to_device_as(const ac_model *model, const char *device, ac_dtype weights, ac_model **out)
 {
     char why[256];

@@ -3,7 +3,8 @@
 # in the build, or not on the machine, fails with exit 1 and a message naming it; on a
 # machine with a GPU, greedy generation on "cuda" equals the CPU's. A contract on cuda:1
 # is refused by profile (the backend uses the first visible device), and without a GPU a
-# cuda:0 contract's profile fails naming the device.
+# cuda:0 contract's profile and measure fail naming the device and saying that the
+# contract cannot be measured here ("no GPU" in a CUDA build without the NVIDIA driver).
 set -euo pipefail
 ac=$1
 src=$2
@@ -69,4 +70,17 @@ rc=$?
 set -e
 [ "$rc" != 0 ] && grep -Eq '"cuda": (no CUDA device|not in this build)' "$tmp/perr" ||
   { echo "FAIL: cuda:0 profile without a GPU: $(cat "$tmp/perr")"; exit 1; }
+grep -q 'hardware.device = "cuda:0" cannot be measured here' "$tmp/perr" ||
+  { echo "FAIL: profile does not say the contract cannot be measured here: $(cat "$tmp/perr")"; exit 1; }
+set +e
+"$ac" measure --model "$hybrid" --contract "$tmp/cuda0.cfg" --progress off 2>"$tmp/merr" >/dev/null
+rc=$?
+set -e
+[ "$rc" = 1 ] && grep -q 'hardware.device = "cuda:0" cannot be measured here' "$tmp/merr" ||
+  { echo "FAIL: cuda:0 measure without a GPU: exit $rc: $(cat "$tmp/merr")"; exit 1; }
+# a CUDA build on a machine without the NVIDIA driver says "no GPU", not a driver version
+if ! grep -q "not in this build" "$tmp/err" && [ ! -e /proc/driver/nvidia/version ]; then
+  grep -q "no GPU" "$tmp/err" && ! grep -qi "driver version" "$tmp/err" ||
+    { echo "FAIL: no \"no GPU\" without a driver: $(cat "$tmp/err")"; exit 1; }
+fi
 echo "device: ok (no GPU here: $(cat "$tmp/err"))"

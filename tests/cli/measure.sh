@@ -3,7 +3,9 @@
 # measured under its contract. Timing on a shared machine is not asserted; what is: the
 # ratio targets resolve to the parent's predicted costs (latency: search.json's), the measured memory
 # is within 10% of the cost model's (its validation error is ~1%), an unreachable absolute
-# target fails with exit status 3, and inputs that cannot give a target are refused.
+# target fails with exit status 3, hardware.memory_gib bounds the memory when there is no
+# memory target, a data-parallel contract is measured as one replica, and inputs that
+# cannot give a target are refused.
 set -euo pipefail
 ac=$1
 src=$2
@@ -61,6 +63,21 @@ rc=$?
 set -e
 [ "$rc" = 3 ] || { echo "FAIL: an unreachable target exited $rc, not 3"; cat "$tmp/out"; exit 1; }
 grep -q "FAIL" "$tmp/out" || { echo "FAIL: the report does not say the target is missed"; cat "$tmp/out"; exit 1; }
+
+# hardware.memory_gib bounds the measured memory when the contract has no memory target
+# (0.001 GiB = 1.024 MiB, below any model's); data_parallel = 2 is one replica measured
+sed -e 's/latency_ratio = 0.65;/latency_ms = 1000000.0;/' -e 's/memory_ratio = 0.46;//' \
+    -e 's/threads = 2;/threads = 2; memory_gib = 0.001; count = 2; data_parallel = 2;/' "$contract" >"$tmp/device.cfg"
+grep -q "data_parallel = 2" "$tmp/device.cfg" || { echo "FAIL: the contract edit did not apply"; exit 1; }
+set +e
+"$ac" measure --model "$tmp/child" --contract "$tmp/device.cfg" --sweeps 1 --requests 1 --progress off >"$tmp/out"
+rc=$?
+set -e
+[ "$rc" = 3 ] || { echo "FAIL: memory over hardware.memory_gib exited $rc, not 3"; cat "$tmp/out"; exit 1; }
+grep -Eq "^memory .*<= 1\.024 +MiB +FAIL" "$tmp/out" && grep -Eq "^latency .* pass" "$tmp/out" ||
+  { echo "FAIL: the memory bound is not hardware.memory_gib's 1.024 MiB"; cat "$tmp/out"; exit 1; }
+grep -q "data_parallel 2: one replica measured on one device" "$tmp/out" ||
+  { echo "FAIL: the report does not say one replica was measured"; cat "$tmp/out"; exit 1; }
 
 # ratio targets without the parent's prediction cannot be resolved
 if "$ac" measure --model "$tmp/child" --contract "$contract" --sweeps 1 --progress off 2>"$tmp/err" >/dev/null; then

@@ -54,4 +54,28 @@ grep -q '"final":true' "$tmp/err" || fail "--progress=json wrote no final record
 grep -q "tokenized 2 files" "$tmp/out" || fail "--inputs-from did not read two inputs: $(cat "$tmp/out")"
 run 0 tokenize --tokenizer "$tok" --out "$tmp/o3" --format files "$tmp/l.txt" "$tmp/f.txt"
 grep -Eq "train +[0-9]+ documents" "$tmp/out" || fail "files format printout"
+
+# warnings: a file that yields one document under fortune or lines (a wrong --format,
+# likely), a split left empty though its share is > 0; none for a normal corpus
+printf 'line one\nline two\nline three\n' >"$tmp/lines.txt" # lines, read as one fortune entry
+run 0 tokenize --tokenizer "$tok" --out "$tmp/w1" --val-percent 0 "$tmp/lines.txt"
+grep -qF "$tmp/lines.txt (29 bytes) yields one document with --format fortune" "$tmp/err" ||
+    fail "no warning for one document from a whole file: $(cat "$tmp/err")"
+grep -q "split is empty" "$tmp/err" && fail "val-percent 0: an empty val is no surprise: $(cat "$tmp/err")"
+run 0 tokenize --tokenizer "$tok" --out "$tmp/w2" --format lines --val-percent 0 "$tmp/lines.txt"
+grep -q "yields one document" "$tmp/err" && fail "three lines warned as one document: $(cat "$tmp/err")"
+# one document and a 50% share: one split gets it, the other is empty whichever it is
+printf 'just this\n' >"$tmp/one.txt"
+run 0 tokenize --tokenizer "$tok" --out "$tmp/w3" --format files --val-percent 50 "$tmp/one.txt"
+grep -q "yields one document" "$tmp/err" && fail "--format files warned about one document a file: $(cat "$tmp/err")"
+[ "$(grep -c "split is empty: 0 of 1 documents went there (--val-percent 50)" "$tmp/err")" -eq 1 ] ||
+    fail "want one empty-split warning: $(cat "$tmp/err")"
+empty=$(grep -Eo "the (train|val) split is empty" "$tmp/err" | awk '{print $2}')
+grep -Eq "^  $empty +0 documents" "$tmp/out" || fail "the warning names $empty, which is not the empty split: $(cat "$tmp/out")"
+# 200 distinct lines at 50%: both splits get documents, nothing to warn about
+for i in $(seq 1 200); do echo "document number $i"; done >"$tmp/many.txt"
+run 0 tokenize --tokenizer "$tok" --out "$tmp/w4" --format lines --val-percent 50 --progress off "$tmp/many.txt"
+grep -Eq "yields one document|split is empty" "$tmp/err" && fail "a normal corpus warned: $(cat "$tmp/err")"
+grep -Eq "train +[1-9][0-9]* documents" "$tmp/out" && grep -Eq "val +[1-9][0-9]* documents" "$tmp/out" ||
+    fail "200 documents at 50%: a split is empty: $(cat "$tmp/out")"
 exit 0

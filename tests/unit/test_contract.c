@@ -280,11 +280,19 @@ static void test_examples_resolve(void **state)
         if (ac_contract_resolve_targets(&c, NULL, &t) != AC_OK)
             fail_msg("%s: %s", path, ac_error_message());
         assert_true(t.has_latency == c.targets.has_latency &&
-                    t.has_throughput == c.targets.has_throughput &&
-                    t.has_memory == c.targets.has_memory);
+                    t.has_throughput == c.targets.has_throughput && t.has_memory);
         assert_true(t.latency_ms == c.targets.latency_ms &&
-                    t.throughput_tok_s == c.targets.throughput_tok_s &&
-                    t.memory_gib == c.targets.memory_gib);
+                    t.throughput_tok_s == c.targets.throughput_tok_s);
+    }
+    /* the memory bound: the target where the file gives one (4.0 within 12, 13.96 within
+     * 16), else the device's 80 GiB (h100-datacenter has no memory target) */
+    static const double memory[] = {4.0, 13.96, 80.0};
+    for (size_t i = 0; i < sizeof gpu / sizeof gpu[0]; i++) {
+        char path[1024];
+        snprintf(path, sizeof path, "%s%s", EXAMPLES, gpu[i]);
+        load_ok(path, &c);
+        assert_int_equal(ac_contract_resolve_targets(&c, NULL, &t), AC_OK);
+        assert_near(t.memory_gib, memory[i]);
     }
     ac_contract_costs parent = {.has_latency = true, .latency_ms = 1000.0, .has_throughput = true,
                                 .throughput_tok_s = 100.0, .has_memory = true,
@@ -350,6 +358,10 @@ static void test_bad_contracts(void **state)
         {"int-overflow.cfg", 23, "30000000000L"},
         {"remove-not-removable.cfg", 17, "removable"},
         {"negative-budget.cfg", 23, "budgets.search_tokens = -1"},
+        {"tensor-parallel.cfg", 7, "hardware.tensor_parallel = 2: not supported"},
+        {"zero-output.cfg", 10, "workload.output_tokens = 0: must be > 0"},
+        {"missing-output.cfg", 7, "output_tokens"},
+        {"too-many-threads.cfg", 5, "hardware.threads = 100000: at most 4096"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char path[1024];
@@ -454,6 +466,24 @@ static void test_parse_string_errors(void **state)
     expect_bad("\"cpu\"", "\"CPU\"", 3, "bad device");
     expect_bad("device = \"cpu\";", "device = 0;", 3, "expected a string");
     expect_bad("threads = 1;", "threads = -1;", 4, "hardware.threads = -1: must be >= 0");
+    expect_ok("threads = 1;", "threads = 4096;", &c);
+    assert_int_equal(c.hardware.threads, 4096);
+    expect_bad("threads = 1;", "threads = 4097;", 4, "hardware.threads = 4097: at most 4096");
+    expect_ok("threads = 1;", "threads = 0;", &c); /* all cores */
+    assert_int_equal(c.hardware.threads, 0);
+    expect_ok("output_tokens = 8;", "output_tokens = 1;", &c);
+    assert_int_equal(c.workload.output_tokens, 1);
+    expect_bad("output_tokens = 8;", "output_tokens = 0;", 9, "workload.output_tokens = 0: must be > 0");
+
+    /* data parallel replicas are accepted; tensor parallelism is refused, not ignored */
+    expect_ok("threads = 1;", "count = 4; data_parallel = 4;", &c);
+    assert_int_equal(c.hardware.data_parallel, 4);
+    assert_int_equal(c.hardware.tensor_parallel, 1);
+    expect_bad("threads = 1;", "count = 4; tensor_parallel = 4; data_parallel = 1;", 4,
+               "hardware.tensor_parallel = 4: not supported");
+    expect_bad("threads = 1;", "count = 4; tensor_parallel = 2; data_parallel = 2;", 4,
+               "hardware.tensor_parallel = 2: not supported");
+    expect_bad("threads = 1;", "count = 3; data_parallel = 4;", 2, "does not equal count (3)");
 
     /* targets: any one suffices, each > 0, memory within the device's */
     expect_ok("latency_ms = 100.0;", "throughput_tok_s = 50;", &c);
@@ -649,6 +679,78 @@ static void test_resolve_targets(void **state)
     assert_int_equal(ac_contract_resolve_targets(&c, &parent, NULL), AC_ERR_INVALID);
 }
 
+/* hardware.memory_gib bounds the memory: the resolved memory target is the smaller of
+ * the contract's own memory target and the device's memory, the device's when there is
+ * no target. Each expected value is the contract's numbers worked out here. */
+static void test_memory_bound(void **state)
+{
+    (void)state;
+    ac_contract c;
+    ac_contract_costs t, parent = {.has_latency = true, .latency_ms = 200.0, .has_memory = true, .memory_gib = 3.0};
+    /* no memory target: the device's 2.5 GiB becomes it, with or without a parent */
+    expect_ok("threads = 1;", "memory_gib = 2.5;", &c);
+    assert_int_equal(ac_contract_resolve_targets(&c, NULL, &t), AC_OK);
+    assert_true(t.has_memory && t.has_latency && !t.has_throughput);
+    assert_near(t.memory_gib, 2.5);
+    assert_near(t.latency_ms, 100.0);
+    assert_int_equal(ac_contract_resolve_targets(&c, &parent, &t), AC_OK);
+    assert_near(t.memory_gib, 2.5);
+    /* a target below the device's memory stays: min(1.25, 2.5) */
+    char *dev = edit_text(base_text, "threads = 1;", "memory_gib = 2.5;");
+    char *abs = edit_text(dev, "latency_ms = 100.0;", "latency_ms = 100.0; memory_gib = 1.25;");
+    assert_int_equal(ac_contract_parse_string(abs, "edit", &c), AC_OK);
+    assert_int_equal(ac_contract_resolve_targets(&c, NULL, &t), AC_OK);
+    assert_near(t.memory_gib, 1.25);
+    /* a ratio: 0.5 x the parent's 3.0 = 1.5 < 2.5 */
+    char *rel = edit_text(dev, "latency_ms = 100.0;", "latency_ms = 100.0; memory_ratio = 0.5;");
+    assert_int_equal(ac_contract_parse_string(rel, "edit", &c), AC_OK);
+    assert_int_equal(ac_contract_resolve_targets(&c, &parent, &t), AC_OK);
+    assert_near(t.memory_gib, 1.5);
+    /* no device memory, no memory target: memory stays unbounded */
+    expect_ok("threads = 1;", "threads = 2;", &c);
+    assert_int_equal(ac_contract_resolve_targets(&c, NULL, &t), AC_OK);
+    assert_false(t.has_memory);
+    free(rel);
+    free(abs);
+    free(dev);
+}
+
+/* A parent with one MoE layer routing each token to `top_k` of 16 experts, between two
+ * Mamba layers (only the MoE layer's top_k matters to the check). */
+static void moe_parent(ac_arch *a, int top_k)
+{
+    static ac_block_dims layers[3];
+    memset(layers, 0, sizeof layers);
+    layers[0].kind = layers[2].kind = AC_BLOCK_MAMBA;
+    layers[1].kind = AC_BLOCK_MOE;
+    layers[1].n_experts = 16;
+    layers[1].top_k = top_k;
+    *a = (ac_arch){.vocab = 32, .hidden = 256, .n_layers = 3, .layers = layers};
+}
+
+/* routed_experts = [16, 8] (base_text) against parents of top_k 8 (the fewest equals
+ * it: fine) and 9 (8 < 9: refused, naming the candidate, the layer and its top_k). */
+static void test_check_parent(void **state)
+{
+    (void)state;
+    ac_contract c;
+    ac_arch parent;
+    assert_int_equal(ac_contract_parse_string(base_text, "edit", &c), AC_OK);
+    moe_parent(&parent, 8);
+    assert_int_equal(ac_contract_check_parent(&c, &parent), AC_OK);
+    moe_parent(&parent, 9);
+    ac_clear_error();
+    assert_int_equal(ac_contract_check_parent(&c, &parent), AC_ERR_INVALID);
+    const char *msg = ac_error_message();
+    if (!strstr(msg, "edit: search_space.routed_experts[1] = 8 is below the parent's top_k") ||
+        !strstr(msg, " 9 of layer 1"))
+        fail_msg("unclear message: %s", msg);
+    /* a parent without MoE layers has no top_k to meet */
+    moe_parent(&parent, 9);
+    parent.layers[1].kind = AC_BLOCK_MLP;
+    assert_int_equal(ac_contract_check_parent(&c, &parent), AC_OK);
+}
+
 static void test_budgets_and_literals(void **state)
 {
     (void)state;
@@ -751,6 +853,19 @@ static void test_print(void **state)
         if (!strstr(text, rel[i]))
             fail_msg("printout lacks \"%s\":\n%s", rel[i], text);
     free(text);
+
+    /* no memory target: the device's memory bounds it; the replicas are explained */
+    load_ok(EXAMPLES "h100-datacenter.cfg", &c);
+    out = open_memstream(&text, &size);
+    assert_non_null(out);
+    ac_contract_print(&c, out);
+    fclose(out);
+    static const char *const dp[] = {"memory_gib       <= 80 (hardware.memory_gib",
+                                     "data_parallel    8 (replicas, one a device"};
+    for (size_t i = 0; i < sizeof dp / sizeof dp[0]; i++)
+        if (!strstr(text, dp[i]))
+            fail_msg("printout lacks \"%s\":\n%s", dp[i], text);
+    free(text);
 }
 
 int main(void)
@@ -766,6 +881,8 @@ int main(void)
         cmocka_unit_test(test_examples_resolve),
         cmocka_unit_test(test_target_ratios),
         cmocka_unit_test(test_resolve_targets),
+        cmocka_unit_test(test_memory_bound),
+        cmocka_unit_test(test_check_parent),
         cmocka_unit_test(test_budgets_and_literals),
         cmocka_unit_test(test_parent_group),
         cmocka_unit_test(test_missing_file),

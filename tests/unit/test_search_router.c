@@ -75,7 +75,7 @@ static void build_parent(ac_arch *a, const char *pattern)
 static const char per_layer_space[] =
     WORKLOAD "search_space = { hidden_sizes = [16, 12, 8];\n"
              "  mamba_heads = { values = [8, 6, 2]; scope = \"per_layer\"; remove = true; };\n"
-             "  routed_experts = [4, 3, 1]; routed_ffn = [8, 6, 0]; shared_ffn = [8, 3, 0];\n"
+             "  routed_experts = [4, 3, 2]; routed_ffn = [8, 6, 0]; shared_ffn = [8, 3, 0];\n"
              "  removable = [\"mamba\", \"moe\", \"attention\", \"mlp\"]; };\n";
 
 /* Global heads (one axis for every Mamba layer), Mamba and MoE layers removable. */

@@ -11,20 +11,33 @@
  *                                                 product weights' dtype when serving
  *                                                 (ac_model_to_device_as): measured and
  *                                                 profiled so, and the memory formula's W
- *     threads = 0;                              optional, >= 0, 0 = all cores (default 0)
- *     memory_gib = 12.0;                        optional, > 0: memory of one device
- *     count = 1;                                optional, >= 1 (default 1)
- *     tensor_parallel = 1; data_parallel = 1;   optional, >= 1 (default 1); tp * dp == count
+ *     threads = 0;                              optional, 0..AC_CONTRACT_MAX_THREADS, 0 = all
+ *                                                 cores (default 0)
+ *     memory_gib = 12.0;                        optional, > 0: memory of one device, an upper
+ *                                                 bound on the served model's memory: with no
+ *                                                 memory target it is the memory target
+ *                                                 (ac_contract_resolve_targets)
+ *     count = 1;                                optional, >= 1 (default 1); == tp * dp
+ *     tensor_parallel = 1;                      optional, must be 1 (the default): a model is
+ *                                                 served and measured on one device; a
+ *                                                 larger value is refused, not ignored
+ *     data_parallel = 1;                        optional, >= 1 (default 1): independent
+ *                                                 replicas, one a device, each serving the
+ *                                                 workload (batch is per replica); per-device
+ *                                                 targets are one replica's, measured as one
+ *                                                 replica on one device
  *   };
  *   workload = {                                required
  *     batch = 1;                                required, >= 1 (sequences per device)
  *     cached_tokens = 0;                        optional, >= 0 (default 0)
  *     input_tokens = 2048;                      required, >= 1
- *     output_tokens = 256;                      optional, >= 0 (default 0)
+ *     output_tokens = 256;                      required, >= 1 (throughput counts them)
  *   };
  *   targets = {                                 required, at least one entry, each > 0
  *     latency_ms = 750.0;                       end-to-end latency of one request
- *     throughput_tok_s = 7330.0;                output tokens per second per device
+ *     throughput_tok_s = 7330.0;                output tokens per second per device (one
+ *                                                 replica; data_parallel of them serve
+ *                                                 data_parallel times as many)
  *     memory_gib = 4.0;                         serving memory per device
  *     latency_ratio = 0.65;                     the same three relative to the parent:
  *     throughput_ratio = 1.5;                     target = ratio x the parent's cost,
@@ -63,7 +76,8 @@
  * enclosing group (1 for the top level); for a bad list element, the element's line; for
  * a quantity given both ways (latency_ms and latency_ratio), the line of the ratio.
  * targets.memory_gib may not exceed hardware.memory_gib when both are given (a
- * memory_ratio is checked against it once resolved). */
+ * memory_ratio is checked against it once resolved). Rules that need the parent's
+ * architecture (routed experts against its top_k) are ac_contract_check_parent's. */
 #ifndef AUTOCOMPRESS_CONTRACT_H
 #define AUTOCOMPRESS_CONTRACT_H
 
@@ -71,6 +85,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "autocompress/arch.h"
 #include "autocompress/dtype.h"
 #include "autocompress/status.h"
 
@@ -81,7 +96,8 @@ extern "C" {
 enum {
     AC_CONTRACT_NAME_MAX = 128,      /* bytes of a name, label or path, with the NUL */
     AC_CONTRACT_MAX_CANDIDATES = 32, /* entries of one search axis */
-    AC_CONTRACT_MAX_FILE_BYTES = 1 << 20
+    AC_CONTRACT_MAX_FILE_BYTES = 1 << 20,
+    AC_CONTRACT_MAX_THREADS = 4096   /* hardware.threads: more than any one host has */
 };
 
 /* The cost model under-predicts a measured checkpoint a little (its validated error on
@@ -109,10 +125,10 @@ typedef struct {
     ac_dtype weights;                /* the served product weights: AC_DTYPE_F32 or AC_DTYPE_BF16 */
     int threads;                     /* host threads, 0 = all cores */
     bool has_memory;
-    double memory_gib;               /* memory of one device, when has_memory */
+    double memory_gib;               /* memory of one device, when has_memory: bounds the memory */
     int count;                       /* devices, tensor_parallel * data_parallel */
-    int tensor_parallel;
-    int data_parallel;
+    int tensor_parallel;             /* always 1: larger values are refused */
+    int data_parallel;               /* replicas, one a device, each measured alike */
 } ac_contract_hardware;
 
 typedef struct {
@@ -207,17 +223,29 @@ ac_status ac_contract_parse_string(const char *text, const char *name_for_errors
  * target has its flag clear. `parent` may be NULL when `c` has no ratio; otherwise each
  * quantity with a ratio needs that cost in `parent` (flag set, finite, > 0). Fails with
  * AC_ERR_INVALID naming the quantity when it lacks one, or when a resolved memory target
- * exceeds hardware.memory_gib; `*out` is zeroed on failure. */
+ * exceeds hardware.memory_gib; `*out` is zeroed on failure. With no memory target and
+ * hardware.memory_gib given, out->memory_gib is hardware.memory_gib (the model must fit
+ * one device), so the memory bound is min(the target, hardware.memory_gib) always. */
 ac_status ac_contract_resolve_targets(const ac_contract *c, const ac_contract_costs *parent,
                                       ac_contract_costs *out);
 
 /* Writes every field of `c` in a human-readable form. */
 void ac_contract_print(const ac_contract *c, FILE *out);
 
+/* The rules between a contract and the parent it compresses, checked wherever the two
+ * meet (profiling, the cost model and so search, measure and compress; `contract check
+ * --parent`): every search_space.routed_experts candidate is at least each parent MoE
+ * layer's top_k (fewer experts than a token is routed to is no MoE layer). AC_ERR_INVALID
+ * naming the candidate, the layer and its top_k. */
+ac_status ac_contract_check_parent(const ac_contract *c, const ac_arch *parent);
+
 const char *ac_device_kind_name(ac_device_kind kind);
 /* The backend a contract's work runs on (ac_model_to_device's name): NULL for cpu,
  * "cuda" for cuda:0, the device the CUDA backend uses; another index is refused, naming
- * CUDA_VISIBLE_DEVICES. */
+ * CUDA_VISIBLE_DEVICES. A cuda contract on a machine that cannot run it (a build without
+ * the CUDA backend, no GPU) fails with AC_ERR_UNSUPPORTED "... cannot be measured here:
+ * WHY", so every command that profiles, searches, distils or measures says so before its
+ * work. */
 ac_status ac_contract_compute_device(const ac_contract *contract, const char **device);
 const char *ac_search_scope_name(ac_search_scope scope);
 

@@ -51,6 +51,10 @@ ac_status ac_model_slice(const ac_model *parent, const ac_arch *arch, const int 
  * this build or not on this machine, or its memory is short. Saving a model on a device
  * stages it through the host; slicing and pruning need the host copy. */
 ac_status ac_model_to_device(const ac_model *model, const char *device, ac_model **out);
+/* AC_OK when ac_model_to_device could place a model on `device` here (NULL and "cpu"
+ * always); else AC_ERR_UNSUPPORTED with the reason it would give ('device "cuda": not in
+ * this build ...', 'device "cuda": no CUDA device: no GPU ...'), before any work. */
+ac_status ac_device_check(const char *device);
 /* *model replaced by its copy on `device` (as ac_model_to_device), the original freed;
  * on failure *model is freed and NULL. NULL *model or device "cpu": nothing to do. */
 ac_status ac_model_move_to_device(ac_model **model, const char *device);

@@ -213,6 +213,8 @@ typedef struct {
     char contract[AC_CONTRACT_NAME_MAX];
     ac_contract_workload workload;
     int threads;
+    int data_parallel;      /* the contract's replicas: one is measured, on one device, and its
+                               throughput and memory are per device (each replica's) */
     int samples, retried;   /* timed requests over all sweeps; requests run again */
     int normalised;         /* value = speed-corrected (tables with a reference, a parent) */
     double latency_spread_ms;

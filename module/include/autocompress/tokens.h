@@ -135,7 +135,9 @@ typedef struct {
  * val_percent, so the split depends on the text alone, not on order or on the other
  * documents. Documents are the bytes between separators, without the newline ending
  * their last line; blank ones are skipped. The outputs are byte-identical between runs
- * on the same inputs. */
+ * on the same inputs. A warning (ac_warn) names an input that yields exactly one
+ * document under the fortune or lines format (a wrong format, likely) and a split that
+ * gets no document though its share is > 0. */
 ac_status ac_tokenize_corpus(const ac_tokenize_params *params, ac_tokenize_stats *stats);
 
 /* FNV-1a 64 of data[0..len). */
