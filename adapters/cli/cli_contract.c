@@ -26,7 +26,7 @@ static int check_files(int nfiles, char **files)
     if (failed && nfiles > 1)
         fprintf(stderr, "autocompress contract check: %d of %d contracts failed\n", failed,
                 nfiles);
-    return failed ? 1 : 0;
+    return failed ? CLI_EXIT_FAILURE : CLI_EXIT_DONE;
 }
 
 static int contract_check(int argc, char **argv)
@@ -37,7 +37,7 @@ static int contract_check(int argc, char **argv)
                            "A relative target (latency_ratio, throughput_ratio, memory_ratio) prints as\n"
                            "a multiple of the parent's cost; it is resolved once the parent's cost is\n"
                            "known (autocompress search predicts it).\n"
-                           "Exit status: 0 when every file is valid, 1 when any is not.",
+                           "Exit status: 0 when every file is valid, 1 when any is not, 2 on bad usage.",
                            NULL, 0, 1, -1};
     int first;
     int rc = cli_parse(&spec, argc, argv, &first);

@@ -20,8 +20,7 @@ int cli_convert(int argc, char **argv)
                            "Loads the checkpoint in DIR and writes it to OUT (config.json, model.safetensors)\n"
                            "with the weights stored in the chosen dtype (norms, A_log, D, dt_bias and the\n"
                            "router's correction bias stay f32); f32 holds bf16 values exactly.\n"
-                           "Exit status: 0 on success, 1 when the checkpoint cannot be read or written,\n"
-                           "2 on a usage error.",
+                           CLI_EXIT_TEXT,
                            opts, CLI_COUNT(opts), 0, 0};
     int rc = cli_parse(&spec, argc, argv, NULL);
     if (rc != CLI_PARSED)
@@ -34,8 +33,8 @@ int cli_convert(int argc, char **argv)
     }
     if (st != AC_OK) {
         fprintf(stderr, "autocompress convert: %s\n", ac_error_message());
-        return 1;
+        return cli_exit_status(st);
     }
     printf("%s -> %s (%s)\n", model_dir, out, ac_weights_dtype_name(dtype));
-    return 0;
+    return CLI_EXIT_DONE;
 }
