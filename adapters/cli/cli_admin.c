@@ -15,7 +15,7 @@
 enum { MAX_TARGETS = 8 };
 
 /* The exit status of the commands that can follow a job to its end. */
-#define FOLLOW_EXIT_TEXT                                                        \
+#define FOLLOW_EXIT_TEXT                                                                  \
     "Without --follow, done means the server accepted the request; with it, done means\n" \
     "the job ended and its targets are judged on its result's measured cost.\n"           \
     CLI_EXIT_TARGETS_TEXT("every target is met")
@@ -198,7 +198,8 @@ static int show_command(int argc, char **argv, const char *command, const char *
 
 static int admin_status(int argc, char **argv)
 {
-    return show_command(argc, argv, "admin status", "The server's model, state and swaps (GET /admin/status).\n" CLI_EXIT_TEXT,
+    return show_command(argc, argv, "admin status",
+                        "The server's model, state and swaps (GET /admin/status).\n" CLI_EXIT_TEXT,
                         "/admin/status");
 }
 
@@ -332,7 +333,8 @@ static int job_action(int argc, char **argv, const char *name, const char *metho
 
 static int admin_cancel(int argc, char **argv)
 {
-    return job_action(argc, argv, "admin cancel", "DELETE", "", "Cancels a running job (DELETE /admin/jobs/ID).\n" FOLLOW_EXIT_TEXT);
+    return job_action(argc, argv, "admin cancel", "DELETE", "",
+                      "Cancels a running job (DELETE /admin/jobs/ID).\n" FOLLOW_EXIT_TEXT);
 }
 
 static int admin_resume(int argc, char **argv)

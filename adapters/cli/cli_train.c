@@ -47,9 +47,9 @@ static train_args default_train_args(void)
     CLI_TEXT("device", &(a)->device, "cpu|cuda", "where the models train (default: cpu)"),                         \
     CLI_COMM_OPTS(&(a)->comm)
 
-#define TRAINING_EXIT_STATUS                                                              \
-    "Under mpirun every rank takes its share of each batch; rank 0 writes OUT.\n"       \
-    "A checkpoint in OUT from other settings is bad usage.\n"                           \
+#define TRAINING_EXIT_STATUS                                                      \
+    "Under mpirun every rank takes its share of each batch; rank 0 writes OUT.\n" \
+    "A checkpoint in OUT from other settings is bad usage.\n"                     \
     CLI_EXIT_TEXT
 
 static int parse_train_args(int argc, char **argv, train_args *a)
