@@ -12,7 +12,13 @@
 #include <string.h>
 #include <unistd.h>
 
-enum { MAX_TARGETS = 8, EXIT_MISSED = 3 };
+enum { MAX_TARGETS = 8 };
+
+/* The exit status of the commands that can follow a job to its end. */
+#define FOLLOW_EXIT_TEXT                                                                  \
+    "Without --follow, done means the server accepted the request; with it, done means\n" \
+    "the job ended and its targets are judged on its result's measured cost.\n"           \
+    CLI_EXIT_TARGETS_TEXT("every target is met")
 
 /* ---- HTTP ---- */
 
@@ -77,13 +83,13 @@ static int request(const char *server, const char *method, const char *path, con
     return (int)status;
 }
 
-/* The server's error message, on stderr; returns 1. */
+/* The server's error message, on stderr; returns CLI_EXIT_FAILURE. */
 static int report_error(int status, const cJSON *json)
 {
     const cJSON *m = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(json, "error"), "message");
     if (status > 0)
         fprintf(stderr, "autocompress admin: HTTP %d: %s\n", status, cJSON_IsString(m) ? m->valuestring : "(no message)");
-    return 1;
+    return CLI_EXIT_FAILURE;
 }
 
 static void print_json(const cJSON *json)
@@ -126,7 +132,8 @@ static void draw_job(const cJSON *job, int tty)
     fflush(stdout);
 }
 
-/* Polls the job until it ends: 0 when it succeeded, 3 when it missed its contract, 1 else. */
+/* Polls the job until it ends: CLI_EXIT_DONE when it succeeded, CLI_EXIT_MISSED when it
+ * missed its contract, CLI_EXIT_FAILURE else. */
 static int follow(const char *server, const char *id)
 {
     int tty = isatty(1);
@@ -149,7 +156,9 @@ static int follow(const char *server, const char *id)
         const char *state = text_of(job, "state");
         if (strcmp(state, "running")) {
             printf("%s%s %s: %s\n", tty ? "\n" : "", id, state, text_of(job, "message"));
-            int rc = !strcmp(state, "succeeded") ? 0 : !strcmp(state, "missed") ? EXIT_MISSED : 1;
+            int rc = !strcmp(state, "succeeded") ? CLI_EXIT_DONE
+                     : !strcmp(state, "missed")    ? CLI_EXIT_MISSED
+                                                   : CLI_EXIT_FAILURE;
             cJSON_Delete(job);
             return rc;
         }
@@ -172,7 +181,7 @@ static int show(const char *server, const char *path)
 {
     cJSON *json;
     int status = request(server, "GET", path, NULL, &json);
-    int rc = status == 200 ? (print_json(json), 0) : report_error(status, json);
+    int rc = status == 200 ? (print_json(json), CLI_EXIT_DONE) : report_error(status, json);
     cJSON_Delete(json);
     return rc;
 }
@@ -189,13 +198,15 @@ static int show_command(int argc, char **argv, const char *command, const char *
 
 static int admin_status(int argc, char **argv)
 {
-    return show_command(argc, argv, "admin status", "The server's model, state and swaps (GET /admin/status).",
+    return show_command(argc, argv, "admin status",
+                        "The server's model, state and swaps (GET /admin/status).\n" CLI_EXIT_TEXT,
                         "/admin/status");
 }
 
 static int admin_policy(int argc, char **argv)
 {
-    return show_command(argc, argv, "admin policy", "The SLA policy's limits and last decisions (GET /admin/policy).",
+    return show_command(argc, argv, "admin policy", "The SLA policy's limits and last decisions (GET /admin/policy).\n"
+                        CLI_EXIT_TEXT,
                         "/admin/policy");
 }
 
@@ -260,7 +271,7 @@ static int admin_profile(int argc, char **argv)
     const cli_spec spec = {"admin profile", NULL,
                            "The in-situ profile (GET /admin/profile): per step shape, every layer's live median\n"
                            "time over the sampled serving steps beside what the cost tables predict for it,\n"
-                           "and the process's memory beside the runtime's W + C + P + R.",
+                           "and the process's memory beside the runtime's W + C + P + R.\n" CLI_EXIT_TEXT,
                            opts, CLI_COUNT(opts), 0, 0};
     int rc = cli_parse(&spec, argc, argv, NULL);
     if (rc != CLI_PARSED)
@@ -270,9 +281,9 @@ static int admin_profile(int argc, char **argv)
     if (status != 200)
         rc = report_error(status, json);
     else if (json_out)
-        print_json(json), rc = 0;
+        print_json(json), rc = CLI_EXIT_DONE;
     else
-        print_profile(json), rc = 0;
+        print_profile(json), rc = CLI_EXIT_DONE;
     cJSON_Delete(json);
     return rc;
 }
@@ -283,8 +294,7 @@ static int admin_jobs(int argc, char **argv)
     const cli_opt opts[] = {SERVER_OPT(&a), CLI_SWITCH("follow", &a.follow, 1, "with ID: follow it to its end")};
     const cli_spec spec = {"admin jobs", "[ID]",
                            "Every job (GET /admin/jobs), or one (GET /admin/jobs/ID). With --follow, a progress\n"
-                           "bar until the job ends; the exit status is then 0 (succeeded), 3 (measured to miss\n"
-                           "its contract) or 1.",
+                           "bar until the job ends.\n" FOLLOW_EXIT_TEXT,
                            opts, CLI_COUNT(opts), 0, 1};
     int first = 0;
     int rc = cli_parse(&spec, argc, argv, &first);
@@ -314,23 +324,24 @@ static int job_action(int argc, char **argv, const char *name, const char *metho
     snprintf(path, sizeof path, "/admin/jobs/%.64s%s", argv[first], suffix);
     cJSON *json;
     int status = request(a.server, method, path, NULL, &json);
-    rc = status == 200 || status == 202 ? 0 : report_error(status, json);
-    if (rc == 0)
+    rc = status == 200 || status == 202 ? CLI_EXIT_DONE : report_error(status, json);
+    if (rc == CLI_EXIT_DONE)
         printf("%s %s: %s\n", text_of(json, "id"), text_of(json, "state"), text_of(json, "message"));
     cJSON_Delete(json);
-    return rc == 0 && a.follow ? follow(a.server, argv[first]) : rc;
+    return rc == CLI_EXIT_DONE && a.follow ? follow(a.server, argv[first]) : rc;
 }
 
 static int admin_cancel(int argc, char **argv)
 {
-    return job_action(argc, argv, "admin cancel", "DELETE", "", "Cancels a running job (DELETE /admin/jobs/ID).");
+    return job_action(argc, argv, "admin cancel", "DELETE", "",
+                      "Cancels a running job (DELETE /admin/jobs/ID).\n" FOLLOW_EXIT_TEXT);
 }
 
 static int admin_resume(int argc, char **argv)
 {
     return job_action(argc, argv, "admin resume", "POST", "/resume",
                       "Continues a failed, cancelled or interrupted job from its artifacts\n"
-                      "(POST /admin/jobs/ID/resume).");
+                      "(POST /admin/jobs/ID/resume).\n" FOLLOW_EXIT_TEXT);
 }
 
 static int admin_swap(int argc, char **argv)
@@ -339,8 +350,8 @@ static int admin_swap(int argc, char **argv)
     const char *model = NULL;
     const cli_opt opts[] = {SERVER_OPT(&a), CLI_REQUIRED("model", &model, "DIR", "the checkpoint, a path on the server"),
                             CLI_SWITCH("drain-first", &a.drain_first, 1, "finish running requests before swapping")};
-    const cli_spec spec = {"admin swap", NULL, "Hot-swaps the served model (POST /admin/swap).", opts, CLI_COUNT(opts),
-                           0, 0};
+    const cli_spec spec = {"admin swap", NULL, "Hot-swaps the served model (POST /admin/swap).\n" CLI_EXIT_TEXT, opts,
+                           CLI_COUNT(opts), 0, 0};
     int rc = cli_parse(&spec, argc, argv, NULL);
     if (rc != CLI_PARSED)
         return rc;
@@ -352,7 +363,7 @@ static int admin_swap(int argc, char **argv)
     cJSON *json = NULL;
     int status = text ? request(a.server, "POST", "/admin/swap", text, &json) : -1;
     free(text);
-    rc = status == 200 ? (print_json(json), 0) : report_error(status, json);
+    rc = status == 200 ? (print_json(json), CLI_EXIT_DONE) : report_error(status, json);
     cJSON_Delete(json);
     return rc;
 }
@@ -461,11 +472,11 @@ static int admin_recompress(int argc, char **argv)
         CLI_TEXT("tables", &a.tables, "FILE", "cost tables on the server (default: control.tables, else profile)"),
         CLI_TEXT("parent", &a.parent, "DIR", "the checkpoint compressed (default: the server's parent)"),
         CLI_TEXT("swap", &a.swap, "auto|manual", "swap the result in when it meets the contract (default auto)"),
-        CLI_SWITCH("follow", &a.c.follow, 1, "follow the job to its end (exit 0 succeeded, 3 missed, 1 failed)"),
+        CLI_SWITCH("follow", &a.c.follow, 1, "follow the job to its end (exit 0 met, 3 missed, 1 failed)"),
     };
     const cli_spec spec = {"admin recompress", NULL,
                            "Starts a recompression on the server (POST /admin/recompress) and prints the job's\n"
-                           "id; the job runs `autocompress compress` in a child of the server.",
+                           "id; the job runs `autocompress compress` in a child of the server.\n" FOLLOW_EXIT_TEXT,
                            opts, CLI_COUNT(opts), 0, 0};
     int rc = cli_parse(&spec, argc, argv, NULL);
     cJSON *body = rc == CLI_PARSED ? recompress_body(&a) : NULL;
@@ -476,7 +487,7 @@ static int admin_recompress(int argc, char **argv)
     if (rc != CLI_PARSED)
         return rc;
     if (!text)
-        return 1;
+        return CLI_EXIT_FAILURE;
     cJSON *json;
     int status = request(a.c.server, "POST", "/admin/recompress", text, &json);
     free(text);
@@ -489,7 +500,7 @@ static int admin_recompress(int argc, char **argv)
     snprintf(id, sizeof id, "%s", text_of(json, "id"));
     printf("%s started in %s\n", id, text_of(json, "dir"));
     cJSON_Delete(json);
-    return a.c.follow ? follow(a.c.server, id) : 0;
+    return a.c.follow ? follow(a.c.server, id) : CLI_EXIT_DONE;
 }
 
 int cli_admin(int argc, char **argv)

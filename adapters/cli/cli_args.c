@@ -1,4 +1,5 @@
 #include "cli_args.h"
+#include "cli.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -55,6 +56,13 @@ ac_status cli_parse_float(const char *flag, const char *text, double *value)
     return AC_OK;
 }
 
+int cli_exit_status(ac_status st)
+{
+    return st == AC_OK ? CLI_EXIT_DONE : st == AC_ERR_INVALID ? CLI_EXIT_USAGE : CLI_EXIT_FAILURE;
+}
+
+int cli_exit_verdict(int met) { return met ? CLI_EXIT_DONE : CLI_EXIT_MISSED; }
+
 /* The words of the listing: "autocompress costmodel" and its "subcommand"s. */
 typedef struct {
     char prefix[96];
@@ -76,18 +84,18 @@ int cli_dispatch(const char *group, const cli_command *commands, int count, int 
     if (argc < 2) {
         fprintf(stderr, "%s: no %s given\n", w.prefix, w.noun);
         print_commands(&w, commands, count, stderr);
-        return 2;
+        return CLI_EXIT_USAGE;
     }
     if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
         print_commands(&w, commands, count, stdout);
-        return 0;
+        return CLI_EXIT_DONE;
     }
     for (int i = 0; i < count; i++)
         if (!strcmp(argv[1], commands[i].name))
             return commands[i].run(argc - 1, argv + 1);
     fprintf(stderr, "%s: unknown %s '%s'\n", w.prefix, w.noun, argv[1]);
     print_commands(&w, commands, count, stderr);
-    return 2;
+    return CLI_EXIT_USAGE;
 }
 
 /* "autocompress COMMAND: MESSAGE" on stderr, naming the rank in a multi-rank run. */

@@ -52,8 +52,8 @@ static int parse_args(int argc, char **argv, ac_compress_params *p)
                            "OUT/report.md and report.json say what was chosen, what it costs against the targets\n"
                            "and how much quality it kept. A rerun with the same options resumes at the first\n"
                            "unfinished stage.\n"
-                           "Exit status: 0 when the result meets its contract when measured, 3 when it does not,\n"
-                           "1 when a stage fails, 2 on a usage error.",
+                           "The targets are judged on the result's measured cost (report.json's measured).\n"
+                           CLI_EXIT_TARGETS_TEXT("the result meets every target when measured"),
                            opts, CLI_COUNT(opts), 0, 0};
     return cli_parse(&spec, argc, argv, NULL);
 }
@@ -68,12 +68,12 @@ int cli_compress(int argc, char **argv)
     ac_status st = ac_compress_run(&p, &r);
     if (st != AC_OK) {
         fprintf(stderr, "autocompress compress: %s\n", ac_error_message());
-        return st == AC_ERR_INVALID ? 2 : 1;
+        return cli_exit_status(st);
     }
     printf("compress (%s): %d stages run, %d already done; %lld search + %lld KD tokens, final KD loss %.4f; "
            "%s when measured -> %s/model, %s/report.md\n",
            ac_compress_method_name(p.method), r.stages_run, r.stages_skipped, (long long)r.search_tokens,
            (long long)r.kd_tokens, r.kd_loss, r.pass ? "meets its contract" : "MISSES its contract", p.out_dir,
            p.out_dir);
-    return r.pass ? 0 : 3;
+    return cli_exit_verdict(r.pass);
 }

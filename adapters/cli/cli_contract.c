@@ -30,7 +30,7 @@ static int check_files(int nfiles, char **files, const ac_arch *parent)
     if (failed && nfiles > 1)
         fprintf(stderr, "autocompress contract check: %d of %d contracts failed\n", failed,
                 nfiles);
-    return failed ? 1 : 0;
+    return failed ? CLI_EXIT_FAILURE : CLI_EXIT_DONE;
 }
 
 static int contract_check(int argc, char **argv)
@@ -49,7 +49,7 @@ static int contract_check(int argc, char **argv)
                            "(every routed_experts candidate >= each MoE layer's top_k), as profile,\n"
                            "search, measure and compress check them.\n"
                            "Exit status: 0 when every file is valid, 1 when any is not (or the parent\n"
-                           "cannot be read), 2 on a usage error.",
+                           "cannot be read), 2 on bad usage.",
                            opts, CLI_COUNT(opts), 1, -1};
     int first;
     int rc = cli_parse(&spec, argc, argv, &first);

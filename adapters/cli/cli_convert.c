@@ -25,8 +25,7 @@ int cli_convert(int argc, char **argv)
                            "(bf16 values too), bf16 rounds f32 weights. The tokenizer files of DIR that exist\n"
                            "(tokenizer.json, tokenizer_config.json, special_tokens_map.json,\n"
                            "generation_config.json) are copied to OUT.\n"
-                           "Exit status: 0 on success, 1 when the checkpoint cannot be read or written,\n"
-                           "2 on a usage error.",
+                           CLI_EXIT_TEXT,
                            opts, CLI_COUNT(opts), 0, 0};
     int rc = cli_parse(&spec, argc, argv, NULL);
     if (rc != CLI_PARSED)
@@ -39,8 +38,8 @@ int cli_convert(int argc, char **argv)
     }
     if (st != AC_OK) {
         fprintf(stderr, "autocompress convert: %s\n", ac_error_message());
-        return 1;
+        return cli_exit_status(st);
     }
     printf("%s -> %s (%s)\n", model_dir, out, ac_weights_dtype_name(dtype));
-    return 0;
+    return CLI_EXIT_DONE;
 }

@@ -83,8 +83,8 @@ static int parse_validate_args(int argc, char **argv, validate_args *a)
                            "on this machine and prints its measured latency\n"
                            "(or throughput) and memory beside the cost model's prediction from the tables,\n"
                            "then the mean and max errors (MAPE).\n"
-                           "Exit status: 0 on success, 1 when a measurement, the plot or the samples fail,\n"
-                           "2 on a usage error or inputs that cannot be used.",
+                           "It has no targets: the errors are printed, not judged.\n"
+                           CLI_EXIT_TEXT,
                            opts, CLI_COUNT(opts), 0, 0};
     return cli_parse(&spec, argc, argv, NULL);
 }
@@ -98,13 +98,14 @@ static int parse_predict_args(int argc, char **argv, predict_args *a)
     const cli_spec spec = {"costmodel predict", NULL,
                            "Prints the cost model's prediction for one architecture under the contract's\n"
                            "workload: latency (prefill and decode), throughput and the memory breakdown.\n"
-                           "Nothing is measured. Exit status: 0 on success, 1 on a failure to read,\n"
-                           "2 on a usage error or inputs that cannot be used.",
+                           "Nothing is measured, and nothing is judged against the targets.\n"
+                           CLI_EXIT_TEXT,
                            opts, CLI_COUNT(opts), 0, 0};
     return cli_parse(&spec, argc, argv, NULL);
 }
 
-/* Reads the contract and the tables: 0, or the exit code after a failure it reported. */
+/* Reads the contract and the tables: CLI_EXIT_DONE, or the exit code after a failure it
+ * reported. */
 static int load_inputs(const char *command, costmodel_inputs *in)
 {
     ac_status st = ac_contract_load(in->contract_path, &in->contract);
@@ -112,10 +113,9 @@ static int load_inputs(const char *command, costmodel_inputs *in)
     snprintf(name, sizeof name, "costmodel %s", command);
     if (st == AC_OK)
         st = cli_read_tables(name, in->tables_path, &in->contract, in->foreign_tables, &in->tables);
-    if (st == AC_OK)
-        return 0;
-    fprintf(stderr, "autocompress costmodel %s: %s\n", command, ac_error_message());
-    return st == AC_ERR_INVALID ? 2 : 1;
+    if (st != AC_OK)
+        fprintf(stderr, "autocompress costmodel %s: %s\n", command, ac_error_message());
+    return cli_exit_status(st);
 }
 
 static void print_prediction(const ac_cost_prediction *p)
@@ -151,7 +151,7 @@ static int predict(const predict_args *a)
     ac_cost_model_free(m);
     ac_arch_free(&arch);
     ac_arch_free(&parent);
-    return st == AC_OK ? 0 : st == AC_ERR_INVALID ? 2 : 1;
+    return cli_exit_status(st);
 }
 
 /* Microseconds per expected-cost call with all three gradients, at uniform probabilities
@@ -195,7 +195,7 @@ static int validate(const validate_args *a)
     ac_status st = ac_cost_validate(a->in.model_dir, contract, tables, &a->p, &r);
     if (st != AC_OK) {
         fprintf(stderr, "autocompress costmodel validate: %s\n", ac_error_message());
-        return st == AC_ERR_INVALID ? 2 : 1;
+        return cli_exit_status(st);
     }
     const double mib = 1048576.0;
     int thr = (contract->targets.has_throughput || contract->ratios.has_throughput) &&
@@ -237,14 +237,14 @@ static int validate(const validate_args *a)
     printf("%d architectures measured in %.1f s (%d sweeps of %.1f timed requests each); the expected cost with its "
            "gradients takes %.1f us a call\n", r.n,
            r.seconds, a->p.repeats, r.requests_per_arch / a->p.repeats, expected_call_us(&a->in));
-    int rc = 0;
+    int rc = CLI_EXIT_DONE;
     if (a->plot) {
         st = ac_validate_plot(&r, contract, a->plot);
         if (st == AC_OK)
             printf("wrote %s\n", a->plot);
         else {
             fprintf(stderr, "autocompress costmodel validate: %s\n", ac_error_message());
-            rc = 1;
+            rc = cli_exit_status(st);
         }
     }
     if (a->samples) {
@@ -253,7 +253,7 @@ static int validate(const validate_args *a)
             printf("wrote %s\n", a->samples);
         else {
             fprintf(stderr, "autocompress costmodel validate: %s\n", ac_error_message());
-            rc = 1;
+            rc = cli_exit_status(st);
         }
     }
     ac_validate_report_free(&r);

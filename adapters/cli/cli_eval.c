@@ -49,7 +49,7 @@ static int parse_args(int argc, char **argv, eval_args *a)
                            "and perplexity, and how often their top-1 tokens agree, with 95% bootstrap intervals\n"
                            "of the student's KD loss and CE over the windows scored; with --lines, the share\n"
                            "of held-out lines the model completes exactly (greedy, from the line's context).\n"
-                           "Exit status: 0 on success, 1 on a failure, 2 on a usage error.",
+                           CLI_EXIT_TEXT,
                            opts, CLI_COUNT(opts), 0, 0};
     int rc = cli_parse(&spec, argc, argv, NULL);
     if (rc == CLI_PARSED && !(a->p.kd_tau > 0))
@@ -95,5 +95,5 @@ int cli_eval(int argc, char **argv)
         fprintf(stderr, "autocompress eval: %s\n", ac_error_message());
     ac_model_free(student);
     ac_model_free(teacher);
-    return st == AC_OK ? 0 : 1;
+    return cli_exit_status(st);
 }

@@ -37,7 +37,7 @@ static int print_checkpoint_bytes(const char *dir)
     ac_safetensors_set *set;
     if (ac_safetensors_index_open(dir, &set) != AC_OK) {
         fprintf(stderr, "autocompress info: %s\n", ac_error_message());
-        return 1;
+        return CLI_EXIT_FAILURE;
     }
     uint64_t per_dtype[AC_DTYPE_COUNT] = {0}, total = 0;
     size_t tensors[AC_DTYPE_COUNT] = {0};
@@ -56,7 +56,7 @@ static int print_checkpoint_bytes(const char *dir)
                    per_dtype[d]);
     printf("  %-22s %zu\n", "safetensors files:", ac_safetensors_set_shard_count(set));
     ac_safetensors_set_close(set);
-    return 0;
+    return CLI_EXIT_DONE;
 }
 
 static void describe(const char *dir, const ac_model *model)
@@ -80,16 +80,16 @@ int cli_info(int argc, char **argv)
                            "Loads DIR/config.json and its safetensors (checking every tensor's name and\n"
                            "shape) and prints the architecture, the parameter counts (total, active per\n"
                            "token, embedding) and the weight bytes: per dtype as stored, and as loaded (f32).\n"
-                           "Exit status: 0 on success, 1 when the checkpoint cannot be loaded, 2 on a\n"
-                           "usage error.",
+                           CLI_EXIT_TEXT,
                            opts, CLI_COUNT(opts), 0, 0};
     int rc = cli_parse(&spec, argc, argv, NULL);
     if (rc != CLI_PARSED)
         return rc;
     ac_model *model;
-    if (ac_model_load(dir, &model) != AC_OK) {
+    ac_status st = ac_model_load(dir, &model);
+    if (st != AC_OK) {
         fprintf(stderr, "autocompress info: %s\n", ac_error_message());
-        return 1;
+        return cli_exit_status(st);
     }
     describe(dir, model);
     size_t count;

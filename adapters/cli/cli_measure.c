@@ -16,9 +16,6 @@ typedef struct {
     ac_measure_params p;
 } measure_args;
 
-/* Exit status when the measurement ran and a target was missed. */
-enum { MEASURE_FAILED_TARGET = 3 };
-
 static int parse_args(int argc, char **argv, measure_args *a)
 {
     ac_measure_params *p = &a->p;
@@ -43,8 +40,7 @@ static int parse_args(int argc, char **argv, measure_args *a)
                            "are corrected to the profiling's machine speed (as costmodel validate does), ratio\n"
                            "targets are resolved against the parent's predicted cost and the cost model's\n"
                            "prediction is shown beside the measurement.\n"
-                           "Exit status: 0 when every target is met, 3 when one is missed, 1 when the\n"
-                           "measurement fails, 2 on a usage error.",
+                           CLI_EXIT_TARGETS_TEXT("every target is met as measured"),
                            opts, CLI_COUNT(opts), 0, 0};
     int rc = cli_parse(&spec, argc, argv, NULL);
     if (rc == CLI_PARSED && !a->parent_dir != !a->tables_path)
@@ -112,12 +108,12 @@ int cli_measure(int argc, char **argv)
     ac_cost_tables_free(tables);
     if (st != AC_OK) {
         fprintf(stderr, "autocompress measure: %s\n", ac_error_message());
-        return st == AC_ERR_INVALID ? 2 : 1;
+        return cli_exit_status(st);
     }
     if (json)
         printf("%s\n", json);
     else
         print_report(&r);
     free(json);
-    return r.pass ? 0 : MEASURE_FAILED_TARGET;
+    return cli_exit_verdict(r.pass);
 }

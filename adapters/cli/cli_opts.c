@@ -1,5 +1,6 @@
 #include "cli_opts.h"
 #include "cli_args.h"
+#include "cli.h"
 
 #include <getopt.h>
 #include <stdio.h>
@@ -66,7 +67,7 @@ int cli_usage_error(const cli_spec *spec, const char *message)
     fprintf(stderr, "autocompress %s: %s\n", spec->command, message);
     print_usage_line(spec, stderr);
     fprintf(stderr, "(autocompress %s --help lists every option)\n", spec->command);
-    return 2;
+    return CLI_EXIT_USAGE;
 }
 
 static ac_status store_value(const cli_opt *o, const char *value)
@@ -137,7 +138,7 @@ static int parse_options(const cli_spec *spec, int argc, char **argv, struct opt
             return CLI_PARSED;
         if (code == HELP_CODE) {
             print_help(spec, stdout);
-            return 0;
+            return CLI_EXIT_DONE;
         }
         if (code == ':' || code == '?') {
             snprintf(message, sizeof message, code == ':' ? "'%s' needs a value" : "unknown option '%s'",

@@ -42,12 +42,12 @@ enum { CLI_PARSED = -1 };
 
 /* Parses argv (argv[0] is the command). Returns CLI_PARSED when the arguments are good
  * (positional arguments then start at argv[*first_positional]); otherwise the exit code
- * the command should return: 0 after --help printed the usage on stdout, 2 after a usage
- * error naming the option went to stderr. */
+ * the command should return: CLI_EXIT_DONE after --help printed the usage on stdout,
+ * CLI_EXIT_USAGE after a usage error naming the option went to stderr. */
 int cli_parse(const cli_spec *spec, int argc, char **argv, int *first_positional);
 
 /* A usage error found after parsing (a combination of options): the message and the
- * usage line on stderr; returns 2. */
+ * usage line on stderr; returns CLI_EXIT_USAGE. */
 int cli_usage_error(const cli_spec *spec, const char *message);
 
 /* Common CLI_CALL parsers. */

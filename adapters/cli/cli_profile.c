@@ -42,8 +42,8 @@ static int parse_args(int argc, char **argv, profile_args *a)
                            "profiling runs of the parent under the contract's workload and threads, and\n"
                            "writes the per-layer latency and memory cost tables to OUT (JSON), then prints\n"
                            "a summary. Under mpirun the runs are shared out over the ranks, one device\n"
-                           "(or host) per rank, and rank 0 writes the merged tables. Exit status: 0 on success, 1 when a run or a write fails, 2 on a\n"
-                           "usage error or a contract or parent that cannot be used.",
+                           "(or host) per rank, and rank 0 writes the merged tables.\n"
+                           CLI_EXIT_TEXT,
                            opts, CLI_COUNT(opts), 0, 0};
     return cli_parse(&spec, argc, argv, NULL);
 }
@@ -97,5 +97,5 @@ int cli_profile(int argc, char **argv)
         print_report(&a, &contract, tables, &report);
     cli_comm_finish("profile", a.p.comm, st);
     ac_cost_tables_free(tables);
-    return st == AC_OK ? 0 : st == AC_ERR_INVALID ? 2 : 1;
+    return cli_exit_status(st);
 }

@@ -35,7 +35,8 @@ static int parse_args(int argc, char **argv, prune_args *a)
                            "Reorders the parent by importance (channels, heads and experts in descending score),\n"
                            "keeps the prefixes and layers the architecture names, and writes a nemotron_h(_puzzle)\n"
                            "checkpoint with the parent's tokenizer files. An architecture that does not fit\n"
-                           "inside the parent is refused, naming the layer and field.",
+                           "inside the parent is refused, naming the layer and field.\n"
+                           CLI_EXIT_TEXT,
                            opts, CLI_COUNT(opts), 0, 0};
     return cli_parse(&spec, argc, argv, NULL);
 }
@@ -114,5 +115,5 @@ int cli_prune(int argc, char **argv)
     ac_importance_free(&r.importance);
     ac_arch_free(&r.arch);
     free(r.parent_layers);
-    return st == AC_OK ? 0 : 1;
+    return cli_exit_status(st);
 }

@@ -31,7 +31,7 @@ typedef struct {
 static int report(const char *command, ac_status st)
 {
     fprintf(stderr, "autocompress %s: %s\n", command, ac_error_message());
-    return st == AC_ERR_INVALID ? 2 : 1;
+    return cli_exit_status(st);
 }
 
 /* The rows logits and generate share: the checkpoint and its input. */
@@ -63,8 +63,8 @@ static int parse_logits_args(int argc, char **argv, run_args *a)
                            "Runs the checkpoint on the input (on --device) and prints the logits'\n"
                            "shape [tokens, vocab]. With --out the logits go to a float32 .npy file;\n"
                            "without it each position's argmax token is printed instead.\n"
-                           "Exit status: 0 on success, 1 when the model cannot be loaded or run, 2 on a\n"
-                           "usage error or a bad input (an id outside the vocabulary included).",
+                           "An id outside the vocabulary is an input that is not valid.\n"
+                           CLI_EXIT_TEXT,
                            opts, CLI_COUNT(opts), 0, 0};
     return parse_input(&spec, argc, argv, a);
 }
@@ -83,8 +83,7 @@ static int parse_generate_args(int argc, char **argv, run_args *a)
                            "tokens one at a time, greedy or sampled. With --ids the new ids are printed\n"
                            "comma-separated; with --prompt the decoded text is printed as it is made, and\n"
                            "generation stops early at <|endoftext|>.\n"
-                           "Exit status: 0 on success, 1 when the model cannot be loaded or run, 2 on a\n"
-                           "usage error or a bad input.",
+                           CLI_EXIT_TEXT,
                            opts, CLI_COUNT(opts), 0, 0};
     int rc = parse_input(&spec, argc, argv, a);
     if (rc == CLI_PARSED && (a->temperature < 0 || a->top_p <= 0 || a->top_p > 1))
@@ -174,7 +173,7 @@ int cli_logits(int argc, char **argv)
     }
     free(logits);
     run_state_free(&r);
-    return st == AC_OK ? 0 : report(argv[0], st);
+    return st == AC_OK ? CLI_EXIT_DONE : report(argv[0], st);
 }
 
 int cli_generate(int argc, char **argv)
@@ -228,5 +227,5 @@ int cli_generate(int argc, char **argv)
     free(logits);
     free(work);
     run_state_free(&r);
-    return st == AC_OK ? 0 : report(argv[0], st);
+    return st == AC_OK ? CLI_EXIT_DONE : report(argv[0], st);
 }

@@ -66,7 +66,9 @@ static int parse_args(int argc, char **argv, search_args *a)
                            "Trains routers over the contract's search space on KD + the budget loss of the cost\n"
                            "model, then writes the chosen architecture to OUT/arch.json and OUT/search.json.\n"
                            "Under mpirun every rank takes its share of each KD batch; rank 0 writes OUT.\n"
-                           "Exit status: 0 when the choice meets every target (cost model), 1 when not.",
+                           "The targets are judged on the chosen architecture's cost as the cost model\n"
+                           "predicts it from the tables (measure or compress measures it).\n"
+                           CLI_EXIT_TARGETS_TEXT("the choice is predicted to meet every target"),
                            opts, CLI_COUNT(opts), 0, 0};
     return cli_parse(&spec, argc, argv, NULL);
 }
@@ -130,5 +132,5 @@ int cli_search(int argc, char **argv)
     ac_arch_free(&report.arch);
     ac_model_free(parent);
     ac_cost_tables_free(tables);
-    return st == AC_OK ? (report.meets ? 0 : 1) : (st == AC_ERR_INVALID ? 2 : 1);
+    return st == AC_OK ? cli_exit_verdict(report.meets) : cli_exit_status(st);
 }

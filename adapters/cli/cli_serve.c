@@ -43,8 +43,8 @@ static int parse_args(int argc, char **argv, serve_args *a)
                            "requests run; the admin endpoints need admin_token in the config or\n"
                            "AUTOCOMPRESS_ADMIN_TOKEN. Logs to stderr; runs until SIGINT or SIGTERM, then\n"
                            "finishes the requests in flight (up to drain_timeout_s, default 30 s) and exits.\n"
-                           "Exit status: 0 after a signal, 1 when the server cannot start or the model\n"
-                           "cannot be loaded, 2 on a usage error or a bad config file.",
+                           "Done means stopped by a signal; a config file that is not valid is bad usage.\n"
+                           CLI_EXIT_TEXT,
                            opts, CLI_COUNT(opts), 0, 0};
     int rc = cli_parse(&spec, argc, argv, NULL);
     if (rc == CLI_PARSED && a->host && strlen(a->host) >= sizeof((srv_config *)0)->host)
@@ -54,13 +54,14 @@ static int parse_args(int argc, char **argv, serve_args *a)
     return rc;
 }
 
-/* The defaults, the config file, then the options: CLI_PARSED, or 2 after a bad config. */
+/* The defaults, the config file, then the options: CLI_PARSED, or CLI_EXIT_USAGE after a
+ * bad config. */
 static int configure(const serve_args *a, srv_config *c)
 {
     srv_config_defaults(c);
     if (a->config && srv_config_load(a->config, c) != AC_OK) {
         fprintf(stderr, "autocompress serve: %s\n", ac_error_message());
-        return 2;
+        return CLI_EXIT_USAGE;
     }
     if (a->host)
         snprintf(c->host, sizeof c->host, "%s", a->host);
@@ -74,7 +75,7 @@ static int configure(const serve_args *a, srv_config *c)
         snprintf(c->device, sizeof c->device, "%s", a->device);
     if (a->weights && ac_weights_dtype_parse("--weights", a->weights, &c->weights) != AC_OK) {
         fprintf(stderr, "autocompress serve: %s\n", ac_error_message());
-        return 2;
+        return CLI_EXIT_USAGE;
     }
     srv_config_apply_env(c);
     return CLI_PARSED;
@@ -175,5 +176,5 @@ int cli_serve(int argc, char **argv)
     srv_control_free(control); /* a running job stops and reads interrupted */
     srv_server_free(server);
     srv_metrics_free(metrics);
-    return st == AC_OK ? 0 : 1;
+    return st == AC_OK ? CLI_EXIT_DONE : CLI_EXIT_FAILURE;
 }

@@ -89,9 +89,10 @@ static int tokenize(ac_tokenize_params *params, const path_list *inputs)
     params->inputs = (const char *const *)inputs->paths;
     params->input_count = inputs->count;
     ac_tokenize_stats s;
-    if (ac_tokenize_corpus(params, &s) != AC_OK) {
+    ac_status st = ac_tokenize_corpus(params, &s);
+    if (st != AC_OK) {
         fprintf(stderr, "autocompress tokenize: %s\n", ac_error_message());
-        return 1;
+        return cli_exit_status(st);
     }
     printf("tokenized %zu files, %llu bytes (%s documents) in %.2f s: %.2f MB/s\n", inputs->count,
            (unsigned long long)s.input_bytes, ac_docs_format_name(params->format), s.seconds,
@@ -102,7 +103,7 @@ static int tokenize(ac_tokenize_params *params, const path_list *inputs)
                (unsigned long long)s.documents[k], (unsigned long long)s.bytes[k],
                (unsigned long long)s.tokens[k], params->out_dir, split[k]);
     printf("  manifest: %s/manifest.json\n", params->out_dir);
-    return 0;
+    return CLI_EXIT_DONE;
 }
 
 int cli_tokenize(int argc, char **argv)
@@ -130,13 +131,12 @@ int cli_tokenize(int argc, char **argv)
                            "Warns when an input yields exactly one document with --format fortune or lines\n"
                            "(is the format right?) and when train or val ends up empty though its share\n"
                            "is above 0.\n"
-                           "Exit status: 0 on success, 1 when an input, a list or the tokenizer cannot be\n"
-                           "read or the output written, 2 on a usage error.",
+                           CLI_EXIT_TEXT,
                            opts, CLI_COUNT(opts), 0, -1};
     int first;
     int rc = cli_parse(&spec, argc, argv, &first);
     if (rc == CLI_PARSED && gather_inputs(argc - first, argv + first, &lists, &inputs))
-        rc = 1;
+        rc = CLI_EXIT_FAILURE;
     if (rc == CLI_PARSED && !inputs.count)
         rc = cli_usage_error(&spec, "no INPUT given (nor any in the --inputs-from lists)");
     if (rc == CLI_PARSED)

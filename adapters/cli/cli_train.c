@@ -47,10 +47,10 @@ static train_args default_train_args(void)
     CLI_TEXT("device", &(a)->device, "cpu|cuda", "where the models train (default: cpu)"),                         \
     CLI_COMM_OPTS(&(a)->comm)
 
-#define TRAINING_EXIT_STATUS                                                              \
-    "Under mpirun every rank takes its share of each batch; rank 0 writes OUT.\n"       \
-    "Exit status: 0 on success, 1 on a failure, 2 on a usage error or invalid settings\n" \
-    "(a checkpoint in OUT from other settings included)."
+#define TRAINING_EXIT_STATUS                                                      \
+    "Under mpirun every rank takes its share of each batch; rank 0 writes OUT.\n" \
+    "A checkpoint in OUT from other settings is bad usage.\n"                     \
+    CLI_EXIT_TEXT
 
 static int parse_train_args(int argc, char **argv, train_args *a)
 {
@@ -129,7 +129,7 @@ static int run_training(const char *command, train_args *a)
     cli_comm_finish(command, a->p.comm, st);
     ac_model_free(model);
     ac_model_free(teacher);
-    return st == AC_OK ? 0 : (st == AC_ERR_INVALID ? 2 : 1);
+    return cli_exit_status(st);
 }
 
 int cli_train(int argc, char **argv)

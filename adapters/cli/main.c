@@ -63,13 +63,13 @@ int main(int argc, char **argv)
     if (argc > 1 && (!strcmp(argv[1], "--version") || !strcmp(argv[1], "-V"))) {
         printf("autocompress %s\nbuilt with:%s%s%s\nOpenBLAS kernels: %s\n", AC_VERSION, features[0], features[1],
                features[2], ac_cpu_blas_core());
-        return 0;
+        return CLI_EXIT_DONE;
     }
     int ranks = ac_comm_launched_ranks();
     if (ranks > 1 && argc > 1 && !runs_over_ranks(argv[1])) {
         fprintf(stderr, "autocompress %s: started by mpirun with %d ranks, but only train, distill, search and "
                         "profile run over ranks: run it as one process\n", argv[1], ranks);
-        return 2;
+        return CLI_EXIT_USAGE;
     }
     return cli_dispatch(NULL, commands, CLI_COUNT(commands), argc, argv);
 }

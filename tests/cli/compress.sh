@@ -5,7 +5,10 @@
 # with the same model bit for bit; other settings on the same directory are refused;
 # the Minitron++ baseline keeps the candidate with the lowest short-KD loss, and its
 # choice is homogeneous (one value per axis, at most 20% of the layers removed); an --out
-# too long for the run's files is refused at once.
+# too long for the run's files is refused at once. The exit status is checked against the
+# truth: the latency target is 0.7 x the parent's cost as `costmodel predict` gives it,
+# and each run exits 0 exactly when report.json's measured latency is within it, else 3
+# (timing decides which on a shared machine); a target out of reach stops at the search.
 set -euo pipefail
 ac=$1
 src=$2
@@ -35,13 +38,35 @@ contract=$tmp/tiny.cfg
 args=(compress --model "$tmp/parent" --data "$tmp/data" --batch 4 --seq-len 32
       --profile-repeats 1 --measure-sweeps 1 --eval-batches 2 --progress off)
 
-run() { # run OUT [extra args]: compress's exit status is 0 or 3 (timing decides the verdict)
+run() { # run OUT [extra args]: compress's exit status, 0 or 3, in $rc
   local out=$1; shift
   set +e
   "$ac" "${args[@]}" --contract "$contract" --out "$out" "$@" >"$out.log" 2>"$out.err"
-  local rc=$?
+  rc=$?
   set -e
   [ "$rc" = 0 ] || [ "$rc" = 3 ] || fail "compress exited $rc: $(cat "$out.err")"
+}
+
+# verdict OUT RATIO TABLES: the run into OUT exited $rc; its latency target is RATIO x the
+# parent's latency as `costmodel predict` gives it from TABLES, and $rc must be 0 when
+# report.json's measured (speed-corrected) latency is within it, 3 when not
+verdict() {
+  "$ac" costmodel predict --model "$tmp/parent" --contract "$contract" --tables "$3" \
+    --arch "$tmp/parent/config.json" >"$1.parent" || fail "predict the parent exited $?"
+  python3 - "$1/report.json" "$1.parent" "$2" "$rc" <<'EOF' || fail "the verdict of $1 (exit $rc)"
+import json, re, sys
+r = json.load(open(sys.argv[1]))
+parent_ms = float(re.search(r"^latency ([0-9.]+) ms", open(sys.argv[2]).read(), re.M).group(1))
+ratio, rc = float(sys.argv[3]), int(sys.argv[4])
+target = r["targets"]["latency_ms"]
+assert abs(target - ratio * parent_ms) <= 1e-3 + 1e-4 * target, (target, ratio, parent_ms)  # printed to 0.001 ms
+m = r["measured"]
+assert m["latency_ms"]["target"] == target, m["latency_ms"]
+assert "target" not in m["throughput_tok_s"] and "target" not in m["memory_bytes"], m
+meets = m["latency_ms"]["measured"] <= target
+assert rc == (0 if meets else 3), (rc, m["latency_ms"], target)
+assert r["pass"] == meets, r["pass"]
+EOF
 }
 
 # an --out too long for the run's files is refused before any work, naming it
@@ -55,6 +80,7 @@ set -e
 [ ! -e "$long" ] || fail "an over-long --out left something behind"
 
 run "$tmp/a"
+verdict "$tmp/a" 0.7 "$tmp/a/tables.json"
 for f in tables.json search/arch.json search/search.json search/importance.safetensors pruned/config.json \
          distill/loss.csv model/config.json model/model.safetensors model/tokenizer.json measure.json eval.json \
          report.json report.md compress.json; do
@@ -94,6 +120,7 @@ grep -q "## Costs" "$tmp/a/report.md" || fail "report.md has no costs"
 # a finished run is not run again
 run "$tmp/a"
 grep -q "0 stages run, 7 already done" "$tmp/a.log" || fail "rerun: $(cat "$tmp/a.log")"
+verdict "$tmp/a" 0.7 "$tmp/a/tables.json"
 
 # the stages after prune lost: the rerun resumes at distill and ends with the same model
 cp -r "$tmp/a" "$tmp/b"
@@ -107,6 +134,7 @@ json.dump(s, open(p, "w"))
 EOF
 run "$tmp/b"
 grep -q "4 stages run, 3 already done" "$tmp/b.log" || fail "resume: $(cat "$tmp/b.log")"
+verdict "$tmp/b" 0.7 "$tmp/a/tables.json"
 "$ac" logits --model "$tmp/a/model" --ids 3,1,4,1,5,9,2,6 --out "$tmp/a.npy" >/dev/null
 "$ac" logits --model "$tmp/b/model" --ids 3,1,4,1,5,9,2,6 --out "$tmp/b.npy" >/dev/null
 cmp "$tmp/a.npy" "$tmp/b.npy" || fail "the resumed run's model differs"
@@ -114,6 +142,7 @@ cmp "$tmp/a.npy" "$tmp/b.npy" || fail "the resumed run's model differs"
 # --from measure: the measurement and what follows it again, nothing before
 run "$tmp/a" --from measure
 grep -q "3 stages run, 4 already done" "$tmp/a.log" || fail "--from measure: $(cat "$tmp/a.log")"
+verdict "$tmp/a" 0.7 "$tmp/a/tables.json"
 set +e
 "$ac" "${args[@]}" --contract "$contract" --out "$tmp/a" --from nothing >/dev/null 2>"$tmp/err"
 rc=$?
@@ -134,6 +163,7 @@ grep -q "other settings" "$tmp/err" || fail "the refusal does not say why: $(cat
 sed 's/latency_ratio = 0.7/latency_ratio = 0.9/' "$tmp/tiny.cfg" >"$tmp/loose.cfg"
 contract=$tmp/loose.cfg
 run "$tmp/m" --method minitron++ --tables "$tmp/a/tables.json" --candidates 2 --candidate-tokens 1024
+verdict "$tmp/m" 0.9 "$tmp/a/tables.json"
 python3 - "$tmp/m" <<'EOF'
 import json, sys
 d = sys.argv[1]
@@ -160,4 +190,17 @@ assert len(removed) <= 1, removed   # 20% of 6 layers
 assert cfg["hidden_size"] == s["choice"]["hidden"]
 assert r["kd_tokens"] == 4096
 EOF
+
+# a target no architecture of the space meets (the layers no axis removes cost about 0.6
+# of the parent) is a contract this parent cannot be compressed to: the pipeline stops
+# at the search, before distilling, as bad usage (2) naming why, with no model
+sed 's/latency_ratio = 0.7/latency_ratio = 0.2/' "$tmp/tiny.cfg" >"$tmp/tight.cfg"
+set +e
+"$ac" "${args[@]}" --contract "$tmp/tight.cfg" --out "$tmp/t" --tables "$tmp/a/tables.json" --search-tokens 4096 \
+  --kd-tokens 512 >/dev/null 2>"$tmp/err"
+rc=$?
+set -e
+[ "$rc" = 2 ] && grep -q "found no architecture the cost model predicts to meet" "$tmp/err" ||
+  fail "an unreachable target: exit $rc, $(cat "$tmp/err")"
+[ ! -e "$tmp/t/model" ] || fail "an unreachable target left a model"
 echo "compress: ok"

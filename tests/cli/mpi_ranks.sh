@@ -135,6 +135,9 @@ kill -9 "$victim"
 wait_ended $run_pid 60
 [ "$status" -ne 0 ] || fail "mpirun exited 0 after a rank was killed"
 grep -q "rank 1 .*exited on signal 9" "$tmp/killed.log" || fail "no error naming the lost rank: $(cat "$tmp/killed.log")"
+# the kill came before the end, so the rerun below is a resume: no weights, steps left
+[ ! -e "$tmp/killed/model.safetensors" ] && [ "$(rows "$tmp/killed")" -lt 121 ] ||
+  fail "the killed run had ended before the kill"
 [ -f "$tmp/killed/checkpoint/state.json" ] || fail "no checkpoint after the kill"
 "${mpi[@]}" "$ac" "${long[@]}" --out "$tmp/killed" >"$tmp/resumed.log" || fail "the resumed run exited $?"
 grep -q "(resumed)" "$tmp/resumed.log" || fail "the rerun did not resume: $(cat "$tmp/resumed.log")"

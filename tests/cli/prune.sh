@@ -3,7 +3,8 @@
 # bit for bit; pruned to the committed cpu-latency search result (already in importance
 # order with --ordered, the kept layers from search.json) it gives a loadable checkpoint
 # of that architecture with the tokenizer; missing importance and an architecture larger
-# than the parent are errors that name what is wrong.
+# than the parent are bad usage (exit 2) naming what is wrong, a missing --arch file a
+# failure (exit 1).
 set -euo pipefail
 ac=$1
 src=$2
@@ -25,13 +26,18 @@ grep -q "8 of 12 layers" "$tmp/out" || { echo "FAIL: the pruned model does not k
 "$ac" info --model "$tmp/child" | grep -q "MMM\*M-\*E" || { echo "FAIL: the pruned checkpoint has another pattern"; exit 1; }
 "$ac" generate --model "$tmp/child" --prompt "The" --max-tokens 4 >/dev/null
 
-if "$ac" prune --model "$parent" --arch "$tmp/self/arch.json" --out "$tmp/x" 2>"$tmp/err"; then
-  echo "FAIL: pruning without importance accepted"; exit 1
-fi
+# bad usage (2): no importance to order by, an architecture that does not fit
+rc=0
+"$ac" prune --model "$parent" --arch "$tmp/self/arch.json" --out "$tmp/x" 2>"$tmp/err" || rc=$?
+[ "$rc" = 2 ] || { echo "FAIL: pruning without importance exited $rc, not 2"; exit 1; }
 grep -q "importance.safetensors" "$tmp/err" || { echo "FAIL: the error does not say what is missing"; exit 1; }
 sed 's/"hidden_size":[[:space:]]*[0-9]*/"hidden_size": 4096/' "$parent/config.json" >"$tmp/self/big.json"
-if "$ac" prune --model "$parent" --arch "$tmp/self/big.json" --ordered --out "$tmp/y" 2>"$tmp/err"; then
-  echo "FAIL: a larger architecture accepted"; exit 1
-fi
+rc=0
+"$ac" prune --model "$parent" --arch "$tmp/self/big.json" --ordered --out "$tmp/y" 2>"$tmp/err" || rc=$?
+[ "$rc" = 2 ] || { echo "FAIL: a larger architecture exited $rc, not 2"; exit 1; }
 grep -q "hidden_size 4096 exceeds" "$tmp/err" || { echo "FAIL: the error does not name hidden_size"; cat "$tmp/err"; exit 1; }
+# a failure (1): an architecture file that is not there
+rc=0
+"$ac" prune --model "$parent" --arch "$tmp/none.json" --ordered --out "$tmp/z" 2>"$tmp/err" || rc=$?
+[ "$rc" = 1 ] && grep -q "none.json" "$tmp/err" || { echo "FAIL: a missing --arch exited $rc: $(cat "$tmp/err")"; exit 1; }
 echo "prune: ok"

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # `autocompress search` end to end on a tiny trained model: profile it under a contract
 # with a latency ratio, search, and check the outputs (arch.json that reads back, the
-# summary, the diagnostics CSV, the plot script); a rerun on the same directory resumes
-# and ends with the same architecture; bad arguments name what is wrong.
+# summary, the diagnostics CSV, the plot script) and, with `costmodel predict`, that the
+# pick meets the target; a rerun on the same directory resumes and ends with the same
+# architecture; bad arguments name what is wrong (exit 2); a target out of reach ends
+# with exit 3 and a pick predicted over it.
 set -euo pipefail
 ac=$1
 src=$2
@@ -28,9 +30,18 @@ done
 [ "$(wc -l <"$tmp/s/search.csv")" -eq 41 ] || fail "search.csv: want a header and 40 rows"
 grep -q '"block_configs"\|"hybrid_override_pattern"' "$tmp/s/arch.json" || fail "arch.json is not a config"
 grep -q '"meets_targets":[[:space:]]*true' "$tmp/s/search.json" || fail "search.json: $(cat "$tmp/s/search.json")"
-# arch.json is a config the tools read: its cost can be predicted
-"$ac" costmodel predict --model "$tmp/parent" --contract "$tmp/tiny.cfg" --tables "$tmp/tables.json" \
-  --arch "$tmp/s/arch.json" >"$tmp/pred" || fail "predict on arch.json exited $?"
+# the truth of the verdict, from the cost model's own command rather than the search's
+# flag: the written architecture's predicted latency is within latency_ratio (0.7) of the
+# parent's, both predicted by `costmodel predict` from the same tables
+predicted_ms() { # predicted_ms CONTRACT CONFIG: the predicted latency in ms
+  "$ac" costmodel predict --model "$tmp/parent" --contract "$1" --tables "$tmp/tables.json" --arch "$2" |
+    sed -nE 's/^latency ([0-9.]+) ms .*/\1/p'
+}
+parent_ms=$(predicted_ms "$tmp/tiny.cfg" "$tmp/parent/config.json")
+chosen_ms=$(predicted_ms "$tmp/tiny.cfg" "$tmp/s/arch.json")
+[ -n "$parent_ms" ] && [ -n "$chosen_ms" ] || fail "no predicted latency: parent '$parent_ms', chosen '$chosen_ms'"
+awk -v c="$chosen_ms" -v p="$parent_ms" 'BEGIN { exit !(c > 0 && c <= 0.7 * p) }' ||
+  fail "the chosen architecture is predicted at $chosen_ms ms, over 0.7 x the parent's $parent_ms ms"
 
 # a rerun of a finished search resumes from its state and chooses the same
 cp "$tmp/s/arch.json" "$tmp/first.json"
@@ -60,4 +71,20 @@ truncate -s 600 "$tmp/damaged/search_state.bin"
 set -e
 "$ac" "${args[@]}" --out "$tmp/w" --expert-masking scores >"$tmp/scores" || fail "score masking exited $?"
 grep -q "meets every target" "$tmp/scores" || fail "score masking: $(cat "$tmp/scores")"
+
+# a target no architecture of the space can meet (the layers no axis removes cost about
+# 0.6 of the parent): the search ends, writes its pick, says it misses and exits 3; the
+# pick's prediction is indeed over the target
+sed 's/latency_ratio = 0.7;/latency_ratio = 0.2;/' "$tmp/tiny.cfg" >"$tmp/tight.cfg"
+grep -q "latency_ratio = 0.2;" "$tmp/tight.cfg" || fail "the tight contract was not made"
+set +e
+"$ac" search --model "$tmp/parent" --contract "$tmp/tight.cfg" --tables "$tmp/tables.json" --data "$tmp/data" \
+  --calib-seqs 4 --batch 2 --seq-len 32 --tokens $((4 * 32 + 10 * 64)) --progress off --out "$tmp/miss" \
+  >"$tmp/miss.out" 2>"$tmp/err"
+rc=$?
+set -e
+[ $rc -eq 3 ] && grep -q "MISSES every target" "$tmp/miss.out" || fail "an unreachable target: rc $rc, $(cat "$tmp/err")"
+missed_ms=$(predicted_ms "$tmp/tight.cfg" "$tmp/miss/arch.json")
+awk -v c="$missed_ms" -v p="$parent_ms" 'BEGIN { exit !(c > 0.2 * p) }' ||
+  fail "exit 3, yet the pick is predicted at $missed_ms ms, within 0.2 x $parent_ms ms"
 echo "search: ok"

@@ -19,22 +19,36 @@ model="$src/examples/parent/prose"
 tables="$src/examples/search/cpu-latency/tables.json"
 
 printf 'slots = 1;\nthreads = 1;\nprofile_every = 1;\nprofile_tables = "%s";\n' "$tables" >"$tmp/server.cfg"
-serve_start "$ac" --model "$model" --config "$tmp/server.cfg"
-base="http://127.0.0.1:$port"
 auth=(-H "Authorization: Bearer $AUTOCOMPRESS_ADMIN_TOKEN")
-
 # prompts of about the tables' 256 input tokens, so prefill is compared where it was measured
 long=$(printf 'the quick brown fox jumps over the lazy dog, %.0s' $(seq 1 12))
-for i in 1 2 3; do
-  curl -sf -o /dev/null "$base/v1/completions" -H 'Content-Type: application/json' \
-    -d "{\"prompt\": \"$i $long\", \"max_tokens\": 12, \"temperature\": 0}" ||
-    fail "completion $i"
-done
-[ "$(curl -s -o /dev/null -w '%{http_code}' "$base/admin/profile")" = 401 ] || fail "/admin/profile without a token"
-curl -sf "${auth[@]}" "$base/admin/profile" >"$tmp/profile.json" || fail "GET /admin/profile"
-curl -sf "${auth[@]}" "$base/admin/status" >"$tmp/status.json" || fail "GET /admin/status"
 
-python3 - "$tmp/profile.json" "$tmp/status.json" "$model/config.json" "$tables" <<'EOF' ||
+# profiled: a fresh server, three requests, its profile and status in $tmp
+profiled() {
+  serve_start "$ac" --model "$model" --config "$tmp/server.cfg"
+  base="http://127.0.0.1:$port"
+  local i
+  for i in 1 2 3; do
+    curl -sf -o /dev/null "$base/v1/completions" -H 'Content-Type: application/json' \
+      -d "{\"prompt\": \"$i $long\", \"max_tokens\": 12, \"temperature\": 0}" ||
+      fail "completion $i"
+  done
+  [ "$(curl -s -o /dev/null -w '%{http_code}' "$base/admin/profile")" = 401 ] || fail "/admin/profile without a token"
+  curl -sf "${auth[@]}" "$base/admin/profile" >"$tmp/profile.json" || fail "GET /admin/profile"
+  curl -sf "${auth[@]}" "$base/admin/status" >"$tmp/status.json" || fail "GET /admin/status"
+}
+
+# The checks exit 3 when only the times are off (the sites' medians beside the forward's,
+# live beside predicted): on a loaded machine preemption lands in the forward of most
+# steps but in few of any one site's, so the measurement is made again on a fresh server
+# until a deadline; any other failure fails at once.
+deadline=$((SECONDS + 360))
+attempt=0
+while :; do
+  attempt=$((attempt + 1))
+  profiled
+  rc=0
+  python3 - "$tmp/profile.json" "$tmp/status.json" "$model/config.json" "$tables" <<'EOF' || rc=$?
 import json, sys
 p, status, config, tables = (json.load(open(f)) for f in sys.argv[1:5])
 pattern = config["hybrid_override_pattern"]
@@ -65,6 +79,7 @@ assert 150 <= T <= 256 and c0 == 0, (T, c0)
 c = min(max(decode["context_p50"], lo), hi)
 def prefill_us(r):
     return decode_us(r, c0) + (r["prefill"]["median_us"] - decode_us(r, c0)) * (T - 1) / (lo - 1)
+slow = []
 for s, predict in ((decode, lambda r: decode_us(r, c)), (prefill, prefill_us)):
     assert "unpredicted_because" not in s, s.get("unpredicted_because")
     rows = s["rows"]
@@ -75,18 +90,29 @@ for s, predict in ((decode, lambda r: decode_us(r, c)), (prefill, prefill_us)):
         assert abs(r["predicted_us"] - predict(t)) <= 1e-6 * abs(predict(t)) + 1e-9, (s["phase"], r, predict(t))
         assert r["live_us"] > 0, r
     forward = rows[-1]
+    assert forward["site"] == "forward", forward
     # sites_us sums the sites' medians, which the forward's median need not bound exactly
-    assert forward["site"] == "forward" and 0.5 < forward["sites_us"] / forward["live_us"] < 1.2, forward
+    if not 0.5 < forward["sites_us"] / forward["live_us"] < 1.2:
+        slow.append(f"{s['phase']}: the sites' medians sum to {forward['sites_us']:.0f} us, the forward {forward['live_us']:.0f}")
     # microseconds on both sides: a unit slip would be 1000x (a busy machine, or one thread
     # against the tables' two, moves the ratio by far less)
-    assert 0.01 < forward["live_us"] / forward["predicted_us"] < 100, forward
+    if not 0.01 < forward["live_us"] / forward["predicted_us"] < 100:
+        slow.append(f"{s['phase']}: live {forward['live_us']:.0f} us against {forward['predicted_us']:.0f} predicted")
 m = p["memory"]
 assert m["weights_bytes"] == 4 * status["model"]["parameters"], (m, status["model"])
 assert m["kv_bytes"] > 0 and m["state_bytes"] > 0 and m["activation_bytes"] > 0 and m["baseline_bytes"] > 0, m
 assert m["residual_bytes"] == m["resident_bytes"] - m["baseline_bytes"] - m["accounted_bytes"], m
 assert "predicted_eps_bytes" in m, m
+if slow:
+    print("; ".join(slow))
+    sys.exit(3)
 EOF
-  fail "the profile: $(head -c 600 "$tmp/profile.json")"
+  [ $rc -eq 0 ] && break
+  [ $rc -eq 3 ] || fail "the profile: $(head -c 600 "$tmp/profile.json")"
+  [ $SECONDS -lt $deadline ] || fail "the times were still off after $attempt fresh servers (above)"
+  serve_stop
+done
+[ $attempt -eq 1 ] || echo "serve_profile: the times held on fresh server $attempt"
 
 "$ac" admin profile --server "$base" >"$tmp/table.txt" || fail "admin profile exited $?"
 grep -q "^decode, batch 1:" "$tmp/table.txt" && grep -q "memory: resident" "$tmp/table.txt" ||

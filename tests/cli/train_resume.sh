@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# `autocompress train` killed with SIGKILL mid-run and rerun with the same command ends
-# with the same weights and loss log as an uninterrupted run; `distill` runs on the result;
-# a resume with other settings is refused.
+# `autocompress train` killed with SIGKILL mid-run (checked: it died of the kill, before
+# its weights and last steps) and rerun with the same command ends with the same weights
+# and loss log as an uninterrupted run; `distill` runs on the result; a resume with other
+# settings is refused (exit 2).
 set -euo pipefail
 ac=$1
 src=$2
@@ -32,7 +33,13 @@ while [ "$(rows)" -lt 35 ]; do
   sleep 0.02
 done
 kill -9 $pid
-wait $pid 2>/dev/null || true
+status=0
+wait $pid 2>/dev/null || status=$?
+# the kill came before the end (else the rerun below would test nothing): the run died of
+# SIGKILL (128 + 9) with its weights unwritten and its loss log short of the 120 steps
+[ "$status" -eq 137 ] || { echo "FAIL: the killed run exited $status, not of SIGKILL: it had ended"; exit 1; }
+[ ! -e "$tmp/killed/model.safetensors" ] || { echo "FAIL: the killed run had written its weights"; exit 1; }
+[ "$(rows)" -lt 121 ] || { echo "FAIL: the killed run had logged every step"; exit 1; }
 [ -f "$tmp/killed/checkpoint/state.json" ] || { echo "FAIL: no checkpoint after the kill"; exit 1; }
 "$ac" "${args[@]}" --out "$tmp/killed" > "$tmp/resumed.log"
 grep -q "(resumed)" "$tmp/resumed.log" || { echo "FAIL: the rerun did not resume"; cat "$tmp/resumed.log"; exit 1; }
@@ -48,10 +55,10 @@ last=$(tail -1 "$tmp/straight/loss.csv" | cut -d, -f4)
 awk -v a="$first" -v b="$last" 'BEGIN { exit !(b < a - 1.0) }' || { echo "FAIL: loss $first -> $last"; exit 1; }
 
 # other settings on the same output directory are refused, naming the difference
-if "$ac" train --config "$tmp/config.json" --data "$tmp/data" --out "$tmp/killed" --steps 120 --batch 4 --seq-len 64 \
-     --lr 1e-3 --warmup 10 --checkpoint-every 10 --eval-every 50 --eval-batches 2 --seed 5 --progress off 2> "$tmp/err"; then
-  echo "FAIL: a resume with another learning rate was accepted"; exit 1
-fi
+rc=0
+"$ac" train --config "$tmp/config.json" --data "$tmp/data" --out "$tmp/killed" --steps 120 --batch 4 --seq-len 64 \
+  --lr 1e-3 --warmup 10 --checkpoint-every 10 --eval-every 50 --eval-batches 2 --seed 5 --progress off 2> "$tmp/err" || rc=$?
+[ "$rc" -eq 2 ] || { echo "FAIL: a resume with another learning rate exited $rc, not 2"; exit 1; }
 grep -q "other settings" "$tmp/err" || { echo "FAIL: unclear error: $(cat "$tmp/err")"; exit 1; }
 
 # distillation of a fresh student from the trained model runs and learns

@@ -30,8 +30,10 @@ serve_start() {
   rm -f "$serve_tmp/port" # a restart must not read the previous server's port
   "$ac" serve --port 0 --port-file "$serve_tmp/port" "$@" 2>"$serve_log" &
   server_pid=$!
-  # the port file appears once it listens; /health turns 200 once the model is loaded
-  for _ in $(seq 1 300); do
+  # the port file appears once it listens; /health turns 200 once the model is loaded (a
+  # wall-clock deadline: on a loaded machine each round of the loop takes longer)
+  local deadline=$((SECONDS + 180))
+  while [ $SECONDS -lt $deadline ]; do
     kill -0 "$server_pid" 2>/dev/null || fail "the server exited before it was ready"
     [ -z "$port" ] && [ -s "$serve_tmp/port" ] && port=$(cat "$serve_tmp/port")
     if [ -n "$port" ]; then
@@ -41,8 +43,8 @@ serve_start() {
     fi
     sleep 0.2
   done
-  [ -n "$port" ] || fail "no port in $serve_tmp/port after 60 s"
-  fail "/health is $status, not 200, after 60 s"
+  [ -n "$port" ] || fail "no port in $serve_tmp/port after 180 s"
+  fail "/health is $status, not 200, after 180 s"
 }
 
 serve_stop() {
