@@ -47,9 +47,9 @@ static int contract_check(int argc, char **argv)
                            "known (autocompress search predicts it).\n"
                            "With --parent, the rules that need the parent's architecture are checked too\n"
                            "(every routed_experts candidate >= each MoE layer's top_k), as profile,\n"
-                           "search, measure and compress check them.\n"
-                           "Exit status: 0 when every file is valid, 1 when any is not (or the parent\n"
-                           "cannot be read), 2 on bad usage.",
+                           "search, measure and compress check them; a parent that cannot be read counts\n"
+                           "as a file that is not valid.\n"
+                           "Exit status: 0 when every file is valid, 1 when any is not, 2 on bad usage.",
                            opts, CLI_COUNT(opts), 1, -1};
     int first;
     int rc = cli_parse(&spec, argc, argv, &first);
