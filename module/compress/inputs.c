@@ -1,0 +1,172 @@
+/* Up-front checks of the inputs a command will need (autocompress/inputs.h). */
+#include "autocompress/inputs.h"
+
+#include "autocompress/config_json.h"
+#include "autocompress/cost.h"
+#include "autocompress/safetensors.h"
+#include "autocompress/tokens.h"
+#include "util/path.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* Prefixes the current message with "FLAG PATH: ", or with "FLAG " alone when the
+ * message starts with a path under PATH already. */
+static ac_status named(ac_status st, const char *flag, const char *path)
+{
+    if (st == AC_OK)
+        return st;
+    if (!strncmp(ac_error_message(), path, strlen(path))) {
+        char message[1024];
+        snprintf(message, sizeof message, "%s", ac_error_message());
+        return ac_fail(st, "%s %s", flag, message);
+    }
+    return ac_fail_context(st, "%s %s", flag, path);
+}
+
+ac_status ac_input_file(const char *flag, const char *path)
+{
+    struct stat sb;
+    if (stat(path, &sb) != 0)
+        return ac_fail(AC_ERR_IO, "%s %s: %s", flag, path, errno == ENOENT ? "no such file" : strerror(errno));
+    if (S_ISDIR(sb.st_mode))
+        return ac_fail(AC_ERR_IO, "%s %s: is a directory, not a file", flag, path);
+    if (access(path, R_OK) != 0)
+        return ac_fail(AC_ERR_IO, "%s %s: cannot be read: %s", flag, path, strerror(errno));
+    return AC_OK;
+}
+
+static ac_status input_dir(const char *flag, const char *dir)
+{
+    struct stat sb;
+    if (stat(dir, &sb) != 0)
+        return ac_fail(AC_ERR_IO, "%s %s: %s", flag, dir, errno == ENOENT ? "no such directory" : strerror(errno));
+    if (!S_ISDIR(sb.st_mode))
+        return ac_fail(AC_ERR_IO, "%s %s: not a directory", flag, dir);
+    return AC_OK;
+}
+
+/* The longest existing prefix of `path` (cut at a '/'; "." for a relative path with
+ * none) must be a directory this process can write into. */
+static ac_status writable_ancestor(const char *flag, const char *path)
+{
+    char probe[AC_PATH_MAX];
+    ac_status st = ac_path_suffixed(probe, sizeof probe, path, "");
+    if (st != AC_OK)
+        return named(st, flag, path);
+    struct stat sb;
+    while (stat(probe, &sb) != 0) {
+        char *slash = strrchr(probe, '/');
+        while (slash && slash > probe && slash[-1] == '/')
+            slash--;
+        if (!slash)
+            snprintf(probe, sizeof probe, ".");
+        else if (slash == probe)
+            probe[1] = '\0'; /* the root */
+        else
+            *slash = '\0';
+    }
+    if (!S_ISDIR(sb.st_mode))
+        return ac_fail(AC_ERR_IO, "%s %s: cannot be created: %s is not a directory", flag, path, probe);
+    if (access(probe, W_OK | X_OK) != 0)
+        return ac_fail(AC_ERR_IO, "%s %s: cannot be written: %s: %s", flag, path, probe, strerror(errno));
+    return AC_OK;
+}
+
+ac_status ac_input_out_dir(const char *flag, const char *dir)
+{
+    if (!*dir)
+        return ac_fail(AC_ERR_INVALID, "%s: an empty path", flag);
+    struct stat sb;
+    if (stat(dir, &sb) == 0 && !S_ISDIR(sb.st_mode))
+        return ac_fail(AC_ERR_IO, "%s %s: exists and is not a directory", flag, dir);
+    return writable_ancestor(flag, dir);
+}
+
+ac_status ac_input_out_file(const char *flag, const char *path)
+{
+    if (!*path)
+        return ac_fail(AC_ERR_INVALID, "%s: an empty path", flag);
+    struct stat sb;
+    if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode))
+        return ac_fail(AC_ERR_IO, "%s %s: is a directory, not a file", flag, path);
+    return writable_ancestor(flag, path);
+}
+
+ac_status ac_input_model(const char *flag, const char *dir, int weights, ac_arch *arch)
+{
+    ac_status st = input_dir(flag, dir);
+    char path[AC_PATH_MAX];
+    if (st == AC_OK)
+        st = named(ac_path_join(path, sizeof path, dir, "config.json"), flag, dir);
+    ac_arch parsed = {0};
+    if (st == AC_OK)
+        st = named(ac_config_json_read(path, &parsed), flag, dir);
+    if (st == AC_OK && weights) {
+        ac_safetensors_set *set = NULL;
+        st = named(ac_safetensors_index_open(dir, &set), flag, dir);
+        ac_safetensors_set_close(set);
+    }
+    if (st == AC_OK && arch)
+        *arch = parsed;
+    else
+        ac_arch_free(&parsed);
+    return st;
+}
+
+ac_status ac_input_contract(const char *flag, const char *path, ac_contract *contract)
+{
+    ac_status st = ac_input_file(flag, path);
+    ac_contract parsed;
+    if (st == AC_OK)
+        st = named(ac_contract_load(path, &parsed), flag, path);
+    if (st == AC_OK && contract)
+        *contract = parsed;
+    return st;
+}
+
+ac_status ac_input_tables(const char *flag, const char *path, const ac_arch *parent, const ac_contract *contract)
+{
+    ac_cost_tables *tables = NULL;
+    ac_status st = ac_input_file(flag, path);
+    if (st == AC_OK)
+        st = named(ac_cost_tables_read(path, &tables), flag, path);
+    if (st == AC_OK && parent && contract) {
+        ac_cost_model *model = NULL;
+        st = named(ac_cost_model_create(tables, parent, contract, &model), flag, path);
+        ac_cost_model_free(model);
+    }
+    ac_cost_tables_free(tables);
+    return st;
+}
+
+static ac_status input_shard(const char *flag, const char *dir, const char *name, int vocab)
+{
+    char path[AC_PATH_MAX];
+    ac_status st = named(ac_path_join(path, sizeof path, dir, name), flag, dir);
+    struct stat sb;
+    if (st == AC_OK && stat(path, &sb) != 0)
+        return ac_fail(AC_ERR_IO, "%s %s: no %s (token shards come from autocompress tokenize)", flag, dir, name);
+    ac_tokens *tokens = NULL;
+    if (st == AC_OK)
+        st = named(ac_tokens_open(path, &tokens), flag, dir);
+    if (st == AC_OK && vocab > 0 && ac_tokens_vocab_size(tokens) > (uint32_t)vocab)
+        st = ac_fail(AC_ERR_INVALID, "%s %s: %s has a token vocabulary of %u, larger than the model's %d", flag, dir,
+                     name, ac_tokens_vocab_size(tokens), vocab);
+    ac_tokens_close(tokens);
+    return st;
+}
+
+ac_status ac_input_shards(const char *flag, const char *dir, int shards, int vocab)
+{
+    ac_status st = input_dir(flag, dir);
+    if (st == AC_OK && (shards & AC_SHARD_TRAIN))
+        st = input_shard(flag, dir, "train.bin", vocab);
+    if (st == AC_OK && (shards & AC_SHARD_VAL))
+        st = input_shard(flag, dir, "val.bin", vocab);
+    return st;
+}
