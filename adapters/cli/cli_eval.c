@@ -70,12 +70,14 @@ static void print_report(const eval_args *a, const ac_eval_report *r)
         printf("  next-line exact match: %.4f (%d lines)\n", r->line_exact_match, r->lines);
 }
 
-/* Before the scoring: both models, val.bin within the student's vocabulary, the
+/* Before the scoring: the device, both models, val.bin within the student's vocabulary, the
  * tokenizer when one is named and the JSON report's place. */
 static ac_status check_inputs(const eval_args *a)
 {
     ac_arch arch = {0};
-    ac_status st = ac_input_model("--model", a->model_dir, 1, &arch);
+    ac_status st = ac_input_device("--device", a->device);
+    if (st == AC_OK)
+        st = ac_input_model("--model", a->model_dir, 1, &arch);
     if (st == AC_OK)
         st = ac_input_model("--teacher", a->teacher_dir, 1, NULL);
     if (st == AC_OK)

@@ -118,12 +118,14 @@ static ac_status check_start(const train_args *a, ac_arch *arch)
     return ac_input_model(a->teacher_dir ? "--student" : "--model", a->model_dir, 1, arch);
 }
 
-/* Before the loading and the steps: the models, the shards the loop reads (val.bin
+/* Before the loading and the steps: the device, the models, the shards the loop reads (val.bin
  * only with evaluations) within the model's vocabulary, and an output to write. */
 static ac_status check_inputs(const train_args *a)
 {
     ac_arch arch = {0};
-    ac_status st = check_start(a, &arch);
+    ac_status st = ac_input_device("--device", a->device);
+    if (st == AC_OK)
+        st = check_start(a, &arch);
     if (st == AC_OK && a->teacher_dir)
         st = ac_input_model("--teacher", a->teacher_dir, 1, NULL);
     int shards = AC_SHARD_TRAIN | (a->p.eval_every > 0 ? AC_SHARD_VAL : 0);

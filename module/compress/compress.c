@@ -96,14 +96,21 @@ static ac_status check_params(const ac_compress_params *p)
 }
 
 /* Everything the stages will read, before the first of them (profiling alone can take
- * twenty minutes): the parent's config and weights, both shards with a vocabulary the
+ * twenty minutes): the contract's device, the parent's config and weights, both shards with a vocabulary the
  * parent covers, the given tables against the parent and the contract, and an output
  * directory that can be written. */
 static ac_status check_inputs(const ac_compress_ctx *c)
 {
     const ac_compress_params *p = c->p;
     ac_arch parent = {0};
-    ac_status st = ac_input_model("--model", p->model_dir, 1, &parent);
+    const char *device = NULL;
+    char where[AC_PATH_MAX + 64];
+    snprintf(where, sizeof where, "--contract %s: hardware.device", p->contract_path);
+    ac_status st = ac_contract_compute_device(&c->contract, &device);
+    if (st == AC_OK)
+        st = ac_input_device(where, device);
+    if (st == AC_OK)
+        st = ac_input_model("--model", p->model_dir, 1, &parent);
     if (st == AC_OK)
         st = ac_input_shards("--data", p->data_dir, AC_SHARD_TRAIN | AC_SHARD_VAL, parent.vocab);
     if (st == AC_OK && p->tables_path)

@@ -5,6 +5,7 @@
 #include "autocompress/cost.h"
 #include "autocompress/safetensors.h"
 #include "autocompress/tokens.h"
+#include "kernels/kernels.h"
 #include "util/path.h"
 
 #include <errno.h>
@@ -50,30 +51,29 @@ static ac_status input_dir(const char *flag, const char *dir)
     return AC_OK;
 }
 
-/* The longest existing prefix of `path` (cut at a '/'; "." for a relative path with
- * none) must be a directory this process can write into. */
-static ac_status writable_ancestor(const char *flag, const char *path)
+/* Cuts `probe` at its last '/': its directory ("." for a relative name, "/" for the
+ * root's entries). */
+static void cut_last_name(char *probe, size_t size)
 {
-    char probe[AC_PATH_MAX];
-    ac_status st = ac_path_suffixed(probe, sizeof probe, path, "");
-    if (st != AC_OK)
-        return named(st, flag, path);
-    struct stat sb;
-    while (stat(probe, &sb) != 0) {
-        char *slash = strrchr(probe, '/');
-        while (slash && slash > probe && slash[-1] == '/')
-            slash--;
-        if (!slash)
-            snprintf(probe, sizeof probe, ".");
-        else if (slash == probe)
-            probe[1] = '\0'; /* the root */
-        else
-            *slash = '\0';
-    }
-    if (!S_ISDIR(sb.st_mode))
-        return ac_fail(AC_ERR_IO, "%s %s: cannot be created: %s is not a directory", flag, path, probe);
-    if (access(probe, W_OK | X_OK) != 0)
-        return ac_fail(AC_ERR_IO, "%s %s: cannot be written: %s: %s", flag, path, probe, strerror(errno));
+    char *slash = strrchr(probe, '/');
+    while (slash && slash > probe && slash[-1] == '/')
+        slash--;
+    if (!slash)
+        snprintf(probe, size, ".");
+    else if (slash == probe)
+        probe[1] = '\0';
+    else
+        *slash = '\0';
+}
+
+/* `dir` (the path itself, or an ancestor of it) must be a directory that takes new
+ * entries. */
+static ac_status writable(const char *flag, const char *path, const char *dir, const struct stat *sb)
+{
+    if (!S_ISDIR(sb->st_mode))
+        return ac_fail(AC_ERR_IO, "%s %s: cannot be created: %s is not a directory", flag, path, dir);
+    if (access(dir, W_OK | X_OK) != 0)
+        return ac_fail(AC_ERR_IO, "%s %s: cannot be written: %s: %s", flag, path, dir, strerror(errno));
     return AC_OK;
 }
 
@@ -84,7 +84,14 @@ ac_status ac_input_out_dir(const char *flag, const char *dir)
     struct stat sb;
     if (stat(dir, &sb) == 0 && !S_ISDIR(sb.st_mode))
         return ac_fail(AC_ERR_IO, "%s %s: exists and is not a directory", flag, dir);
-    return writable_ancestor(flag, dir);
+    /* created with its missing parents (mkdir -p): the longest existing prefix decides */
+    char probe[AC_PATH_MAX];
+    ac_status st = ac_path_suffixed(probe, sizeof probe, dir, "");
+    if (st != AC_OK)
+        return named(st, flag, dir);
+    while (stat(probe, &sb) != 0)
+        cut_last_name(probe, sizeof probe);
+    return writable(flag, dir, probe, &sb);
 }
 
 ac_status ac_input_out_file(const char *flag, const char *path)
@@ -94,7 +101,16 @@ ac_status ac_input_out_file(const char *flag, const char *path)
     struct stat sb;
     if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode))
         return ac_fail(AC_ERR_IO, "%s %s: is a directory, not a file", flag, path);
-    return writable_ancestor(flag, path);
+    /* written as PATH.tmp and renamed, into a directory that must be there */
+    char dir[AC_PATH_MAX];
+    ac_status st = ac_path_suffixed(dir, sizeof dir, path, "");
+    if (st != AC_OK)
+        return named(st, flag, path);
+    cut_last_name(dir, sizeof dir);
+    if (stat(dir, &sb) != 0)
+        return ac_fail(AC_ERR_IO, "%s %s: cannot be created: %s: %s", flag, path, dir,
+                       errno == ENOENT ? "no such directory" : strerror(errno));
+    return writable(flag, path, dir, &sb);
 }
 
 ac_status ac_input_model(const char *flag, const char *dir, int weights, ac_arch *arch)
@@ -144,6 +160,14 @@ ac_status ac_input_tables(const char *flag, const char *path, const ac_arch *par
     return st;
 }
 
+ac_status ac_input_device(const char *flag, const char *device)
+{
+    char why[256];
+    if (device && !ac_backend_select(device, why, sizeof why))
+        return ac_fail(AC_ERR_UNSUPPORTED, "%s: %s", flag, why);
+    return AC_OK;
+}
+
 static ac_status input_shard(const char *flag, const char *dir, const char *name, int vocab)
 {
     char path[AC_PATH_MAX];
@@ -163,6 +187,15 @@ static ac_status input_shard(const char *flag, const char *dir, const char *name
 
 ac_status ac_input_shards(const char *flag, const char *dir, int shards, int vocab)
 {
+    struct stat sb;
+    if (stat(dir, &sb) != 0 && errno == ENOENT) {
+        const char *sep = dir[0] && dir[strlen(dir) - 1] == '/' ? "" : "/";
+        if (shards == AC_SHARD_VAL)
+            return ac_fail(AC_ERR_IO, "%s %s: no such directory (for %s%sval.bin from autocompress tokenize)", flag,
+                           dir, dir, sep);
+        return ac_fail(AC_ERR_IO, "%s %s: no such directory (for %s%strain.bin%s from autocompress tokenize)", flag,
+                       dir, dir, sep, shards & AC_SHARD_VAL ? " and val.bin" : "");
+    }
     ac_status st = input_dir(flag, dir);
     if (st == AC_OK && (shards & AC_SHARD_TRAIN))
         st = input_shard(flag, dir, "train.bin", vocab);

@@ -35,6 +35,9 @@ touch "$tmp/file" # a regular file: nothing can be created under it
 # ---- plain progress lines from a real profiling (also the tables of the cases below) ----
 AC_PROGRESS_INTERVAL=0 "$ac" profile --model "$parent" --contract "$contract" --out "$tmp/tables.json" --repeats 1 \
   >"$tmp/prof.out" 2>"$tmp/prof.err" || fail "profile exited $?: $(cat "$tmp/prof.err")"
+# an existing output file is replaced, not refused
+AC_PROGRESS_INTERVAL=0 "$ac" profile --model "$parent" --contract "$contract" --out "$tmp/tables.json" --repeats 1 \
+  >"$tmp/prof.out" 2>"$tmp/prof.err" || fail "profile over its old tables exited $?: $(cat "$tmp/prof.err")"
 # the summary on stdout says how many runs there were; the lines must count to it
 runs=$(sed -n 's/^\([0-9]*\) runs of .*/\1/p' "$tmp/prof.out")
 [ -n "$runs" ] && [ "$runs" -gt 1 ] || fail "no run count in the summary: $(cat "$tmp/prof.out")"
@@ -114,6 +117,8 @@ expect 1 "--out $tmp/file/tables.json: cannot be created" profile --model "$pare
 expect 1 "--trace $tmp/file/trace.json: cannot be created" profile --model "$parent" --contract "$contract" \
   --out "$tmp/t.json" --trace "$tmp/file/trace.json" --repeats 1
 [ ! -e "$tmp/t.json" ] || fail "profile wrote tables though its trace cannot be written"
+expect 1 "--samples $tmp/none/s.tsv: cannot be created: $tmp/none: no such directory" costmodel validate \
+  --model "$parent" --contract "$contract" --tables "$tmp/tables.json" --n 1 --repeats 1 --samples "$tmp/none/s.tsv"
 expect 1 "--samples $tmp/file/s.tsv: cannot be created" costmodel validate --model "$parent" --contract "$contract" \
   --tables "$tmp/tables.json" --n 1 --repeats 1 --requests 2 --samples "$tmp/file/s.tsv"
 expect 1 "--out $tmp/file/t: cannot be created" "${train[@]}" --out "$tmp/file/t"

@@ -18,9 +18,12 @@ ac_status ac_input_file(const char *flag, const char *path);
 /* A directory that exists and can be written, or that can be created (its nearest
  * existing ancestor is a writable directory); nothing is created. */
 ac_status ac_input_out_dir(const char *flag, const char *dir);
-/* A file that can be written: not a directory, and its directory passes
- * ac_input_out_dir. */
+/* A file that can be written: not a directory, in a directory that exists and can be
+ * written. */
 ac_status ac_input_out_file(const char *flag, const char *path);
+/* A device (--device, a contract's) this build has and this machine can use; NULL: the
+ * CPU. AC_ERR_UNSUPPORTED naming it otherwise. */
+ac_status ac_input_device(const char *flag, const char *device);
 
 /* A checkpoint directory: DIR/config.json parses and, when `weights` is set, its
  * safetensors open. The architecture goes to *arch when arch is not NULL (free it with
