@@ -45,7 +45,7 @@ static int parse_args(int argc, char **argv, ac_compress_params *p)
                            "the contract's workload and evaluates it on held-out tokens. OUT/model is the result;\n"
                            "OUT/report.md and report.json say what was chosen, what it costs against the targets\n"
                            "and how much quality it kept. A rerun with the same options resumes at the first\n"
-                           "unfinished stage.\n"
+                           "unfinished stage. Every input is checked before the first stage.\n"
                            "Exit status: 0 when the result meets its contract when measured, 3 when it does not,\n"
                            "1 when a stage fails, 2 on a usage error.",
                            opts, CLI_COUNT(opts), 0, 0};
