@@ -118,8 +118,8 @@ static ac_status check_start(const train_args *a, ac_arch *arch)
     return ac_input_model(a->teacher_dir ? "--student" : "--model", a->model_dir, 1, arch);
 }
 
-/* Before the loading and the steps: the device, the models, the shards the loop reads (val.bin
- * only with evaluations) within the model's vocabulary, and an output to write. */
+/* Before the loading and the steps: the device, the models, the shards the loop reads
+ * (val.bin only with evaluations) within the model's vocabulary, and an output to write. */
 static ac_status check_inputs(const train_args *a)
 {
     ac_arch arch = {0};
