@@ -41,8 +41,7 @@ static int parse_args(int argc, char **argv, ac_compress_params *p)
         CLI_NUMBER("eval-batches", CLI_INT, &p->eval_batches, "N", "held-out batches for eval", 1, 1 << 20),
         CLI_NUMBER("seed", CLI_U64, &p->seed, "S", "seed of batches, calibration and prompts", 0, INT64_MAX),
         CLI_TEXT("from", &p->from_stage, "STAGE", "run this stage and the later ones again (e.g. measure)"),
-        CLI_CUSTOM("progress", &p->progress, "auto|bar|json|off", "progress on stderr (default: auto)",
-                   cli_parse_progress),
+        CLI_PROGRESS_OPT(&p->progress),
     };
     const cli_spec spec = {"compress", NULL,
                            "Profiles the contract's search space (or reads --tables), searches the architecture\n"
@@ -51,7 +50,7 @@ static int parse_args(int argc, char **argv, ac_compress_params *p)
                            "the contract's workload and evaluates it on held-out tokens. OUT/model is the result;\n"
                            "OUT/report.md and report.json say what was chosen, what it costs against the targets\n"
                            "and how much quality it kept. A rerun with the same options resumes at the first\n"
-                           "unfinished stage.\n"
+                           "unfinished stage. Every input is checked before the first stage.\n"
                            "The targets are judged on the result's measured cost (report.json's measured).\n"
                            CLI_EXIT_TARGETS_TEXT("the result meets every target when measured"),
                            opts, CLI_COUNT(opts), 0, 0};

@@ -12,6 +12,7 @@
 #include "autocompress/config_json.h"
 #include "autocompress/contract.h"
 #include "autocompress/cost.h"
+#include "autocompress/inputs.h"
 #include "autocompress/profile.h"
 #include "util/path.h"
 
@@ -74,8 +75,7 @@ static int parse_validate_args(int argc, char **argv, validate_args *a)
         CLI_TEXT("plot", &a->plot, "OUT.png", "predicted against measured, plotted with gnuplot"),
         CLI_TEXT("samples", &a->samples, "OUT.tsv", "every timed request as tab-separated values"),
         CLI_SWITCH("no-reference", &p->no_reference, 1, "no reference requests: raw times only"),
-        CLI_CUSTOM("progress", &p->progress, "auto|bar|json|off", "progress on stderr (default: auto)",
-                   cli_parse_progress),
+        CLI_PROGRESS_OPT(&p->progress),
     };
     const cli_spec spec = {"costmodel validate", NULL,
                            "Draws N architectures from the contract's search space (after every --arch,\n"
@@ -102,6 +102,24 @@ static int parse_predict_args(int argc, char **argv, predict_args *a)
                            CLI_EXIT_TEXT,
                            opts, CLI_COUNT(opts), 0, 0};
     return cli_parse(&spec, argc, argv, NULL);
+}
+
+/* Before anything is read for use: the parent's config, the contract and the tables
+ * against both. 0, or the exit code after a failure it reported. */
+static int check_inputs(const char *command, const costmodel_inputs *in)
+{
+    ac_arch parent = {0};
+    ac_contract contract;
+    ac_status st = ac_input_model("--model", in->model_dir, 0, &parent);
+    if (st == AC_OK)
+        st = ac_input_contract("--contract", in->contract_path, &contract);
+    if (st == AC_OK)
+        st = ac_input_tables("--tables", in->tables_path, &parent, &contract, in->foreign_tables);
+    ac_arch_free(&parent);
+    if (st == AC_OK)
+        return 0;
+    fprintf(stderr, "autocompress costmodel %s: %s\n", command, ac_error_message());
+    return cli_exit_status(st);
 }
 
 /* Reads the contract and the tables: CLI_EXIT_DONE, or the exit code after a failure it
@@ -260,6 +278,18 @@ static int validate(const validate_args *a)
     return rc;
 }
 
+/* Before the measurements: the files written after them. */
+static int check_outputs(const validate_args *a)
+{
+    ac_status st = a->plot ? ac_input_out_file("--plot", a->plot) : AC_OK;
+    if (st == AC_OK && a->samples)
+        st = ac_input_out_file("--samples", a->samples);
+    if (st == AC_OK)
+        return 0;
+    fprintf(stderr, "autocompress costmodel validate: %s\n", ac_error_message());
+    return 1;
+}
+
 static int costmodel_validate(int argc, char **argv)
 {
     validate_args a = {.p = ac_validate_default_params()};
@@ -268,7 +298,11 @@ static int costmodel_validate(int argc, char **argv)
         return rc;
     a.p.archs = a.given.paths;
     a.p.n_archs = a.given.n;
-    rc = load_inputs("validate", &a.in);
+    rc = check_inputs("validate", &a.in);
+    if (!rc)
+        rc = check_outputs(&a);
+    if (!rc)
+        rc = load_inputs("validate", &a.in);
     if (!rc)
         rc = validate(&a);
     ac_cost_tables_free(a.in.tables);

@@ -5,6 +5,7 @@
 #include <stdio.h>
 
 #include "autocompress/eval.h"
+#include "autocompress/inputs.h"
 #include "autocompress/model.h"
 
 typedef struct {
@@ -40,8 +41,7 @@ static int parse_args(int argc, char **argv, eval_args *a)
         CLI_CUSTOM("weights", &a->weights, "f32|bf16",
                    "the student's product weights there: bf16 scores it as a bf16 serving copy (default: f32)",
                    cli_parse_weights),
-        CLI_CUSTOM("progress", &a->p.progress, "auto|bar|json|off", "progress on stderr (default: auto)",
-                   cli_parse_progress),
+        CLI_PROGRESS_OPT(&a->p.progress),
     };
     const cli_spec spec = {"eval", NULL,
                            "Scores the model against its teacher on the first batches of DATA/val.bin: the\n"
@@ -70,6 +70,26 @@ static void print_report(const eval_args *a, const ac_eval_report *r)
         printf("  next-line exact match: %.4f (%d lines)\n", r->line_exact_match, r->lines);
 }
 
+/* Before the scoring: the device, both models, val.bin within the student's vocabulary, the
+ * tokenizer when one is named and the JSON report's place. */
+static ac_status check_inputs(const eval_args *a)
+{
+    ac_arch arch = {0};
+    ac_status st = ac_input_device("--device", a->device);
+    if (st == AC_OK)
+        st = ac_input_model("--model", a->model_dir, 1, &arch);
+    if (st == AC_OK)
+        st = ac_input_model("--teacher", a->teacher_dir, 1, NULL);
+    if (st == AC_OK)
+        st = ac_input_shards("--data", a->p.data_dir, AC_SHARD_VAL, arch.vocab);
+    if (st == AC_OK && a->p.tokenizer_path)
+        st = ac_input_file("--tokenizer", a->p.tokenizer_path);
+    if (st == AC_OK && a->json_path)
+        st = ac_input_out_file("--json", a->json_path);
+    ac_arch_free(&arch);
+    return st;
+}
+
 int cli_eval(int argc, char **argv)
 {
     eval_args a = {.p = ac_eval_default_params()};
@@ -78,7 +98,9 @@ int cli_eval(int argc, char **argv)
         return rc;
     ac_model *student = NULL, *teacher = NULL;
     ac_eval_report r;
-    ac_status st = ac_model_load(a.model_dir, &student);
+    ac_status st = check_inputs(&a);
+    if (st == AC_OK)
+        st = ac_model_load(a.model_dir, &student);
     if (st == AC_OK)
         st = ac_model_load(a.teacher_dir, &teacher);
     if (st == AC_OK)

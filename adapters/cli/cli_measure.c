@@ -8,6 +8,7 @@
 #include <stdlib.h>
 
 #include "autocompress/contract.h"
+#include "autocompress/inputs.h"
 #include "autocompress/profile.h"
 
 typedef struct {
@@ -30,8 +31,7 @@ static int parse_args(int argc, char **argv, measure_args *a)
                    AC_MAX_REQUESTS),
         CLI_NUMBER("seed", CLI_U64, &p->seed, "S", "prompt tokens (sweep s uses S + s)", 0, INT64_MAX),
         CLI_SWITCH("json", &a->json, 1, "the report as JSON on stdout instead of text"),
-        CLI_CUSTOM("progress", &p->progress, "auto|bar|json|off", "progress on stderr (default: auto)",
-                   cli_parse_progress),
+        CLI_PROGRESS_OPT(&p->progress),
     };
     const cli_spec spec = {"measure", NULL,
                            "Serves the contract's workload on the checkpoint in fresh processes and prints the\n"
@@ -86,6 +86,23 @@ static void print_report(const ac_measure_report *r)
     printf("%s\n", r->pass ? "PASS: every target met" : "FAIL: a target is missed");
 }
 
+/* Before the measurement: the checkpoint's config, the contract, and the parent with its
+ * tables against both. */
+static ac_status check_inputs(const measure_args *a)
+{
+    ac_contract contract;
+    ac_status st = ac_input_model("--model", a->model_dir, 0, NULL);
+    if (st == AC_OK)
+        st = ac_input_contract("--contract", a->contract_path, &contract);
+    ac_arch parent = {0};
+    if (st == AC_OK && a->parent_dir)
+        st = ac_input_model("--parent", a->parent_dir, 0, &parent);
+    if (st == AC_OK && a->tables_path)
+        st = ac_input_tables("--tables", a->tables_path, &parent, &contract, a->foreign_tables);
+    ac_arch_free(&parent);
+    return st;
+}
+
 int cli_measure(int argc, char **argv)
 {
     measure_args a = {.p = ac_measure_default_params()};
@@ -94,7 +111,9 @@ int cli_measure(int argc, char **argv)
         return rc;
     ac_contract contract;
     ac_cost_tables *tables = NULL;
-    ac_status st = ac_contract_load(a.contract_path, &contract);
+    ac_status st = check_inputs(&a);
+    if (st == AC_OK)
+        st = ac_contract_load(a.contract_path, &contract);
     if (st == AC_OK && a.tables_path)
         st = cli_read_tables("measure", a.tables_path, &contract, a.foreign_tables, &tables);
     a.p.tables = tables;

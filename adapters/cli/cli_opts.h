@@ -67,6 +67,12 @@ ac_status cli_parse_dtype(const char *value, void *dst);    /* ac_dtype: f32 or 
 #define CLI_CUSTOM(name_, dst_, meta_, help_, fn) \
     {.name = name_, .kind = CLI_CALL, .dst = dst_, .metavar = meta_, .help = help_, .parse = fn}
 
+/* The --progress row of every command with long work (an ac_progress_mode *). */
+#define CLI_PROGRESS_OPT(dst)                                                                                   \
+    CLI_CUSTOM("progress", dst, "auto|bar|lines|json|off",                                                      \
+               "progress on stderr; auto: a bar on a terminal, else plain lines (default: auto)",             \
+               cli_parse_progress)
+
 /* The rows of every command that runs data-parallel under mpirun (an ac_comm_params *). */
 #define CLI_COMM_OPTS(params)                                                                                   \
     CLI_CUSTOM("comm", &(params)->kind, "auto|single|mpi|nccl",                                                 \

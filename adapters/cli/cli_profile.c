@@ -9,6 +9,7 @@
 
 #include "autocompress/contract.h"
 #include "autocompress/cost.h"
+#include "autocompress/inputs.h"
 #include "autocompress/profile.h"
 
 typedef struct {
@@ -33,8 +34,7 @@ static int parse_args(int argc, char **argv, profile_args *a)
         CLI_SWITCH("no-reference", &p->no_reference, 1, "no reference requests: times as measured"),
         CLI_NUMBER("seed", CLI_U64, &p->seed, "S", "seed of the token ids and random weights", 0, INT64_MAX),
         CLI_TEXT("trace", &p->trace_path, "FILE.json", "Chrome trace of every run's first timed request"),
-        CLI_CUSTOM("progress", &p->progress, "auto|bar|json|off", "progress on stderr (default: auto)",
-                   cli_parse_progress),
+        CLI_PROGRESS_OPT(&p->progress),
         CLI_COMM_OPTS(&a->comm),
     };
     const cli_spec spec = {"profile", NULL,
@@ -76,6 +76,20 @@ static void print_report(const profile_args *a, const ac_contract *contract, con
         printf("wrote %s\n", a->p.trace_path);
 }
 
+/* Before the profiling: the parent's config, the contract, and (where rank 0 writes
+ * them) the tables and the trace. */
+static ac_status check_inputs(const profile_args *a, int writer, ac_contract *contract)
+{
+    ac_status st = ac_input_model("--model", a->model_dir, 0, NULL);
+    if (st == AC_OK)
+        st = ac_input_contract("--contract", a->contract_path, contract);
+    if (st == AC_OK && writer)
+        st = ac_input_out_file("--out", a->out);
+    if (st == AC_OK && writer && a->p.trace_path)
+        st = ac_input_out_file("--trace", a->p.trace_path);
+    return st;
+}
+
 int cli_profile(int argc, char **argv)
 {
     profile_args a = {.p = ac_profile_default_params(), .comm = ac_comm_default_params()};
@@ -84,11 +98,11 @@ int cli_profile(int argc, char **argv)
         return rc;
     ac_contract contract;
     ac_status st = cli_comm_init(&a.comm, &a.p.comm);
+    int writer = st == AC_OK && ac_comm_rank(a.p.comm) == 0;
     if (st == AC_OK)
-        st = ac_contract_load(a.contract_path, &contract);
+        st = check_inputs(&a, writer, &contract);
     ac_cost_tables *tables = NULL;
     ac_profile_report report;
-    int writer = ac_comm_rank(a.p.comm) == 0;
     if (st == AC_OK)
         st = ac_profile_run(a.model_dir, &contract, &a.p, &tables, &report);
     if (st == AC_OK && writer)

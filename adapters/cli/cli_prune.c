@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 
 #include "autocompress/config_json.h"
+#include "autocompress/inputs.h"
 #include "autocompress/model.h"
 #include "autocompress/prune.h"
 #include "util/path.h"
@@ -63,6 +64,21 @@ typedef struct {
     int *parent_layers;
 } prune_run;
 
+/* Every file before the parent's weights are read, and a place for the result. */
+static ac_status check_inputs(const prune_args *a, const char *importance, const char *search)
+{
+    ac_status st = ac_input_model("--model", a->model_dir, 1, NULL);
+    if (st == AC_OK)
+        st = ac_input_file("--arch", a->arch_path);
+    if (st == AC_OK && importance && !a->ordered)
+        st = ac_input_file("--importance", importance);
+    if (st == AC_OK && search)
+        st = ac_input_file("--search", search);
+    if (st == AC_OK)
+        st = ac_input_out_dir("--out", a->out_dir);
+    return st;
+}
+
 static ac_status load_inputs(const prune_args *a, prune_run *r)
 {
     char imp_path[AC_PATH_MAX], search_path[AC_PATH_MAX];
@@ -77,7 +93,9 @@ static ac_status load_inputs(const prune_args *a, prune_run *r)
     if (!importance && !a->ordered)
         return ac_fail(AC_ERR_INVALID, "no importance.safetensors beside %s: give --importance FILE, or --ordered when "
                        "the model is already in importance order", a->arch_path);
-    st = ac_model_load(a->model_dir, &r->parent);
+    st = check_inputs(a, importance, search);
+    if (st == AC_OK)
+        st = ac_model_load(a->model_dir, &r->parent);
     if (st == AC_OK)
         st = ac_config_json_read(a->arch_path, &r->arch);
     if (st == AC_OK && search)

@@ -10,6 +10,7 @@
 
 #include "autocompress/contract.h"
 #include "autocompress/cost.h"
+#include "autocompress/inputs.h"
 #include "autocompress/log.h"
 #include "autocompress/model.h"
 #include "autocompress/search.h"
@@ -58,7 +59,7 @@ static int parse_args(int argc, char **argv, search_args *a)
         CLI_NUMBER("checkpoint-every", CLI_INT, &p->checkpoint_every, "N", "router steps between resumable states (0: at the end)", 0, 100000000),
         CLI_SWITCH("train-weights", &p->train_weights, 1, "the weights learn from the KD too (saved to OUT/weights)"),
         CLI_REAL("weights-lr", CLI_FLOAT, &p->weights_optim.lr, "X", "learning rate of the weights with --train-weights"),
-        CLI_CUSTOM("progress", &p->progress, "auto|bar|json|off", "progress on stderr", cli_parse_progress),
+        CLI_PROGRESS_OPT(&p->progress),
         CLI_TEXT("device", &p->device, "cpu|cuda", "where the masked KD steps run (default: cpu)"),
         CLI_COMM_OPTS(&a->comm),
     };
@@ -106,6 +107,25 @@ static void print_report(const search_args *a, const ac_search_report *r)
     ac_arch_print(&r->arch, stdout);
 }
 
+/* Before the search: the contract, the parent's config and weights, train.bin within the
+ * parent's vocabulary, the tables against both, and an output directory to write. */
+static ac_status check_inputs(const search_args *a)
+{
+    ac_arch parent = {0};
+    ac_contract contract;
+    ac_status st = ac_input_contract("--contract", a->contract_path, &contract);
+    if (st == AC_OK)
+        st = ac_input_model("--model", a->model_dir, 1, &parent);
+    if (st == AC_OK)
+        st = ac_input_shards("--data", a->p.data_dir, AC_SHARD_TRAIN, parent.vocab);
+    if (st == AC_OK)
+        st = ac_input_tables("--tables", a->tables_path, &parent, &contract, a->foreign_tables);
+    if (st == AC_OK)
+        st = ac_input_out_dir("--out", a->p.out_dir);
+    ac_arch_free(&parent);
+    return st;
+}
+
 int cli_search(int argc, char **argv)
 {
     search_args a = {.p = ac_search_default_params(), .comm = ac_comm_default_params()};
@@ -118,6 +138,8 @@ int cli_search(int argc, char **argv)
     ac_search_report report;
     memset(&report, 0, sizeof report);
     ac_status st = cli_comm_init(&a.comm, &a.p.comm);
+    if (st == AC_OK)
+        st = check_inputs(&a);
     if (st == AC_OK)
         st = ac_contract_load(a.contract_path, &contract);
     if (st == AC_OK)

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "autocompress/inputs.h"
 #include "autocompress/tokens.h"
 
 /* A growing array of malloc'd paths. */
@@ -84,6 +85,21 @@ static int gather_inputs(int argc, char **argv, const path_list *lists, path_lis
     return 0;
 }
 
+/* Before any document is read: the tokenizer, every input and the output directory;
+ * 1 after a failure it reported. */
+static int check_inputs(const ac_tokenize_params *params, const path_list *inputs)
+{
+    ac_status st = ac_input_file("--tokenizer", params->tokenizer_path);
+    for (size_t i = 0; st == AC_OK && i < inputs->count; i++)
+        st = ac_input_file("INPUT", inputs->paths[i]);
+    if (st == AC_OK)
+        st = ac_input_out_dir("--out", params->out_dir);
+    if (st == AC_OK)
+        return 0;
+    fprintf(stderr, "autocompress tokenize: %s\n", ac_error_message());
+    return 1;
+}
+
 static int tokenize(ac_tokenize_params *params, const path_list *inputs)
 {
     params->inputs = (const char *const *)inputs->paths;
@@ -117,8 +133,7 @@ int cli_tokenize(int argc, char **argv)
         CLI_CUSTOM("format", &params.format, "fortune|lines|files", "what a document is (default: fortune)", parse_format),
         CLI_TEXT("eos", &params.eos_token, "TOKEN", "token appended after each document"),
         CLI_CUSTOM("inputs-from", &lists, "LIST", "read more input paths from LIST, one a line (repeatable)", add_list),
-        CLI_CUSTOM("progress", &params.progress, "auto|bar|json|off", "progress on stderr (default: auto)",
-                   cli_parse_progress),
+        CLI_PROGRESS_OPT(&params.progress),
     };
     const cli_spec spec = {"tokenize", "INPUT...",
                            "Tokenizes the documents of the INPUT files (then those of the --inputs-from\n"
@@ -139,6 +154,8 @@ int cli_tokenize(int argc, char **argv)
         rc = CLI_EXIT_FAILURE;
     if (rc == CLI_PARSED && !inputs.count)
         rc = cli_usage_error(&spec, "no INPUT given (nor any in the --inputs-from lists)");
+    if (rc == CLI_PARSED && check_inputs(&params, &inputs))
+        rc = 1;
     if (rc == CLI_PARSED)
         rc = tokenize(&params, &inputs);
     path_list_free(&lists);

@@ -6,6 +6,7 @@
 #include <stdio.h>
 
 #include "autocompress/config_json.h"
+#include "autocompress/inputs.h"
 #include "autocompress/model.h"
 #include "autocompress/train.h"
 
@@ -42,8 +43,7 @@ static train_args default_train_args(void)
                100000000),                                                                                          \
     CLI_NUMBER("eval-batches", CLI_INT, &(a)->p.eval_batches, "N", "validation batches per evaluation", 0,          \
                100000000),                                                                                          \
-    CLI_CUSTOM("progress", &(a)->p.progress, "auto|bar|json|off", "progress on stderr (default: auto)",             \
-               cli_parse_progress),                                                                                 \
+    CLI_PROGRESS_OPT(&(a)->p.progress),                                                                            \
     CLI_TEXT("device", &(a)->device, "cpu|cuda", "where the models train (default: cpu)"),                         \
     CLI_COMM_OPTS(&(a)->comm)
 
@@ -106,10 +106,43 @@ static ac_status initial_model(const train_args *a, ac_model **model)
     return st;
 }
 
+/* The starting model's architecture: --config, --model or distill's --student. */
+static ac_status check_start(const train_args *a, ac_arch *arch)
+{
+    if (!a->model_dir) {
+        ac_status st = ac_input_file("--config", a->config);
+        if (st == AC_OK && (st = ac_config_json_read(a->config, arch)) != AC_OK)
+            ac_fail_context(st, "--config");
+        return st;
+    }
+    return ac_input_model(a->teacher_dir ? "--student" : "--model", a->model_dir, 1, arch);
+}
+
+/* Before the loading and the steps: the device, the models, the shards the loop reads
+ * (val.bin only with evaluations) within the model's vocabulary, and an output to write. */
+static ac_status check_inputs(const train_args *a)
+{
+    ac_arch arch = {0};
+    ac_status st = ac_input_device("--device", a->device);
+    if (st == AC_OK)
+        st = check_start(a, &arch);
+    if (st == AC_OK && a->teacher_dir)
+        st = ac_input_model("--teacher", a->teacher_dir, 1, NULL);
+    int shards = AC_SHARD_TRAIN | (a->p.eval_every > 0 ? AC_SHARD_VAL : 0);
+    if (st == AC_OK)
+        st = ac_input_shards("--data", a->p.data_dir, shards, arch.vocab);
+    if (st == AC_OK)
+        st = ac_input_out_dir("--out", a->p.out_dir);
+    ac_arch_free(&arch);
+    return st;
+}
+
 static int run_training(const char *command, train_args *a)
 {
     ac_model *model = NULL, *teacher = NULL;
     ac_status st = cli_comm_init(&a->comm, &a->p.comm);
+    if (st == AC_OK)
+        st = check_inputs(a);
     if (st == AC_OK)
         st = initial_model(a, &model);
     if (st == AC_OK && a->teacher_dir)

@@ -3,6 +3,7 @@
 #include "compress/compress_internal.h"
 
 #include "autocompress/clock.h"
+#include "autocompress/inputs.h"
 
 #include "util/child.h"
 #include "util/fs_util.h"
@@ -92,6 +93,32 @@ static ac_status check_params(const ac_compress_params *p)
     /* before any work: every file of the run is joined onto out_dir (ac_compress_path) */
     ac_status st = ac_path_check_dir(p->out_dir);
     return st == AC_OK ? AC_OK : ac_fail_context(st, "compress: --out");
+}
+
+/* Everything the stages will read, before the first of them (profiling alone can take
+ * twenty minutes): the contract's device, the parent's config and weights, both shards with a vocabulary the
+ * parent covers, the given tables against the parent and the contract, and an output
+ * directory that can be written. */
+static ac_status check_inputs(const ac_compress_ctx *c)
+{
+    const ac_compress_params *p = c->p;
+    ac_arch parent = {0};
+    const char *device = NULL;
+    char where[AC_PATH_MAX + 64];
+    snprintf(where, sizeof where, "--contract %s: hardware.device", p->contract_path);
+    ac_status st = ac_contract_compute_device(&c->contract, &device);
+    if (st == AC_OK)
+        st = ac_input_device(where, device);
+    if (st == AC_OK)
+        st = ac_input_model("--model", p->model_dir, 1, &parent);
+    if (st == AC_OK)
+        st = ac_input_shards("--data", p->data_dir, AC_SHARD_TRAIN | AC_SHARD_VAL, parent.vocab);
+    if (st == AC_OK && p->tables_path)
+        st = ac_input_tables("--tables", p->tables_path, &parent, &c->contract, p->foreign_tables);
+    if (st == AC_OK)
+        st = ac_input_out_dir("--out", p->out_dir);
+    ac_arch_free(&parent);
+    return st;
 }
 
 static void describe_settings(ac_compress_ctx *c, uint64_t contract_hash)
@@ -207,6 +234,8 @@ static ac_status run_stage(ac_compress_ctx *c, int s)
     if (st != AC_OK)
         return ac_fail_context(st, "compress: stage %s (rerun the same command to resume it)", stage->name);
     c->seconds[s] = 1e-9 * (double)(ac_monotonic_ns() - t0);
+    /* not "stage N/M NAME:", which the server's job reader takes for a stage's start */
+    fprintf(stderr, "compress: %s done in %.1f s (stage %d/%d)\n", stage->name, c->seconds[s], s + 1, AC_STAGE_COUNT);
     c->done[s] = 1;
     return save_state(c);
 }
@@ -223,7 +252,9 @@ ac_status ac_compress_run(const ac_compress_params *p, ac_compress_report *repor
     c.p = p;
     char *text = NULL;
     size_t len = 0;
-    st = ac_read_text_file(p->contract_path, 1 << 20, &text, &len);
+    st = ac_input_file("--contract", p->contract_path);
+    if (st == AC_OK)
+        st = ac_read_text_file(p->contract_path, 1 << 20, &text, &len);
     if (st == AC_OK)
         st = ac_contract_parse_string(text, p->contract_path, &c.contract);
     uint64_t hash = text ? text_hash(text, len) : 0;
@@ -233,6 +264,8 @@ ac_status ac_compress_run(const ac_compress_params *p, ac_compress_report *repor
         st = ac_contract_compute_device(&c.contract, &device);
     if (st == AC_OK)
         st = resolve_budgets(&c);
+    if (st == AC_OK)
+        st = check_inputs(&c);
     if (st == AC_OK) {
         describe_settings(&c, hash);
         st = ac_make_dirs(p->out_dir);

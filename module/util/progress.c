@@ -27,48 +27,13 @@ struct ac_progress {
 
 ac_status ac_progress_mode_from_name(const char *name, ac_progress_mode *mode)
 {
-    static const char *const names[] = {"auto", "bar", "json", "off"};
-    for (int i = 0; i < 4; i++)
+    static const char *const names[] = {"auto", "bar", "json", "off", "lines"};
+    for (int i = 0; i < 5; i++)
         if (!strcmp(name, names[i])) {
             *mode = (ac_progress_mode)i;
             return AC_OK;
         }
-    return ac_fail(AC_ERR_INVALID, "--progress: unknown mode '%s' (expected auto, bar, json or off)", name);
-}
-
-ac_status ac_progress_init(ac_progress **progress, const char *task, double total,
-                           const char *unit, ac_progress_mode mode, FILE *stream)
-{
-    ac_progress *p = calloc(1, sizeof *p);
-    if (!p)
-        return ac_fail(AC_ERR_NOMEM, "progress: out of memory");
-    snprintf(p->task, sizeof p->task, "%s", task);
-    snprintf(p->unit, sizeof p->unit, "%s", unit);
-    p->total = total;
-    p->stream = stream ? stream : stderr;
-    if (mode == AC_PROGRESS_AUTO)
-        mode = isatty(fileno(p->stream)) ? AC_PROGRESS_BAR : AC_PROGRESS_OFF;
-    p->mode = mode;
-    p->interval_s = mode == AC_PROGRESS_JSON ? 1.0 : 0.1;
-    p->start_s = ac_monotonic_s();
-    p->last_report_s = -INFINITY;
-    *progress = p;
-    return AC_OK;
-}
-
-void ac_progress_set_interval(ac_progress *progress, double seconds) { progress->interval_s = seconds; }
-
-void ac_progress_metric(ac_progress *progress, const char *name, double value)
-{
-    for (int i = 0; i < progress->metric_count; i++)
-        if (!strcmp(progress->metric_names[i], name)) {
-            progress->metric_values[i] = value;
-            return;
-        }
-    if (progress->metric_count == MAX_METRICS)
-        return;
-    snprintf(progress->metric_names[progress->metric_count], NAME_MAX_LEN, "%s", name);
-    progress->metric_values[progress->metric_count++] = value;
+    return ac_fail(AC_ERR_INVALID, "--progress: unknown mode '%s' (expected auto, bar, lines, json or off)", name);
 }
 
 /* 1234567 -> "1.23M": rates span many orders of magnitude. */
@@ -97,6 +62,85 @@ static void format_duration(char *out, size_t size, double seconds)
         snprintf(out, size, "%ld:%02ld:%02ld", s / 3600, (s / 60) % 60, s % 60);
     else
         snprintf(out, size, "%02ld:%02ld", s / 60, s % 60);
+}
+
+/* Whole counts as they are ("85"), large or fractional ones as format_quantity does. */
+static void format_count(char *out, size_t size, double value)
+{
+    if (value == floor(value) && fabs(value) < 10000.0)
+        snprintf(out, size, "%.0f", value);
+    else
+        format_quantity(out, size, value);
+}
+
+/* "45s", "2m31s", "1h02m": a log line's durations. */
+static void format_elapsed(char *out, size_t size, double seconds)
+{
+    long s = lround(seconds);
+    if (s >= 3600)
+        snprintf(out, size, "%ldh%02ldm", s / 3600, (s / 60) % 60);
+    else if (s >= 60)
+        snprintf(out, size, "%ldm%02lds", s / 60, s % 60);
+    else
+        snprintf(out, size, "%lds", s);
+}
+
+/* AC_PROGRESS_LINE_INTERVAL_S, or AC_PROGRESS_INTERVAL when that is a number >= 0. */
+static double line_interval(void)
+{
+    const char *env = getenv("AC_PROGRESS_INTERVAL");
+    char *end;
+    double s = env ? strtod(env, &end) : -1.0;
+    return env && end != env && !*end && s >= 0 ? s : AC_PROGRESS_LINE_INTERVAL_S;
+}
+
+static void start_lines(ac_progress *p)
+{
+    char total[32];
+    format_count(total, sizeof total, p->total);
+    if (p->total > 0)
+        fprintf(p->stream, "%s: started, %s %s to do\n", p->task, total, p->unit);
+    else
+        fprintf(p->stream, "%s: started\n", p->task);
+    fflush(p->stream);
+}
+
+ac_status ac_progress_init(ac_progress **progress, const char *task, double total,
+                           const char *unit, ac_progress_mode mode, FILE *stream)
+{
+    ac_progress *p = calloc(1, sizeof *p);
+    if (!p)
+        return ac_fail(AC_ERR_NOMEM, "progress: out of memory");
+    snprintf(p->task, sizeof p->task, "%s", task);
+    snprintf(p->unit, sizeof p->unit, "%s", unit);
+    p->total = total;
+    p->stream = stream ? stream : stderr;
+    if (mode == AC_PROGRESS_AUTO)
+        mode = isatty(fileno(p->stream)) ? AC_PROGRESS_BAR : AC_PROGRESS_LINES;
+    p->mode = mode;
+    p->interval_s = mode == AC_PROGRESS_JSON ? 1.0 : mode == AC_PROGRESS_LINES ? line_interval() : 0.1;
+    p->start_s = ac_monotonic_s();
+    /* plain lines: the start line stands for the first report */
+    p->last_report_s = mode == AC_PROGRESS_LINES ? 0.0 : -INFINITY;
+    if (mode == AC_PROGRESS_LINES)
+        start_lines(p);
+    *progress = p;
+    return AC_OK;
+}
+
+void ac_progress_set_interval(ac_progress *progress, double seconds) { progress->interval_s = seconds; }
+
+void ac_progress_metric(ac_progress *progress, const char *name, double value)
+{
+    for (int i = 0; i < progress->metric_count; i++)
+        if (!strcmp(progress->metric_names[i], name)) {
+            progress->metric_values[i] = value;
+            return;
+        }
+    if (progress->metric_count == MAX_METRICS)
+        return;
+    snprintf(progress->metric_names[progress->metric_count], NAME_MAX_LEN, "%s", name);
+    progress->metric_values[progress->metric_count++] = value;
 }
 
 static double eta_seconds(const ac_progress *p, double rate)
@@ -130,6 +174,29 @@ static void draw_bar(ac_progress *p, double elapsed, int final)
     for (int i = 0; i < p->metric_count; i++)
         fprintf(p->stream, "  %s=%.4g", p->metric_names[i], p->metric_values[i]);
     fputs(final ? "\n" : "\x1b[K", p->stream);
+    fflush(p->stream);
+}
+
+static void print_line(ac_progress *p, double elapsed, int final)
+{
+    char done[32], total[32], took[32], left[32];
+    format_count(done, sizeof done, p->done);
+    format_count(total, sizeof total, p->total);
+    format_elapsed(took, sizeof took, elapsed);
+    fprintf(p->stream, "%s: %s%s", p->task, final ? "done, " : "", done);
+    if (p->total > 0)
+        fprintf(p->stream, "/%s %s (%.0f%%)", total, p->unit, 100.0 * fmin(1.0, p->done / p->total));
+    else
+        fprintf(p->stream, " %s", p->unit);
+    fprintf(p->stream, ", %s %s", took, final ? "in all" : "elapsed");
+    double eta = final ? NAN : eta_seconds(p, elapsed > 0 ? p->done / elapsed : 0.0);
+    if (isfinite(eta)) {
+        format_elapsed(left, sizeof left, eta);
+        fprintf(p->stream, ", about %s left", left);
+    }
+    for (int i = 0; i < p->metric_count; i++)
+        fprintf(p->stream, ", %s=%.4g", p->metric_names[i], p->metric_values[i]);
+    fputc('\n', p->stream);
     fflush(p->stream);
 }
 
@@ -167,6 +234,8 @@ static void report(ac_progress *p, double elapsed, int final)
         draw_bar(p, elapsed, final);
     else if (p->mode == AC_PROGRESS_JSON)
         emit_json(p, elapsed, final);
+    else if (p->mode == AC_PROGRESS_LINES)
+        print_line(p, elapsed, final);
     p->last_report_s = elapsed;
 }
 

@@ -116,12 +116,52 @@ static void test_bar_shows_fraction_rate_eta_and_metrics(void **state)
     free(text);
 }
 
+static void test_plain_lines_start_throttle_and_end(void **state)
+{
+    (void)state;
+    FILE *out = tmpfile();
+    ac_progress *p;
+    unsetenv("AC_PROGRESS_INTERVAL");
+    assert_int_equal(ac_progress_init(&p, "profile", 85, "runs", AC_PROGRESS_LINES, out), AC_OK);
+    ac_progress_update_at(p, 3, 9.0);    /* within 10 s of the start line: suppressed */
+    ac_progress_metric(p, "run_s", 0.5);
+    ac_progress_update_at(p, 12, 151.0); /* shown: 12 runs in 151 s, 73 left at that rate */
+    ac_progress_update_at(p, 13, 155.0); /* within 10 s of the last: suppressed */
+    ac_progress_finish(p);               /* always shown (real clock: well under a second) */
+    ac_progress_free(p);
+    char *text = slurp(out);
+    fclose(out);
+    assert_string_equal(text, "profile: started, 85 runs to do\n"
+                              "profile: 12/85 runs (14%), 2m31s elapsed, about 15m19s left, run_s=0.5\n"
+                              "profile: done, 13/85 runs (15%), 0s in all, run_s=0.5\n");
+    free(text);
+}
+
+static void test_line_interval_from_the_environment(void **state)
+{
+    (void)state;
+    FILE *out = tmpfile();
+    ac_progress *p;
+    setenv("AC_PROGRESS_INTERVAL", "0", 1);
+    assert_int_equal(ac_progress_init(&p, "eval", 0, "tok", AC_PROGRESS_LINES, out), AC_OK);
+    unsetenv("AC_PROGRESS_INTERVAL");
+    ac_progress_update_at(p, 1000, 0.4); /* no interval: every update, no ETA without a total */
+    ac_progress_update_at(p, 2000, 0.6);
+    ac_progress_free(p);
+    char *text = slurp(out);
+    fclose(out);
+    assert_string_equal(text, "eval: started\neval: 1000 tok, 0s elapsed\neval: 2000 tok, 1s elapsed\n");
+    free(text);
+}
+
 static void test_mode_names(void **state)
 {
     (void)state;
     ac_progress_mode mode;
     assert_int_equal(ac_progress_mode_from_name("json", &mode), AC_OK);
     assert_int_equal(mode, AC_PROGRESS_JSON);
+    assert_int_equal(ac_progress_mode_from_name("lines", &mode), AC_OK);
+    assert_int_equal(mode, AC_PROGRESS_LINES);
     assert_int_equal(ac_progress_mode_from_name("fancy", &mode), AC_ERR_INVALID);
     assert_non_null(strstr(ac_error_message(), "'fancy'"));
 }
@@ -163,6 +203,8 @@ int main(void)
         cmocka_unit_test(test_json_lines_are_throttled_and_carry_rate_and_eta),
         cmocka_unit_test(test_interval_can_be_set),
         cmocka_unit_test(test_bar_shows_fraction_rate_eta_and_metrics),
+        cmocka_unit_test(test_plain_lines_start_throttle_and_end),
+        cmocka_unit_test(test_line_interval_from_the_environment),
         cmocka_unit_test(test_mode_names),
         cmocka_unit_test(test_status_message_and_context),
         cmocka_unit_test(test_log_levels_filter),
