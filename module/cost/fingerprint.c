@@ -12,6 +12,7 @@ ac_status ac_cost_fingerprint_here(const ac_contract *contract, ac_cost_fingerpr
 {
     memset(fp, 0, sizeof *fp);
     snprintf(fp->version, sizeof fp->version, "%s", AC_VERSION);
+    fp->method = AC_PROFILE_METHOD;
     snprintf(fp->device, sizeof fp->device, "%s", ac_device_kind_name(contract->hardware.kind));
     ac_cpu_model_name(fp->cpu_model, sizeof fp->cpu_model);
     ac_cpu_isa(fp->cpu_isa, sizeof fp->cpu_isa);
@@ -75,6 +76,8 @@ static void compare_fingerprints(differences *d, const ac_cost_fingerprint *t, c
     compare_string(d, "cpu_isa", t->cpu_isa, h->cpu_isa);
     compare_string(d, "blas_core", t->blas_core, h->blas_core);
     compare_string(d, "version", t->version, h->version);
+    if (t->method != h->method)
+        note(d, "method: tables %d, here %d (how profiling reduces its samples)", t->method, h->method);
     compare_string(d, "gpu_name", t->gpu_name, h->gpu_name);
     /* the same model of card may report a few MiB less memory on another driver */
     if (t->gpu_memory_bytes != h->gpu_memory_bytes)

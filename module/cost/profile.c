@@ -420,15 +420,19 @@ static const double *samples_of(const occurrence *x, int step)
     return step < 0 ? x->prefill : x->steps + (size_t)step * x->n;
 }
 
-/* Over the m occurrences members[]: the median of each one's median over its samples,
- * and the spread of all their samples pooled. */
+/* Over the m occurrences members[]: the median of each one's mean over its samples, and
+ * the spread of all their samples pooled. Within an occurrence the mean, not the median:
+ * a request's time is the sum of its sites' times (a decode step's site takes tens of
+ * microseconds, hundreds of them make a request), so it is their expected values that
+ * add up, and the median of such small right-skewed times falls short of it. Requests
+ * during which another process took a core are already run again; across occurrences
+ * (other runs, other processes) the median keeps a slow process out. */
 static void reduce_samples(const occurrences *o, reduce_scratch *r, size_t m, int step, double *median,
                            double *spread)
 {
     for (size_t a = 0; a < m; a++) {
         const occurrence *x = &o->items[r->members[a]];
-        memcpy(r->pool, samples_of(x, step), (size_t)x->n * sizeof *r->pool);
-        r->med[a] = ac_stat_median(r->pool, (size_t)x->n);
+        r->med[a] = ac_stat_mean(samples_of(x, step), (size_t)x->n);
     }
     *median = ac_stat_median(r->med, m);
     size_t pooled = 0;
@@ -452,7 +456,7 @@ static size_t take_members(const occurrences *o, reduce_scratch *r, size_t i)
     return m;
 }
 
-/* One row per key: the prefill, the median over occurrences of each one's median over its
+/* One row per key: the prefill, the median over occurrences of each one's mean over its
  * samples; decode, per step the same, and the least-squares line over the steps' contexts. */
 static ac_status reduce_rows(const occurrences *o, const ac_contract_workload *w, ac_cost_tables *tables)
 {

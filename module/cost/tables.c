@@ -186,7 +186,8 @@ static cJSON *row_json(const ac_cost_row *r)
 static int fingerprint_json(cJSON *o, const ac_cost_fingerprint *f)
 {
     cJSON *fp = cJSON_AddObjectToObject(o, "fingerprint");
-    return fp && cJSON_AddStringToObject(fp, "version", f->version) && cJSON_AddStringToObject(fp, "device", f->device) &&
+    return fp && cJSON_AddStringToObject(fp, "version", f->version) && add_number(fp, "method", f->method) &&
+           cJSON_AddStringToObject(fp, "device", f->device) &&
            cJSON_AddStringToObject(fp, "cpu_model", f->cpu_model) && cJSON_AddStringToObject(fp, "cpu_isa", f->cpu_isa) &&
            cJSON_AddStringToObject(fp, "blas_core", f->blas_core) && add_number(fp, "threads", f->threads) &&
            cJSON_AddStringToObject(fp, "weights", ac_weights_dtype_name(f->weights)) &&
@@ -309,6 +310,7 @@ static void copy_string(reader *r, const cJSON *o, const char *key, char *dst, s
 static void read_fingerprint(reader *r, const cJSON *o, ac_cost_fingerprint *f)
 {
     copy_string(r, o, "version", f->version, sizeof f->version);
+    f->method = cJSON_GetObjectItemCaseSensitive(o, "method") ? get_int(r, o, "method", "fingerprint", 1) : 1;
     copy_string(r, o, "device", f->device, sizeof f->device);
     copy_string(r, o, "cpu_model", f->cpu_model, sizeof f->cpu_model);
     copy_string(r, o, "cpu_isa", f->cpu_isa, sizeof f->cpu_isa);

@@ -42,7 +42,7 @@ static void print_profiled_part(const ac_contract *contract, FILE *out)
 
 static void print_fingerprint(const ac_cost_fingerprint *f, FILE *out)
 {
-    fprintf(out, "%s|%s|%s|%s|%s|%d|%s|%s|%.0f|%s|%s\n", f->version, f->device, f->cpu_model, f->cpu_isa,
+    fprintf(out, "%s|%d|%s|%s|%s|%s|%d|%s|%s|%.0f|%s|%s\n", f->version, f->method, f->device, f->cpu_model, f->cpu_isa,
             f->blas_core, f->threads, ac_weights_dtype_name(f->weights), f->gpu_name, f->gpu_memory_bytes,
             f->gpu_driver, f->gpu_capability);
 }

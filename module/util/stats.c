@@ -14,6 +14,14 @@ static int compare_double(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
+double ac_stat_mean(const double *v, size_t n)
+{
+    double sum = 0;
+    for (size_t i = 0; i < n; i++)
+        sum += v[i];
+    return n ? sum / (double)n : 0.0;
+}
+
 double ac_stat_median(double *v, size_t n)
 {
     if (n == 0)

@@ -7,6 +7,8 @@
 
 #include "autocompress/status.h"
 
+/* Mean of n values (n >= 1). */
+double ac_stat_mean(const double *v, size_t n);
 /* Median of n values (n >= 1; the array is reordered). */
 double ac_stat_median(double *v, size_t n);
 /* 1.4826 x the median absolute deviation from the median (0 for n < 2; reorders v). */

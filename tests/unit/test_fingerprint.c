@@ -132,11 +132,13 @@ static void test_other_hardware_is_refused(void **state)
     ac_cost_tables_info info = *ac_cost_tables_get_info(t);
     snprintf(info.fingerprint.cpu_model, sizeof info.fingerprint.cpu_model, "Some Other CPU");
     snprintf(info.fingerprint.version, sizeof info.fingerprint.version, "0.0.0-old");
+    info.fingerprint.method = 1;
     ac_cost_tables_set_info(t, &info);
     char differs[1024];
     expect_refused(&c, t, &c, "cpu_model: tables \"Some Other CPU\"");
     assert_int_equal(ac_cost_tables_check_machine(t, "t.json", &c, 1, differs, sizeof differs), AC_OK);
     assert_non_null(strstr(differs, "version: tables \"0.0.0-old\""));
+    assert_non_null(strstr(differs, "method: tables 1, here 2"));
 
     info.has_fingerprint = 0;
     ac_cost_tables_set_info(t, &info);
@@ -166,6 +168,7 @@ static void test_fingerprint_round_trip(void **state)
     const ac_cost_fingerprint *a = &info.fingerprint, *b = &ac_cost_tables_get_info(back)->fingerprint;
     assert_true(ac_cost_tables_get_info(back)->has_fingerprint);
     assert_string_equal(a->version, b->version);
+    assert_int_equal(a->method, b->method);
     assert_string_equal(a->device, b->device);
     assert_string_equal(a->cpu_model, b->cpu_model);
     assert_string_equal(a->cpu_isa, b->cpu_isa);

@@ -24,6 +24,17 @@ static void test_median_and_spread(void **state)
     assert_true(fabs(ac_stat_spread(v, 5) - 1.4826) < 1e-12);
 }
 
+/* Right-skewed times, as a decode step's are: the mean sits above the median, and a sum
+ * of such times is the sum of the means, not of the medians. */
+static void test_mean_of_skewed_times(void **state)
+{
+    (void)state;
+    double v[] = {10, 10, 10, 11, 19};
+    assert_true(fabs(ac_stat_mean(v, 5) - 12.0) < 1e-12);
+    assert_true(fabs(ac_stat_median(v, 5) - 10.0) < 1e-12);
+    assert_true(fabs(ac_stat_mean(v, 1) - 10.0) < 1e-12);
+}
+
 static void test_bootstrap_of_constants_has_no_width(void **state)
 {
     (void)state;
@@ -76,6 +87,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_median_and_spread),
+        cmocka_unit_test(test_mean_of_skewed_times),
         cmocka_unit_test(test_bootstrap_of_constants_has_no_width),
         cmocka_unit_test(test_bootstrap_near_the_normal_interval),
         cmocka_unit_test(test_bootstrap_refuses_bad_arguments),

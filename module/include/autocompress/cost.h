@@ -103,8 +103,14 @@ typedef struct ac_cost_tables ac_cost_tables;
 /* What measured a set of cost tables, or what would measure them here: the fields that
  * change the times and the memory of the same model. Strings are "" where they do not
  * apply (the GPU's on a CPU contract). */
+/* How profiling reduces its samples to rows; a change that moves the rows' values bumps
+ * it, so tables (and cached ones) of the old method are not taken for this one's. 2: the
+ * mean over a slot's requests (1: the median). */
+enum { AC_PROFILE_METHOD = 2 };
+
 typedef struct {
     char version[32];        /* the autocompress version that measured */
+    int method;              /* AC_PROFILE_METHOD of the profiler that measured (1: none recorded) */
     char device[16];         /* the contract's device kind: "cpu", "cuda" */
     char cpu_model[96];      /* /proc/cpuinfo's model name */
     char cpu_isa[160];       /* the kernel-choosing ISA features (ac_cpu_isa) */

@@ -35,9 +35,12 @@
  * either. Every child therefore also times a request of the parent itself right after
  * each measured one (the reference), and each sample is scaled by the median reference
  * over the whole profiling over its own reference, so the rows are at the machine's
- * median speed. Per slot the prefill samples give a median, and the decode steps per-step
- * medians; slots with the same configuration (across runs) are combined by the median,
- * and the decode medians get their least-squares line in the context.
+ * median speed. Per slot the prefill samples give a mean, and the decode steps per-step
+ * means (a request's time is the sum of its sites' times, so their expected values are
+ * what add up; the median of a decode step's small right-skewed times falls short of its
+ * mean, which put whole-request predictions 4-10% low); slots with the same
+ * configuration (across runs) are combined by the median, and the decode means get their
+ * least-squares line in the context.
  *
  * Each run executes in a child process (fork), so its memory peak (VmHWM) is its own:
  * the measured memory of a run is its peak resident size over the resident size before
