@@ -42,11 +42,16 @@ measure() { # measure CHECKPOINT -> the corrected latency (ms)
 for run in "$@"; do
   pred=$("$ac" costmodel predict --model "$parent" --contract "$contract" --tables "$tables" \
     --arch "$run/model/config.json" | sed -nE 's/^latency ([0-9.]+) ms.*/\1/p')
+  pruned=$(measure "$run/pruned")
   # the row of the given architecture: the speed-normalised measurement is 7th from the end
   "$ac" costmodel validate --model "$parent" --contract "$contract" --tables "$tables" --n 0 \
     --arch "$run/model/config.json" --repeats "$sweeps" --progress off >"$tmp/v.txt"
   slice=$(awk '$1 == "0" { print $(NF-6) }' "$tmp/v.txt")
-  pruned=$(measure "$run/pruned")
+  # validate shows tok/s for a throughput contract (one without a latency target)
+  if grep -Eq '^[[:space:]]*throughput_(ratio|tok_s)' "$contract" && ! grep -Eq '^[[:space:]]*latency_(ratio|ms)' "$contract"; then
+    slice=$(python3 -c 'import json,sys; w=json.load(open(sys.argv[1]))["workload"]
+print(1000.0 * w["batch"] * w["output_tokens"] / float(sys.argv[2]))' "$tmp/m.json" "$slice")
+  fi
   finals=()
   for ((r = 0; r < rounds; r++)); do finals+=("$(measure "$run/model")"); done
   python3 - "$run" "$pred" "$slice" "$pruned" "${finals[@]}" >>"$out" <<'EOF'
