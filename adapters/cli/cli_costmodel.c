@@ -233,8 +233,9 @@ static int validate(const validate_args *a)
                e->predicted.conventional_bytes / mib,
                100.0 * (e->predicted.conventional_bytes - e->memory_bytes) / e->memory_bytes);
     }
-    printf("(%s; raw: as measured; norm: at the profiling's machine speed, each request scaled by (the tables' "
-           "reference over the parent's request timed right after it) ^ slope)\n", unit);
+    printf("(%s; raw: as measured; norm: at the profiling's machine speed, each request scaled by the tables' "
+           "reference over this validation's median reference, and by (that median over the parent's request timed "
+           "right after it) ^ slope)\n", unit);
     printf("latency MAPE %.2f%% (max %.2f%%), throughput MAPE %.2f%% (max %.2f%%)\n", r.latency_mape, r.latency_max_ape,
            r.throughput_mape, r.throughput_max_ape);
     if (r.normalised)

@@ -82,7 +82,8 @@ static void print_report(const ac_measure_report *r)
     print_quantity("throughput", "tok/s", 1.0, &r->throughput_tok_s, ">=", r->normalised);
     print_quantity("memory", "MiB", 1024.0 * 1024.0, &r->memory_bytes, "<=", r->normalised);
     if (r->normalised)
-        printf("corrected: at the profiling's machine speed ((reference / own reference)^%.2f)\n", r->reference_slope);
+        printf("corrected: at the profiling's machine speed (reference / this measurement's median reference, "
+               "each request's own reference around it ^%.2f)\n", r->reference_slope);
     printf("%s\n", r->pass ? "PASS: every target met" : "FAIL: a target is missed");
 }
 

@@ -109,10 +109,11 @@ static ac_status check_params(const ac_measure_params *p)
     return AC_OK;
 }
 
-/* The sweeps: every timed request's time (ms), its speed-corrected time, each process's peak. */
+/* The sweeps: every timed request's time (ms), the reference's time right after it (s),
+ * each process's peak. */
 static ac_status run_sweeps(const char *model_dir, const ac_contract *c, const ac_measure_params *p,
-                            const ac_arch *arch, const int *identity, double reference_ms, ac_measure_report *r,
-                            double *ms, double *norm, double *mem)
+                            const ac_arch *arch, const int *identity, ac_measure_report *r, double *ms, double *refs,
+                            double *mem)
 {
     const char *device;
     ac_status st = ac_contract_compute_device(c, &device);
@@ -145,10 +146,7 @@ static ac_status run_sweeps(const char *model_dir, const ac_contract *c, const a
         }
         for (int k = 0; k < res.repeats; k++) {
             ms[r->samples] = 1000.0 * res.seconds[k];
-            norm[r->samples] = r->normalised ? ms[r->samples] * ac_speed_factor(reference_ms / 1000.0,
-                                                                                 res.reference_seconds[k],
-                                                                                 r->reference_slope)
-                                             : ms[r->samples];
+            refs[r->samples] = res.reference_seconds[k];
             r->samples++;
         }
         r->retried += res.retried;
@@ -161,6 +159,18 @@ static ac_status run_sweeps(const char *model_dir, const ac_contract *c, const a
         ac_progress_free(progress);
     }
     return st;
+}
+
+/* Every request at the profiling's machine speed (ac_speed_factor), the level being the
+ * median of this measurement's references; the raw times when not corrected. */
+static void correct_speed(const double *ms, const double *refs, size_t n, double reference_ms,
+                          const ac_measure_report *r, double *norm)
+{
+    memcpy(norm, refs, n * sizeof *norm); /* the median reorders its input */
+    double level = ac_stat_median(norm, n);
+    for (size_t k = 0; k < n; k++)
+        norm[k] = r->normalised ? ms[k] * ac_speed_factor(reference_ms / 1000.0, level, refs[k], r->reference_slope)
+                                : ms[k];
 }
 
 ac_status ac_measure_checkpoint(const char *model_dir, const ac_contract *c, const ac_measure_params *p,
@@ -194,21 +204,24 @@ ac_status ac_measure_checkpoint(const char *model_dir, const ac_contract *c, con
     r->reference_slope = p->tables ? ac_cost_tables_get_info(p->tables)->reference_slope : 0;
     size_t cap = (size_t)p->sweeps * AC_MAX_REQUESTS;
     int *identity = malloc((size_t)(arch.n_layers + 1) * sizeof *identity);
-    double *ms = malloc(cap * sizeof *ms), *norm = malloc(cap * sizeof *norm);
+    double *ms = malloc(cap * sizeof *ms), *norm = malloc(cap * sizeof *norm), *refs = malloc(cap * sizeof *refs);
     double *mem = malloc((size_t)p->sweeps * sizeof *mem);
-    if (st == AC_OK && (!identity || !ms || !norm || !mem))
+    if (st == AC_OK && (!identity || !ms || !norm || !refs || !mem))
         st = ac_fail(AC_ERR_NOMEM, "measure: out of memory");
     for (int i = 0; st == AC_OK && i < arch.n_layers; i++)
         identity[i] = i;
     if (st == AC_OK)
-        st = run_sweeps(model_dir, c, p, &arch, identity, reference_ms, r, ms, norm, mem);
-    if (st == AC_OK)
+        st = run_sweeps(model_dir, c, p, &arch, identity, r, ms, refs, mem);
+    if (st == AC_OK) {
+        correct_speed(ms, refs, (size_t)r->samples, reference_ms, r, norm);
         st = summarise(ms, norm, (size_t)r->samples, mem, p->sweeps, r);
+    }
     if (st == AC_OK)
         judge(r);
     free(identity);
     free(ms);
     free(norm);
+    free(refs);
     free(mem);
     ac_arch_free(&arch);
     r->seconds = 1e-9 * (double)(ac_monotonic_ns() - t0);

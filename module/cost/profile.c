@@ -892,7 +892,7 @@ static ac_status merge_ranks(profile_state *s)
 }
 
 /* every sample at the machine's median speed: times (the median reference over the
- * reference timed right after it) ^ slope */
+ * reference timed right after it) ^ slope (the median is the level: ac_speed_factor) */
 static ac_status normalise_speed(profile_state *s)
 {
     size_t sites = (size_t)s->sites, n_dec = (size_t)s->n_dec, S = (size_t)s->S;
@@ -903,7 +903,7 @@ static ac_status normalise_speed(profile_state *s)
                                  &slope);
     for (size_t i = 0; st == AC_OK && reference > 0 && i < (size_t)s->n_runs; i++)
         for (size_t slot = 0; slot < S; slot++) {
-            double f = ac_speed_factor(reference, s->ref_all[i * S + slot], slope);
+            double f = ac_speed_factor(reference, reference, s->ref_all[i * S + slot], slope);
             for (size_t site = 0; site < sites; site++) {
                 s->pre_all[(i * sites + site) * S + slot] *= f;
                 for (size_t t = 0; t < n_dec; t++)

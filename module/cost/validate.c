@@ -339,13 +339,14 @@ static ac_status normalise_times(validate_state *s)
             s->scratch[filled++] = s->refs[i * S + j];
     double mid = ac_stat_median(s->scratch, filled);
     r->reference_noise_pct = mid > 0 ? 100.0 * ac_stat_spread(s->scratch, filled) / mid : 0;
-    /* each request at the profiling's speed, through the reference timed right after
-     * it and how times move with the reference here (the slope within architectures) */
+    /* each request at the profiling's speed: the validation's level in proportion, the
+     * request's reference around it by how times move with the reference here (the slope
+     * within architectures) */
     ac_status st = within_slope(s->ms, s->refs, s->count, s->n, s->R, s->S, &r->reference_slope);
     for (int i = 0; st == AC_OK && i < s->n; i++)
         for (int j = 0; j < requests_of(s->count, i, s->R); j++)
             s->norm[i * S + j] =
-                s->ms[i * S + j] * ac_speed_factor(s->reference_ms / 1000.0, s->refs[i * S + j], r->reference_slope);
+                s->ms[i * S + j] * ac_speed_factor(s->reference_ms / 1000.0, mid, s->refs[i * S + j], r->reference_slope);
     return st;
 }
 

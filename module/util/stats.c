@@ -87,9 +87,11 @@ double ac_stat_within_slope(const double *x, const double *y, const size_t *star
     return b < 0 ? 0 : b > 2 ? 2 : b;
 }
 
-double ac_speed_factor(double typical, double now, double slope)
+double ac_speed_factor(double typical, double level, double now, double slope)
 {
-    return now > 0 && typical > 0 ? pow(typical / now, slope) : 1.0;
+    if (!(now > 0) || !(typical > 0) || !(level > 0))
+        return 1.0;
+    return typical / level * pow(level / now, slope);
 }
 
 /* The q-quantile of sorted[0 .. n), linear between order statistics. */

@@ -18,9 +18,14 @@ double ac_stat_spread(double *v, size_t n);
  * moves with x apart from what sets each group's level. Clamped to [0, 2]; 1 when x does
  * not vary within the groups. */
 double ac_stat_within_slope(const double *x, const double *y, const size_t *start, size_t groups);
-/* The speed correction of a time measured when the reference took `now` seconds, to
- * what it would be when the reference takes `typical`: (typical / now)^slope. */
-double ac_speed_factor(double typical, double now, double slope);
+/* The speed correction of a time measured when the reference took `now` seconds, in a
+ * measurement whose references took `level` (their median), to what it would be when the
+ * reference takes `typical`: (typical / level) (x) (level / now)^slope. The level moves
+ * every time in proportion: a machine slower for a whole measurement is slower for every
+ * model alike. A request's own deviation from the level gets the fitted slope, which is
+ * below 1 because the reference's own noise dilutes it; used for the level too it would
+ * leave part of a slow hour in the result. */
+double ac_speed_factor(double typical, double level, double now, double slope);
 /* Least-squares y = a + b x over n points (b = 0 when x does not vary). */
 void ac_stat_line(const double *x, const double *y, size_t n, double *a, double *b);
 /* The percentile bootstrap interval of the mean of v[0 .. n) (n >= 1): the means of

@@ -288,9 +288,12 @@ static void test_within_slope_removes_each_groups_level(void **state)
     assert_float_equal(ac_stat_within_slope(x, y, start, 2), 0.0, 0.0);
     double flat[6] = {3, 3, 3, 4, 4, 4};
     assert_float_equal(ac_stat_within_slope(flat, y, start, 2), 1.0, 0.0);
-    /* the correction: (typical / now)^slope */
-    assert_float_equal(ac_speed_factor(0.1, 0.4, 0.5), 0.5, 1e-12);
-    assert_float_equal(ac_speed_factor(0.1, 0.0, 0.5), 1.0, 0.0);
+    /* the correction: (typical / level) (level / now)^slope; a whole measurement twice as
+     * slow is halved whatever the slope, a request's own deviation by the slope */
+    assert_float_equal(ac_speed_factor(0.1, 0.1, 0.4, 0.5), 0.5, 1e-12);
+    assert_float_equal(ac_speed_factor(0.1, 0.2, 0.2, 0.5), 0.5, 1e-12);
+    assert_float_equal(ac_speed_factor(0.1, 0.2, 0.8, 0.5), 0.25, 1e-12);
+    assert_float_equal(ac_speed_factor(0.1, 0.1, 0.0, 0.5), 1.0, 0.0);
 }
 
 /* Slicing the parent to its own architecture copies every weight; a pruned layer keeps

@@ -129,9 +129,10 @@ typedef struct {
     ac_cost_prediction predicted;
     double latency_ms;      /* measured: median of the timed requests */
     double latency_spread_ms;
-    /* the same at the profiling's machine speed: each request scaled by (the tables'
-     * reference_ms over the reference request timed right after it) ^ reference_slope
-     * (0 without references) */
+    /* the same at the profiling's machine speed: each request scaled by the tables'
+     * reference_ms over the validation's median reference, and by (that median over the
+     * reference request timed right after it) ^ reference_slope (ac_speed_factor; 0
+     * without references) */
     double latency_norm_ms;
     double throughput_norm_tok_s;
     double throughput_tok_s;
@@ -221,7 +222,7 @@ typedef struct {
     int samples, retried;   /* timed requests over all sweeps; requests run again */
     int normalised;         /* value = speed-corrected (tables with a reference, a parent) */
     double latency_spread_ms;
-    double reference_slope; /* the tables' correction exponent */
+    double reference_slope; /* the tables' exponent of a request's own deviation */
     int predicted;          /* the cost model predicted this architecture */
     ac_measure_quantity latency_ms, throughput_tok_s, memory_bytes;
     double weights_bytes;   /* W of the formula, for the report */
