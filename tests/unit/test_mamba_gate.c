@@ -6,7 +6,8 @@
  * layer gives the logits of the architecture sliced without it (ac_model_slice), and
  * predicts the cost of that architecture's own rows, in either layout. Minitron++'s grid
  * (on the default layout) still removes Mamba layers: 2 hidden sizes x 2 head counts x
- * (none or one layer removed) = 8 candidates. */
+ * (none or one layer removed) = 8 candidates. A search state saved in one layout is
+ * refused by a search in the other. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -264,18 +265,13 @@ static void test_removed_mamba_layer_is_the_sliced_model(void **state)
     assert_float_equal(latency[0], latency[1], 1e-12);
 }
 
-/* Minitron++ on the default layout: its grid has every homogeneous candidate with and
- * without the least important Mamba layer (a quarter of 4 layers may go), 2 x 2 x 2. */
-static void test_minitron_grid_removes_mamba_layers(void **state)
+/* A fresh directory holding data/train.bin (a short repeated phrase). */
+static void make_data(char *dir, char *data, size_t size)
 {
-    (void)state;
-    world w;
-    open_world(&w, AC_MAMBA_REMOVAL_GATE);
-    char dir[] = "/tmp/ac-mamba-gate-XXXXXX", data[64], path[128], out[128];
     assert_non_null(mkdtemp(dir));
-    snprintf(data, sizeof data, "%s/data", dir);
-    snprintf(out, sizeof out, "%s/minitron", dir);
+    snprintf(data, size, "%s/data", dir);
     assert_int_equal(mkdir(data, 0777), 0);
+    char path[128];
     snprintf(path, sizeof path, "%s/train.bin", data);
     ac_tokens_writer *tw;
     assert_int_equal(ac_tokens_writer_open(path, V, &tw), AC_OK);
@@ -284,6 +280,25 @@ static void test_minitron_grid_removes_mamba_layers(void **state)
         ids[i] = (int32_t)((i % 5) * 7 + (i / 5) % 3) % V;
     assert_int_equal(ac_tokens_writer_append(tw, ids, 1024), AC_OK);
     assert_int_equal(ac_tokens_writer_close(tw), AC_OK);
+}
+
+static void remove_dir(const char *dir)
+{
+    char command[128];
+    snprintf(command, sizeof command, "rm -rf %s", dir);
+    assert_int_equal(system(command), 0);
+}
+
+/* Minitron++ on the default layout: its grid has every homogeneous candidate with and
+ * without the least important Mamba layer (a quarter of 4 layers may go), 2 x 2 x 2. */
+static void test_minitron_grid_removes_mamba_layers(void **state)
+{
+    (void)state;
+    world w;
+    open_world(&w, AC_MAMBA_REMOVAL_GATE);
+    char dir[] = "/tmp/ac-mamba-gate-XXXXXX", data[64], out[128];
+    make_data(dir, data, sizeof data);
+    snprintf(out, sizeof out, "%s/minitron", dir);
     ac_minitron_params p = ac_minitron_default_params();
     p.data_dir = data;
     p.out_dir = out;
@@ -299,9 +314,41 @@ static void test_minitron_grid_removes_mamba_layers(void **state)
         fail_msg("%s", ac_error_message());
     assert_int_equal(r.grid, 8);
     ac_arch_free(&r.arch);
-    char command[128];
-    snprintf(command, sizeof command, "rm -rf %s", dir);
-    assert_int_equal(system(command), 0);
+    remove_dir(dir);
+    close_world(&w);
+}
+
+/* Four router steps in the gate layout, then the same search in the heads layout in the
+ * same directory: refused; the gate layout again resumes. */
+static void test_a_state_of_the_other_layout_is_refused(void **state)
+{
+    (void)state;
+    world w;
+    open_world(&w, AC_MAMBA_REMOVAL_GATE);
+    char dir[] = "/tmp/ac-mamba-gate-XXXXXX", data[64], out[128];
+    make_data(dir, data, sizeof data);
+    snprintf(out, sizeof out, "%s/search", dir);
+    ac_search_params p = ac_search_default_params();
+    p.data_dir = data;
+    p.out_dir = out;
+    p.calib_seqs = 2;
+    p.batch = 2;
+    p.seq_len = 16;
+    p.max_tokens = 2 * 16 + 4 * 2 * 16;
+    p.progress = AC_PROGRESS_OFF;
+    ac_search_report r;
+    if (ac_search_run(w.parent, &w.contract, w.tables, &p, &r) != AC_OK)
+        fail_msg("%s", ac_error_message());
+    ac_arch_free(&r.arch);
+    p.mamba_removal = AC_MAMBA_REMOVAL_HEADS;
+    assert_int_equal(ac_search_run(w.parent, &w.contract, w.tables, &p, &r), AC_ERR_INVALID);
+    print_message("  %s\n", ac_error_message());
+    assert_non_null(strstr(ac_error_message(), out));
+    p.mamba_removal = AC_MAMBA_REMOVAL_GATE;
+    assert_int_equal(ac_search_run(w.parent, &w.contract, w.tables, &p, &r), AC_OK);
+    assert_int_equal(r.resumed_from, 4);
+    ac_arch_free(&r.arch);
+    remove_dir(dir);
     close_world(&w);
 }
 
@@ -311,6 +358,7 @@ int main(void)
         cmocka_unit_test(test_keep_probability_scales_the_layer),
         cmocka_unit_test(test_removed_mamba_layer_is_the_sliced_model),
         cmocka_unit_test(test_minitron_grid_removes_mamba_layers),
+        cmocka_unit_test(test_a_state_of_the_other_layout_is_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
