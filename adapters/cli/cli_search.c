@@ -30,6 +30,14 @@ static ac_status parse_expert_masking(const char *value, void *dst)
     return AC_OK;
 }
 
+static ac_status parse_mamba_removal(const char *value, void *dst)
+{
+    if (strcmp(value, "gate") && strcmp(value, "heads"))
+        return ac_fail(AC_ERR_INVALID, "--mamba-removal: '%s' is neither 'gate' nor 'heads'", value);
+    *(ac_mamba_removal *)dst = !strcmp(value, "heads") ? AC_MAMBA_REMOVAL_HEADS : AC_MAMBA_REMOVAL_GATE;
+    return AC_OK;
+}
+
 /* The option table; `a` holds the defaults the help text states. */
 static int parse_args(int argc, char **argv, search_args *a)
 {
@@ -54,6 +62,8 @@ static int parse_args(int argc, char **argv, search_args *a)
         CLI_REAL("temp-end", CLI_FLOAT, &p->temp_end, "T", "router temperature at the last step (geometric)"),
         CLI_SWITCH("gumbel", &p->sampling, AC_ROUTER_GUMBEL, "sample the masks with Gumbel noise"),
         CLI_CUSTOM("expert-masking", &p->expert_masking, "output|scores", "how a soft expert mask acts", parse_expert_masking),
+        CLI_CUSTOM("mamba-removal", &p->mamba_removal, "gate|heads",
+                   "removing a Mamba layer: a keep gate (default) or head value 0", parse_mamba_removal),
         CLI_REAL("target-warmup", CLI_FLOAT, &p->target_warmup, "F", "fraction of steps over which targets tighten from the parent's cost"),
         CLI_NUMBER("seed", CLI_U64, &p->seed, "S", "seed of batches and sampling", 0, INT64_MAX),
         CLI_NUMBER("checkpoint-every", CLI_INT, &p->checkpoint_every, "N", "router steps between resumable states (0: at the end)", 0, 100000000),

@@ -35,6 +35,7 @@ struct ac_cost_model {
     double eps;
     int n_axes, n_probs;
     ac_cost_axis *axes;
+    ac_mamba_removal mamba_removal;
     int hidden_axis, mamba_axis; /* mamba_axis: global heads, or -1 */
     int n_hidden, n_mamba_global, n_global;
     layer_info *layers;
@@ -103,7 +104,9 @@ static ac_status build_axes(ac_cost_model *m, const ac_contract_search_space *sp
     for (int l = 0; st == AC_OK && l < pa->n_layers; l++) {
         switch (pa->layers[l].kind) {
         case AC_BLOCK_MAMBA: {
-            int per_layer_remove = !global_heads && sp->mamba_heads.remove;
+            /* the heads layout makes removal the head value 0; otherwise a keep axis */
+            int per_layer_remove =
+                !global_heads && sp->mamba_heads.remove && m->mamba_removal == AC_MAMBA_REMOVAL_HEADS;
             if ((sp->removable.mamba || sp->mamba_heads.remove) && !per_layer_remove)
                 st = add_axis(m, AC_AXIS_KEEP, l, &keep, 0);
             if (st == AC_OK && !global_heads)
@@ -349,6 +352,12 @@ void ac_cost_model_free(ac_cost_model *m)
 ac_status ac_cost_model_create(const ac_cost_tables *tables, const ac_arch *parent, const ac_contract *contract,
                                ac_cost_model **model)
 {
+    return ac_cost_model_create_with(tables, parent, contract, AC_MAMBA_REMOVAL_GATE, model);
+}
+
+ac_status ac_cost_model_create_with(const ac_cost_tables *tables, const ac_arch *parent, const ac_contract *contract,
+                                    ac_mamba_removal removal, ac_cost_model **model)
+{
     *model = NULL;
     const ac_cost_tables_info *in = ac_cost_tables_get_info(tables);
     const ac_contract_workload *cw = &contract->workload, *tw = &in->workload;
@@ -372,6 +381,7 @@ ac_status ac_cost_model_create(const ac_cost_tables *tables, const ac_arch *pare
     if (!m)
         return ac_fail(AC_ERR_NOMEM, "cost model: out of memory");
     m->tables = tables;
+    m->mamba_removal = removal;
     m->w = *cw;
     m->weights = contract->hardware.weights;
     m->threads = in->threads > 0 ? in->threads : 1;

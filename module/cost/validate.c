@@ -36,18 +36,15 @@ void ac_validate_report_free(ac_validate_report *r)
     memset(r, 0, sizeof *r);
 }
 
-/* Uniform over each axis's values, except removal: a keep axis keeps with probability
- * 0.8 and a head axis with a "remove" value picks it with probability 0.2, so samples
- * are pruned the way searches prune, not mostly gutted. */
+/* Uniform over each axis's values, except removal: a keep axis (every removable layer's,
+ * Mamba ones too in the cost model's default layout) keeps with probability 0.8, so
+ * samples are pruned the way searches prune, not mostly gutted. */
 static void sample_choice(const ac_cost_model *m, uint64_t *rng, int *choice)
 {
     for (int a = 0; a < ac_cost_model_axis_count(m); a++) {
         const ac_cost_axis *x = ac_cost_model_axis(m, a);
-        int has_zero = x->count > 1 && x->values[x->count - 1] == 0;
         if (x->kind == AC_AXIS_KEEP)
             choice[a] = ac_rng_below(rng, 10) < 8 ? 0 : 1;
-        else if (x->kind == AC_AXIS_MAMBA_HEADS && has_zero)
-            choice[a] = ac_rng_below(rng, 10) < 2 ? x->count - 1 : ac_rng_below(rng, x->count - 1);
         else
             choice[a] = ac_rng_below(rng, x->count);
     }

@@ -103,8 +103,8 @@ static int value_index(const ac_cost_axis *x, int value)
     return -1;
 }
 
-/* Removable layers (a keep axis, or Mamba heads that can be 0) ordered by the depth
- * score, least important first. */
+/* Removable layers (those with a keep axis: the cost model's default layout gives
+ * removable Mamba layers one too) ordered by the depth score, least important first. */
 static ac_status removal_order(minitron_run *r)
 {
     int L = ac_model_arch(r->parent)->n_layers;
@@ -113,9 +113,7 @@ static ac_status removal_order(minitron_run *r)
         return ac_fail(AC_ERR_NOMEM, "minitron: out of memory");
     for (int a = 0; a < r->n_axes; a++) {
         const ac_cost_axis *x = ac_cost_model_axis(r->cost, a);
-        int removable = x->kind == AC_AXIS_KEEP || (x->kind == AC_AXIS_MAMBA_HEADS && x->layer >= 0 &&
-                                                    value_index(x, 0) >= 0);
-        if (removable)
+        if (x->kind == AC_AXIS_KEEP)
             r->removal[r->n_removal++] = x->layer;
     }
     for (int i = 1; i < r->n_removal; i++) /* insertion sort: a dozen layers */
@@ -127,8 +125,8 @@ static ac_status removal_order(minitron_run *r)
     return AC_OK;
 }
 
-/* A homogeneous choice: value index v[kind] on every axis of that kind (Mamba heads among
- * the values other than removal), then the first `removed` layers of the removal order removed. */
+/* A homogeneous choice: value index v[kind] on every axis of that kind, then the first
+ * `removed` layers of the removal order removed. */
 static void homogeneous_choice(const minitron_run *r, const int *v, int removed, int *choice)
 {
     for (int a = 0; a < r->n_axes; a++) {
@@ -139,7 +137,7 @@ static void homogeneous_choice(const minitron_run *r, const int *v, int removed,
     for (int k = 0; k < removed; k++)
         for (int a = 0; a < r->n_axes; a++) {
             const ac_cost_axis *x = ac_cost_model_axis(r->cost, a);
-            if (x->layer == r->removal[k] && (x->kind == AC_AXIS_KEEP || x->kind == AC_AXIS_MAMBA_HEADS))
+            if (x->layer == r->removal[k] && x->kind == AC_AXIS_KEEP)
                 choice[a] = value_index(x, 0);
         }
 }
@@ -182,13 +180,11 @@ static ac_status add_candidate(minitron_run *r, const int *choice)
     return AC_OK;
 }
 
-/* Counts of the homogeneous values per kind (Mamba: those that keep the layer). */
+/* Counts of the homogeneous values per kind. */
 static int kind_count(const ac_cost_model *m, ac_axis_kind kind)
 {
     const ac_cost_axis *x = first_axis(m, kind);
-    if (!x)
-        return 1;
-    return kind == AC_AXIS_MAMBA_HEADS && value_index(x, 0) >= 0 ? x->count - 1 : x->count;
+    return x ? x->count : 1;
 }
 
 static ac_status build_grid(minitron_run *r)

@@ -327,7 +327,7 @@ static ac_status setup(search_run *r, const ac_model *parent, const ac_cost_tabl
     if (st == AC_OK)
         st = move_to_device(r);
     if (st == AC_OK)
-        st = ac_cost_model_create(tables, ac_model_arch(r->model), r->contract, &r->cost);
+        st = ac_cost_model_create_with(tables, ac_model_arch(r->model), r->contract, p->mamba_removal, &r->cost);
     if (st == AC_OK)
         st = ac_cost_predict_arch(r->cost, ac_model_arch(r->model), &r->parent_cost);
     if (st == AC_OK)

@@ -3,8 +3,10 @@
  * expected cost under per-axis probabilities equals the brute-force average over every
  * architecture of the space (so the factorisation, the global-axis coupling and the
  * expected maximum of the block scratch are exact); its gradients match central finite
- * differences; tables survive a JSON round trip; missing rows and other workloads are
- * refused with messages that say what is wrong. */
+ * differences; all of it in both layouts of Mamba removal (a keep axis, or head value 0),
+ * whose expected cost is linear in a Mamba layer's keep probability with the slope of
+ * that layer's row; tables survive a JSON round trip; missing rows and other workloads
+ * are refused with messages that say what is wrong. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -44,6 +46,10 @@ static void make_parent(ac_arch *a, const char *kinds)
     }
     assert_int_equal(ac_arch_validate(a), AC_OK);
 }
+
+/* The spaces the tests run in: per-layer heads with removal as a keep axis (the default
+ * layout), global heads, and per-layer heads with removal as head value 0. */
+enum { PER_LAYER_GATE, GLOBAL_HEADS, PER_LAYER_HEADS, N_LAYOUTS };
 
 static const char *contract_text(int global_heads)
 {
@@ -129,12 +135,16 @@ typedef struct {
     ac_cost_model *model;
 } fixture;
 
-static void setup(fixture *f, int global_heads)
+static void setup(fixture *f, int layout)
 {
+    int global_heads = layout == GLOBAL_HEADS;
     assert_int_equal(ac_contract_parse_string(contract_text(global_heads), "test", &f->contract), AC_OK);
     make_parent(&f->parent, global_heads ? "MEM*E" : "ME*E");
     f->tables = make_tables(&f->contract);
-    ac_status st = ac_cost_model_create(f->tables, &f->parent, &f->contract, &f->model);
+    /* the default layout from ac_cost_model_create, the other one named */
+    ac_status st = layout == PER_LAYER_HEADS ? ac_cost_model_create_with(f->tables, &f->parent, &f->contract,
+                                                                         AC_MAMBA_REMOVAL_HEADS, &f->model)
+                                             : ac_cost_model_create(f->tables, &f->parent, &f->contract, &f->model);
     if (st != AC_OK)
         fail_msg("%s", ac_error_message());
 }
@@ -167,13 +177,14 @@ static void random_choice(const ac_cost_model *m, uint64_t *seed, int *choice)
         choice[a] = (int)(hash_value((*seed)++, 0, 1) * ac_cost_model_axis(m, a)->count);
 }
 
-static void check_sum_of_rows(int global_heads)
+static void check_sum_of_rows(int layout)
 {
     fixture f;
-    setup(&f, global_heads);
+    setup(&f, layout);
     int n_axes = ac_cost_model_axis_count(f.model), choice[64], back[64], parent_layer[16];
     assert_true(n_axes <= 64);
     uint64_t seed = 7;
+    int mamba_removed = 0;
     for (int trial = 0; trial < 200; trial++) {
         random_choice(f.model, &seed, choice);
         ac_arch arch;
@@ -182,6 +193,7 @@ static void check_sum_of_rows(int global_heads)
             assert_non_null(strstr(ac_error_message(), "removes every layer"));
             continue;
         }
+        mamba_removed += parent_layer[0] != 0; /* parent layer 0 is a Mamba layer */
         ac_cost_prediction p;
         assert_int_equal(ac_cost_predict(f.model, choice, &p), AC_OK);
         double us = 0, pre = 0;
@@ -217,14 +229,16 @@ static void check_sum_of_rows(int global_heads)
         assert_float_equal(q.memory_bytes, p.memory_bytes, 1e-6);
         ac_arch_free(&arch);
     }
+    if (layout != GLOBAL_HEADS) /* where the Mamba layer is removable, the draws do remove it */
+        assert_true(mamba_removed > 10);
     teardown(&f);
 }
 
 static void test_prediction_is_the_sum_of_rows(void **state)
 {
     (void)state;
-    check_sum_of_rows(0);
-    check_sum_of_rows(1);
+    for (int layout = 0; layout < N_LAYOUTS; layout++)
+        check_sum_of_rows(layout);
 }
 
 static void random_probs(const ac_cost_model *m, uint64_t seed, double *p)
@@ -239,10 +253,10 @@ static void random_probs(const ac_cost_model *m, uint64_t seed, double *p)
     }
 }
 
-static void check_brute_force(int global_heads)
+static void check_brute_force(int layout)
 {
     fixture f;
-    setup(&f, global_heads);
+    setup(&f, layout);
     int n_axes = ac_cost_model_axis_count(f.model), n_probs = ac_cost_model_prob_count(f.model);
     double *p = malloc((size_t)n_probs * sizeof *p);
     random_probs(f.model, 99, p);
@@ -279,14 +293,14 @@ static void check_brute_force(int global_heads)
 static void test_expected_cost_equals_brute_force(void **state)
 {
     (void)state;
-    check_brute_force(0);
-    check_brute_force(1);
+    for (int layout = 0; layout < N_LAYOUTS; layout++)
+        check_brute_force(layout);
 }
 
-static void check_gradients(int global_heads)
+static void check_gradients(int layout)
 {
     fixture f;
-    setup(&f, global_heads);
+    setup(&f, layout);
     int n = ac_cost_model_prob_count(f.model);
     double *p = malloc((size_t)n * sizeof *p), *gl = malloc((size_t)n * sizeof *gl), *gm = malloc((size_t)n * sizeof *gm),
            *gt = malloc((size_t)n * sizeof *gt);
@@ -323,31 +337,44 @@ static void check_gradients(int global_heads)
 static void test_gradients_match_finite_differences(void **state)
 {
     (void)state;
-    check_gradients(0);
-    check_gradients(1);
+    for (int layout = 0; layout < N_LAYOUTS; layout++)
+        check_gradients(layout);
 }
 
 static void test_axes_follow_the_contract(void **state)
 {
     (void)state;
     fixture f;
-    setup(&f, 0); /* ME*E, per-layer heads with remove, mamba and moe removable */
-    int kinds[8] = {0}, global = 0;
-    for (int a = 0; a < ac_cost_model_axis_count(f.model); a++) {
-        const ac_cost_axis *x = ac_cost_model_axis(f.model, a);
-        kinds[x->kind]++;
-        global += x->layer < 0;
-        if (x->kind == AC_AXIS_MAMBA_HEADS) {
-            assert_int_equal(x->count, 3); /* 4, 2 and remove */
-            assert_int_equal(x->values[2], 0);
+    /* ME*E, per-layer heads with remove, mamba and moe removable: the Mamba layer gets a
+     * keep axis and its heads axis only the contract's 4 and 2, or (the heads layout) no
+     * keep axis and heads 4, 2 and 0 */
+    const int layouts[] = {PER_LAYER_GATE, PER_LAYER_HEADS};
+    for (int i = 0; i < 2; i++) {
+        int layout = layouts[i];
+        setup(&f, layout);
+        int kinds[8] = {0}, global = 0, mamba_keep = 0;
+        for (int a = 0; a < ac_cost_model_axis_count(f.model); a++) {
+            const ac_cost_axis *x = ac_cost_model_axis(f.model, a);
+            kinds[x->kind]++;
+            global += x->layer < 0;
+            mamba_keep += x->kind == AC_AXIS_KEEP && x->layer == 0;
+            if (x->kind == AC_AXIS_MAMBA_HEADS) {
+                assert_int_equal(x->layer, 0);
+                assert_int_equal(x->count, layout == PER_LAYER_GATE ? 2 : 3);
+                assert_int_equal(x->values[0], 4);
+                assert_int_equal(x->values[1], 2);
+                if (layout == PER_LAYER_HEADS)
+                    assert_int_equal(x->values[2], 0);
+            }
         }
+        assert_int_equal(global, 1); /* hidden only */
+        assert_int_equal(kinds[AC_AXIS_MAMBA_HEADS], 1);
+        assert_int_equal(mamba_keep, layout == PER_LAYER_GATE);
+        assert_int_equal(kinds[AC_AXIS_KEEP], 2 + (layout == PER_LAYER_GATE)); /* the MoE layers and the Mamba one */
+        assert_int_equal(kinds[AC_AXIS_EXPERTS], 2);
+        teardown(&f);
     }
-    assert_int_equal(global, 1); /* hidden only */
-    assert_int_equal(kinds[AC_AXIS_MAMBA_HEADS], 1);
-    assert_int_equal(kinds[AC_AXIS_KEEP], 2); /* the two MoE layers; Mamba removal is on its heads axis */
-    assert_int_equal(kinds[AC_AXIS_EXPERTS], 2);
-    teardown(&f);
-    setup(&f, 1); /* MEM*E, global heads */
+    setup(&f, GLOBAL_HEADS); /* MEM*E, global heads */
     int heads_axes = 0;
     for (int a = 0; a < ac_cost_model_axis_count(f.model); a++)
         if (ac_cost_model_axis(f.model, a)->kind == AC_AXIS_MAMBA_HEADS) {
@@ -358,11 +385,61 @@ static void test_axes_follow_the_contract(void **state)
     teardown(&f);
 }
 
+static const ac_cost_axis *axis_of(const ac_cost_model *m, ac_axis_kind kind, int layer)
+{
+    for (int a = 0; a < ac_cost_model_axis_count(m); a++)
+        if (ac_cost_model_axis(m, a)->kind == kind && ac_cost_model_axis(m, a)->layer == layer)
+            return ac_cost_model_axis(m, a);
+    fail_msg("no %s axis on layer %d", ac_axis_kind_name(kind), layer);
+    return NULL;
+}
+
+/* The Mamba layer's keep axis (the default layout): the expected latency at keep
+ * probability k is linear in k with the slope of the layer's own rows, averaged over the
+ * hidden and head distributions by hand from the tables; the gradient of that axis says
+ * the same (keep minus remove). */
+static void test_mamba_keep_axis_is_linear(void **state)
+{
+    (void)state;
+    fixture f;
+    setup(&f, PER_LAYER_GATE);
+    int n = ac_cost_model_prob_count(f.model);
+    double *p = malloc((size_t)n * sizeof *p), *gl = malloc((size_t)n * sizeof *gl);
+    random_probs(f.model, 4242, p);
+    const ac_cost_axis *keep = axis_of(f.model, AC_AXIS_KEEP, 0), *heads = axis_of(f.model, AC_AXIS_MAMBA_HEADS, 0);
+    const ac_cost_axis *hidden = axis_of(f.model, AC_AXIS_HIDDEN, -1);
+    assert_int_equal(keep->values[0], 1);
+    double slope = 0; /* ms per unit of keep probability: the layer's expected row */
+    for (int h = 0; h < hidden->count; h++)
+        for (int v = 0; v < heads->count; v++) {
+            ac_cost_row k = {.kind = AC_ROW_MAMBA, .hidden = hidden->values[h], .heads = heads->values[v]};
+            const ac_cost_row *r = ac_cost_tables_find(f.tables, &k);
+            assert_non_null(r);
+            double ms = ac_cost_row_workload_us(r, &f.contract.workload) / 1e3;
+            slope += p[hidden->offset + h] * p[heads->offset + v] * ms;
+        }
+    assert_true(slope > 0);
+    double lat[3];
+    const double ks[3] = {0.0, 0.3, 1.0};
+    for (int i = 0; i < 3; i++) {
+        p[keep->offset] = ks[i], p[keep->offset + 1] = 1.0 - ks[i];
+        ac_cost_prediction e;
+        assert_int_equal(ac_cost_expected(f.model, p, &e, gl, NULL, NULL), AC_OK);
+        lat[i] = e.latency_ms;
+        assert_float_equal(gl[keep->offset] - gl[keep->offset + 1], slope, 1e-9 * lat[i]);
+    }
+    assert_float_equal(lat[2] - lat[0], slope, 1e-9 * lat[2]);
+    assert_float_equal(lat[1], lat[0] + 0.3 * slope, 1e-9 * lat[2]);
+    free(p);
+    free(gl);
+    teardown(&f);
+}
+
 static void test_missing_rows_and_other_workloads_are_refused(void **state)
 {
     (void)state;
     fixture f;
-    setup(&f, 0);
+    setup(&f, PER_LAYER_GATE);
     ac_cost_model *m = NULL;
     /* tables without the MoE rows of hidden 12 */
     ac_cost_tables_info info = *ac_cost_tables_get_info(f.tables);
@@ -403,7 +480,7 @@ static void test_bf16_weights(void **state)
 {
     (void)state;
     fixture f;
-    setup(&f, 0);
+    setup(&f, PER_LAYER_GATE);
     const char *text = "name = \"b\"; hardware = { device = \"cpu\"; threads = 2; weights = \"bf16\"; };\n"
                        "workload = { batch = 3; cached_tokens = 5; input_tokens = 7; output_tokens = 4; };\n"
                        "targets = { latency_ms = 1.0; };\n"
@@ -445,7 +522,7 @@ static void test_tables_round_trip_through_json(void **state)
 {
     (void)state;
     fixture f;
-    setup(&f, 1);
+    setup(&f, GLOBAL_HEADS);
     ac_memory_point mp = {12, 1e6, 5e5, 1e4, 2e4, 3e5};
     assert_int_equal(ac_cost_tables_add_memory(f.tables, &mp), AC_OK);
     double steps[3] = {1.5, 2.25, 3.0};
@@ -517,6 +594,7 @@ int main(void)
         cmocka_unit_test(test_expected_cost_equals_brute_force),
         cmocka_unit_test(test_gradients_match_finite_differences),
         cmocka_unit_test(test_axes_follow_the_contract),
+        cmocka_unit_test(test_mamba_keep_axis_is_linear),
         cmocka_unit_test(test_missing_rows_and_other_workloads_are_refused),
         cmocka_unit_test(test_tables_round_trip_through_json),
         cmocka_unit_test(test_bf16_weights),

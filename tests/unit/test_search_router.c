@@ -3,8 +3,9 @@
  * noise) and the budget loss's gradient through the real cost model match central
  * differences in the logits; zero logits are uniform; a one-hot distribution gives the
  * hard prefix masks of its choice (Mamba heads by their rank within their group) and is
- * the argmax; soft masks never increase along the channels; an axis the space fixes
- * has no mask. */
+ * the argmax; soft masks never increase along the channels; a Mamba layer's removal is
+ * its layer gate (or, in the heads layout, its head value 0 with the gate left at one);
+ * an axis the space fixes has no mask. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -139,20 +140,25 @@ typedef struct {
     int n, n_axes;
 } world;
 
-static void open_world(world *w, const char *contract, const char *pattern)
+static void open_world_as(world *w, const char *contract, const char *pattern, ac_mamba_removal removal)
 {
     memset(w, 0, sizeof *w);
     if (ac_contract_parse_string(contract, "test", &w->contract) != AC_OK)
         fail_msg("%s", ac_error_message());
     build_parent(&w->parent, pattern);
     w->tables = build_tables(&w->contract);
-    if (ac_cost_model_create(w->tables, &w->parent, &w->contract, &w->cost) != AC_OK)
+    if (ac_cost_model_create_with(w->tables, &w->parent, &w->contract, removal, &w->cost) != AC_OK)
         fail_msg("%s", ac_error_message());
     if (ac_routers_create(w->cost, &w->parent, &w->routers) != AC_OK)
         fail_msg("%s", ac_error_message());
     w->n = ac_routers_count(w->routers);
     w->n_axes = ac_cost_model_axis_count(w->cost);
     assert_int_equal(w->n, ac_cost_model_prob_count(w->cost));
+}
+
+static void open_world(world *w, const char *contract, const char *pattern)
+{
+    open_world_as(w, contract, pattern, AC_MAMBA_REMOVAL_GATE);
 }
 
 static void close_world(world *w)
@@ -274,10 +280,10 @@ static double check_router_gradient(world *w, float temp, ac_router_sampling s, 
     return worst;
 }
 
-static void router_gradients_of(const char *space, const char *pattern)
+static void router_gradients_of(const char *space, const char *pattern, ac_mamba_removal removal)
 {
     world w;
-    open_world(&w, space, pattern);
+    open_world_as(&w, space, pattern, removal);
     const float temps[] = {1.0f, 0.3f};
     for (int t = 0; t < 2; t++)
         for (int s = 0; s < 2; s++) {
@@ -292,8 +298,9 @@ static void router_gradients_of(const char *space, const char *pattern)
 static void test_router_gradients_match_central_differences(void **state)
 {
     (void)state;
-    router_gradients_of(per_layer_space, "ME*-E");
-    router_gradients_of(global_space, "MEM*E-");
+    router_gradients_of(per_layer_space, "ME*-E", AC_MAMBA_REMOVAL_GATE);
+    router_gradients_of(per_layer_space, "ME*-E", AC_MAMBA_REMOVAL_HEADS);
+    router_gradients_of(global_space, "MEM*E-", AC_MAMBA_REMOVAL_GATE);
 }
 
 /* ---- 2. the budget loss ---- */
@@ -476,17 +483,18 @@ static void check_one_hot(world *w, const int *choice)
 static void test_one_hot_gives_hard_masks(void **state)
 {
     (void)state;
-    const char *spaces[] = {per_layer_space, global_space}, *patterns[] = {"ME*-E", "MEM*E-"};
-    for (int s = 0; s < 2; s++) {
+    const char *spaces[] = {per_layer_space, per_layer_space, global_space}, *patterns[] = {"ME*-E", "ME*-E", "MEM*E-"};
+    const ac_mamba_removal removals[] = {AC_MAMBA_REMOVAL_GATE, AC_MAMBA_REMOVAL_HEADS, AC_MAMBA_REMOVAL_GATE};
+    for (int s = 0; s < 3; s++) {
         world w;
-        open_world(&w, spaces[s], patterns[s]);
+        open_world_as(&w, spaces[s], patterns[s], removals[s]);
         int choice[64];
         for (int trial = 0; trial < 40; trial++) {
             for (int a = 0; a < w.n_axes; a++)
                 choice[a] = (int)mixed(100 * (uint64_t)trial + (uint64_t)a, 0, ac_cost_model_axis(w.cost, a)->count);
             check_one_hot(&w, choice);
         }
-        /* the last value of every axis: heads 0 and widths 0 zero their masks */
+        /* the last value of every axis: keep 0, heads 0 and widths 0 zero their gates and masks */
         for (int a = 0; a < w.n_axes; a++)
             choice[a] = ac_cost_model_axis(w.cost, a)->count - 1;
         check_one_hot(&w, choice);
@@ -527,11 +535,8 @@ static void test_masks_follow_prefixes_and_group_ranks(void **state)
                         assert_true(m->mamba_heads[l][h] <= m->mamba_heads[l][h - 1]);
                 }
             }
-            /* every kind is removable here; a Mamba layer through its heads axis (value 0) */
-            if (b->kind == AC_BLOCK_MAMBA)
-                assert_true(m->layer_gate[l] == 1.0f);
-            else
-                assert_true(m->layer_gate[l] > 0 && m->layer_gate[l] < 1);
+            /* every kind is removable here, each through its layer gate */
+            assert_true(m->layer_gate[l] > 0 && m->layer_gate[l] < 1);
         }
     }
     /* the within-group rule by hand: 6 of 8 heads in 2 groups keeps ranks 0..2 of each
@@ -541,7 +546,7 @@ static void test_masks_follow_prefixes_and_group_ranks(void **state)
         if (ac_cost_model_axis(w.cost, a)->kind == AC_AXIS_MAMBA_HEADS)
             heads = ac_cost_model_axis(w.cost, a);
     assert_non_null(heads);
-    assert_int_equal(heads->count, 4);
+    assert_int_equal(heads->count, 3);
     assert_int_equal(heads->values[1], 6);
     assert_int_equal(heads->values[2], 2);
     float *z = ac_routers_logits(w.routers);
@@ -550,11 +555,38 @@ static void test_masks_follow_prefixes_and_group_ranks(void **state)
     z[heads->offset + 2] = 0.5f;
     ac_routers_probs(w.routers, 1.0f, AC_ROUTER_SOFTMAX, 0, p);
     const ac_masks *m = ac_routers_masks(w.routers, p);
-    const double *q = p + heads->offset; /* values 8, 6, 2, 0 */
+    const double *q = p + heads->offset; /* values 8, 6, 2 */
     const float *mh = m->mamba_heads[heads->layer];
     const double want[4] = {q[0] + q[1] + q[2], q[0] + q[1], q[0] + q[1], q[0]};
     for (int h = 0; h < 8; h++)
         assert_float_equal(mh[h], want[h % 4], 1e-7);
+    free(p);
+    close_world(&w);
+}
+
+/* The heads layout: no keep axis on the Mamba layer, whose gate stays one; removal is
+ * its heads axis's value 0, whose probability comes off every head's mask. */
+static void test_heads_layout_removes_by_head_value_zero(void **state)
+{
+    (void)state;
+    world w;
+    open_world_as(&w, per_layer_space, "ME*-E", AC_MAMBA_REMOVAL_HEADS);
+    const ac_cost_axis *heads = NULL;
+    for (int a = 0; a < w.n_axes; a++) {
+        const ac_cost_axis *x = ac_cost_model_axis(w.cost, a);
+        assert_false(x->kind == AC_AXIS_KEEP && x->layer == 0);
+        if (x->kind == AC_AXIS_MAMBA_HEADS)
+            heads = x;
+    }
+    assert_non_null(heads);
+    assert_int_equal(heads->count, 4);
+    assert_int_equal(heads->values[3], 0);
+    double *p = malloc((size_t)w.n * sizeof *p);
+    random_logits(&w, 77, -2, 2);
+    ac_routers_probs(w.routers, 1.0f, AC_ROUTER_SOFTMAX, 0, p);
+    const ac_masks *m = ac_routers_masks(w.routers, p);
+    assert_true(m->layer_gate[0] == 1.0f);
+    assert_float_equal(m->mamba_heads[0][0], 1.0 - p[heads->offset + 3], 1e-7);
     free(p);
     close_world(&w);
 }
@@ -614,6 +646,7 @@ int main(void)
         cmocka_unit_test(test_zero_logits_are_uniform),
         cmocka_unit_test(test_one_hot_gives_hard_masks),
         cmocka_unit_test(test_masks_follow_prefixes_and_group_ranks),
+        cmocka_unit_test(test_heads_layout_removes_by_head_value_zero),
         cmocka_unit_test(test_heads_not_whole_per_group_are_refused),
         cmocka_unit_test(test_fixed_axes_have_no_masks),
     };

@@ -168,7 +168,9 @@ typedef struct {
 typedef struct {
     ac_candidates values;
     ac_search_scope scope; /* one head count for all layers, or one per Mamba layer */
-    bool remove;           /* "remove the layer" is one more choice on this axis */
+    bool remove;           /* each Mamba layer may be removed: a keep axis per layer in the cost
+                              model (per-layer scope with AC_MAMBA_REMOVAL_HEADS: one more value,
+                              0, on this axis) */
 } ac_contract_mamba_heads;
 
 typedef struct {

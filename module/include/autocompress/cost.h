@@ -205,7 +205,8 @@ ac_memory_terms ac_memory_formula(const ac_arch *arch, ac_dtype weights, const a
 
 typedef enum {
     AC_AXIS_HIDDEN,      /* global */
-    AC_AXIS_MAMBA_HEADS, /* global or per Mamba layer; value 0 = remove the layer */
+    AC_AXIS_MAMBA_HEADS, /* global or per Mamba layer; value 0 = remove the layer (only in
+                            the AC_MAMBA_REMOVAL_HEADS layout) */
     AC_AXIS_EXPERTS,     /* per MoE layer */
     AC_AXIS_ROUTED_FFN,  /* per MoE layer; 0 = no routed experts (the layer is its shared expert) */
     AC_AXIS_SHARED_FFN,  /* per MoE layer; 0 = no shared expert */
@@ -234,12 +235,25 @@ typedef struct {
     double conventional_bytes; /* W + C + P */
 } ac_cost_prediction;
 
+/* How a removable Mamba layer's removal is laid out on the axes, in a space whose Mamba
+ * heads are per layer and removable (search_space.mamba_heads.remove): GATE gives the
+ * layer a keep axis and its heads axis only the contract's values, so a search gates the
+ * whole layer (x + g mixer(x)) and its output, like its expected cost, is linear in the
+ * keep probability; HEADS makes removal the heads axis's extra value 0, so a search's
+ * soft mask scales every head by the keep probability and the width-normalised gated
+ * norm makes the layer's output fall as its square root (the earlier layout, kept for
+ * ablations). Other spaces get the same axes either way. */
+typedef enum { AC_MAMBA_REMOVAL_GATE = 0, AC_MAMBA_REMOVAL_HEADS } ac_mamba_removal;
+
 /* A model for candidates of `parent` (whose layer pattern and fixed dims every candidate
  * keeps) in `contract`'s search space, from `tables` (kept by reference: free the model
- * first). Fails naming the first row the tables lack, or a workload that differs from
- * the one the tables were measured under. */
+ * first), its axes in the AC_MAMBA_REMOVAL_GATE layout. Fails naming the first row the
+ * tables lack, or a workload that differs from the one the tables were measured under. */
 ac_status ac_cost_model_create(const ac_cost_tables *tables, const ac_arch *parent, const ac_contract *contract,
                                ac_cost_model **model);
+/* The same with the Mamba removal laid out as `removal` says. */
+ac_status ac_cost_model_create_with(const ac_cost_tables *tables, const ac_arch *parent, const ac_contract *contract,
+                                    ac_mamba_removal removal, ac_cost_model **model);
 void ac_cost_model_free(ac_cost_model *model);
 
 int ac_cost_model_axis_count(const ac_cost_model *model);

@@ -99,6 +99,7 @@ typedef struct {
     float temp_start, temp_end;/* annealed geometrically over the steps */
     ac_router_sampling sampling;
     ac_expert_masking expert_masking;
+    ac_mamba_removal mamba_removal; /* how removing a Mamba layer is relaxed (autocompress/cost.h) */
     float target_warmup;       /* fraction of the steps over which targets move from the parent's cost */
     uint64_t seed;
     int checkpoint_every;      /* steps between resumable states (0: only at the end) */
