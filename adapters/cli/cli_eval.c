@@ -62,8 +62,9 @@ static int parse_args(int argc, char **argv, eval_args *a)
 
 static void print_report(const eval_args *a, const ac_eval_report *r)
 {
-    printf("eval: %s against %s on %s: %lld positions (%d x %d x %d), tau %g, %.1f s\n", a->model_dir, a->teacher_dir,
-           a->p.data_dir, (long long)r->tokens, a->p.batches, a->p.batch, a->p.seq_len, a->p.kd_tau, r->seconds);
+    printf("eval: %s against %s on %s: %lld positions (%lld windows of %d), tau %g, %.1f s\n", a->model_dir,
+           a->teacher_dir, a->p.data_dir, (long long)r->tokens, (long long)r->windows, a->p.seq_len, a->p.kd_tau,
+           r->seconds);
     printf("  %-8s %10s %12s %10s %8s\n", "model", "ce", "ppl", "kd_loss", "top1");
     printf("  %-8s %10.4f %12.3f %10.6f %8.4f\n", "student", r->ce, r->ppl, r->kd_loss, r->top1_agreement);
     printf("  %-8s %10.4f %12.3f %10s %8s\n", "teacher", r->teacher_ce, r->teacher_ppl, "-", "-");
