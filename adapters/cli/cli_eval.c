@@ -3,6 +3,7 @@
 #include "cli_opts.h"
 
 #include <stdio.h>
+#include <string.h>
 
 #include "autocompress/eval.h"
 #include "autocompress/inputs.h"
@@ -49,6 +50,8 @@ static int parse_args(int argc, char **argv, eval_args *a)
                            "and perplexity, and how often their top-1 tokens agree, with 95% bootstrap intervals\n"
                            "of the student's KD loss and CE over the windows scored; with --lines, the share\n"
                            "of held-out lines the model completes exactly (greedy, from the line's context).\n"
+                           "--json keeps each window's KD loss and CE: 'autocompress eval compare A.json B.json'\n"
+                           "compares two students scored on the same windows (see its --help).\n"
                            CLI_EXIT_TEXT,
                            opts, CLI_COUNT(opts), 0, 0};
     int rc = cli_parse(&spec, argc, argv, NULL);
@@ -59,8 +62,9 @@ static int parse_args(int argc, char **argv, eval_args *a)
 
 static void print_report(const eval_args *a, const ac_eval_report *r)
 {
-    printf("eval: %s against %s on %s: %lld positions (%d x %d x %d), tau %g, %.1f s\n", a->model_dir, a->teacher_dir,
-           a->p.data_dir, (long long)r->tokens, a->p.batches, a->p.batch, a->p.seq_len, a->p.kd_tau, r->seconds);
+    printf("eval: %s against %s on %s: %lld positions (%lld windows of %d), tau %g, %.1f s\n", a->model_dir,
+           a->teacher_dir, a->p.data_dir, (long long)r->tokens, (long long)r->windows, a->p.seq_len, a->p.kd_tau,
+           r->seconds);
     printf("  %-8s %10s %12s %10s %8s\n", "model", "ce", "ppl", "kd_loss", "top1");
     printf("  %-8s %10.4f %12.3f %10.6f %8.4f\n", "student", r->ce, r->ppl, r->kd_loss, r->top1_agreement);
     printf("  %-8s %10.4f %12.3f %10s %8s\n", "teacher", r->teacher_ce, r->teacher_ppl, "-", "-");
@@ -90,14 +94,61 @@ static ac_status check_inputs(const eval_args *a)
     return st;
 }
 
+/* ---- autocompress eval compare A.json B.json ---- */
+
+static void print_score(const char *name, double a, double b, double diff, double lo, double hi)
+{
+    printf("  %-8s %10.6f %10.6f %+11.6f  [%+.6f, %+.6f]  %s\n", name, a, b, diff, lo, hi,
+           lo > 0 || hi < 0 ? "excludes 0" : "includes 0");
+}
+
+static int eval_compare(int argc, char **argv)
+{
+    int bootstrap = ac_eval_default_params().bootstrap, first;
+    const char *json_path = NULL;
+    const cli_opt opts[] = {
+        CLI_NUMBER("bootstrap", CLI_INT, &bootstrap, "N", "resamples of the paired 95% intervals (over windows)", 1,
+                   1000000),
+        CLI_TEXT("json", &json_path, "FILE", "also write the comparison as JSON"),
+    };
+    const cli_spec spec = {"eval compare", "A.json B.json",
+                           "Compares two students scored by `autocompress eval --json` (or compress's\n"
+                           "eval.json) on the same windows: for the KD loss and the CE, the mean over the\n"
+                           "windows of B's score minus A's, with a paired percentile bootstrap 95% interval\n"
+                           "(the windows resampled, the same ones for both models). Refused (exit 2) when the\n"
+                           "files were not scored on the same windows (val.bin, seq_len, count), with the\n"
+                           "same temperature and against the same teacher.\n" CLI_EXIT_TEXT,
+                           opts, CLI_COUNT(opts), 2, 2};
+    int rc = cli_parse(&spec, argc, argv, &first);
+    if (rc != CLI_PARSED)
+        return rc;
+    const char *path_a = argv[first], *path_b = argv[first + 1];
+    ac_eval_comparison c;
+    ac_status st = ac_eval_compare(path_a, path_b, bootstrap, &c);
+    if (st == AC_OK && json_path)
+        st = ac_eval_comparison_write_json(&c, path_a, path_b, bootstrap, json_path);
+    if (st != AC_OK) {
+        fprintf(stderr, "autocompress eval: %s\n", ac_error_message());
+        return cli_exit_status(st);
+    }
+    printf("eval compare: B - A over %lld windows of %d tokens, paired bootstrap 95%% (%d resamples)\n"
+           "  A: %s\n  B: %s\n", (long long)c.windows, c.seq_len, bootstrap, path_a, path_b);
+    printf("  %-8s %10s %10s %11s  %s\n", "score", "A", "B", "B - A", "95% interval");
+    print_score("kd_loss", c.a_kd, c.b_kd, c.kd_diff, c.kd_lo, c.kd_hi);
+    print_score("ce", c.a_ce, c.b_ce, c.ce_diff, c.ce_lo, c.ce_hi);
+    return CLI_EXIT_DONE;
+}
+
 int cli_eval(int argc, char **argv)
 {
+    if (argc > 1 && !strcmp(argv[1], "compare"))
+        return eval_compare(argc - 1, argv + 1);
     eval_args a = {.p = ac_eval_default_params()};
     int rc = parse_args(argc, argv, &a);
     if (rc != CLI_PARSED)
         return rc;
     ac_model *student = NULL, *teacher = NULL;
-    ac_eval_report r;
+    ac_eval_report r = {0};
     ac_status st = check_inputs(&a);
     if (st == AC_OK)
         st = ac_model_load(a.model_dir, &student);
@@ -115,6 +166,7 @@ int cli_eval(int argc, char **argv)
         print_report(&a, &r);
     else
         fprintf(stderr, "autocompress eval: %s\n", ac_error_message());
+    ac_eval_report_free(&r);
     ac_model_free(student);
     ac_model_free(teacher);
     return cli_exit_status(st);

@@ -98,6 +98,7 @@ typedef struct {
     int64_t agree, tokens;
     double *win_kd, *win_ce;            /* [windows to score]: each window's mean KD and CE */
     int64_t windows, capacity;          /* scored so far, and room */
+    uint64_t hash;                      /* FNV-1a-64 of the scored windows' ids */
 } scorer;
 
 static void scorer_free(scorer *s)
@@ -169,10 +170,23 @@ static void add_windows(scorer *s, int n, const float *sl)
     }
 }
 
+/* The batch's n windows of seq_len + 1 ids into the hash: the same hash, the same
+ * windows, whichever val.bin path and batch size gave them. */
+static void hash_windows(scorer *s, int n)
+{
+    size_t count = (size_t)n * (s->p->seq_len + 1);
+    for (size_t i = 0; i < count; i++) {
+        uint32_t id = (uint32_t)s->window[i];
+        for (int byte = 0; byte < 4; byte++)
+            s->hash = (s->hash ^ ((id >> (8 * byte)) & 0xff)) * 1099511628211ULL;
+    }
+}
+
 /* Both forwards (loss only: no backward, no gradients), then the sums over the n*T
  * positions that count, which come first. */
 static ac_status score_batch(scorer *s, int n)
 {
+    hash_windows(s, n);
     split_windows(s, n);
     ac_step_inputs in = {.tokens = s->inputs, .targets = s->targets};
     double teacher_ce, student_ce;
@@ -235,10 +249,17 @@ static ac_status score_batches(scorer *s, const ac_tokens *val, ac_eval_report *
     r->teacher_ppl = exp(r->teacher_ce);
     r->top1_agreement = (double)s->agree / N;
     r->windows = s->windows;
+    r->windows_hash = s->hash;
     /* a fixed seed: the same windows give the same interval */
     st = ac_stat_bootstrap_mean(s->win_kd, (size_t)s->windows, p->bootstrap, 1, 0.95, &r->kd_lo, &r->kd_hi);
     if (st == AC_OK)
         st = ac_stat_bootstrap_mean(s->win_ce, (size_t)s->windows, p->bootstrap, 1, 0.95, &r->ce_lo, &r->ce_hi);
+    if (st == AC_OK) {
+        /* the report owns them from here */
+        r->window_kd = s->win_kd;
+        r->window_ce = s->win_ce;
+        s->win_kd = s->win_ce = NULL;
+    }
     return st;
 }
 
@@ -339,7 +360,7 @@ ac_status ac_eval_run(const ac_model *student, const ac_model *teacher, const ch
         st = ac_tokens_open(path, &val);
     if (st == AC_OK)
         st = check_inputs(student, teacher, val, p);
-    scorer s = {.p = p};
+    scorer s = {.p = p, .hash = 1469598103934665603ULL};
     if (st == AC_OK)
         st = scorer_init(&s, student, teacher);
     if (st == AC_OK)
@@ -349,7 +370,50 @@ ac_status ac_eval_run(const ac_model *student, const ac_model *teacher, const ch
         st = match_lines(student, student_dir, val, p, lines, r);
     ac_tokens_close(val);
     r->seconds = ac_monotonic_s() - t0;
+    if (st != AC_OK)
+        ac_eval_report_free(r);
     return st;
+}
+
+void ac_eval_report_free(ac_eval_report *r)
+{
+    free(r->window_kd);
+    free(r->window_ce);
+    r->window_kd = r->window_ce = NULL;
+}
+
+/* x to 8 significant digits: cJSON then prints no more (it prints the shortest of 15
+ * or 17 digits that reads back), which is all a window's float-computed mean holds. */
+static double eight_digits(double x)
+{
+    char text[32];
+    snprintf(text, sizeof text, "%.8g", x);
+    return strtod(text, NULL);
+}
+
+/* An array of n values under `name` (none when v is NULL); 0 when out of memory. */
+static int add_window_array(cJSON *root, const char *name, const double *v, int64_t n)
+{
+    cJSON *array = cJSON_AddArrayToObject(root, name);
+    for (int64_t i = 0; array && v && i < n; i++) {
+        cJSON *item = cJSON_CreateNumber(eight_digits(v[i]));
+        if (!item || !cJSON_AddItemToArray(array, item)) {
+            cJSON_Delete(item);
+            return 0;
+        }
+    }
+    return array != NULL;
+}
+
+static ac_status add_windows_json(cJSON *root, const ac_eval_report *r, const char *path)
+{
+    char hash[17];
+    snprintf(hash, sizeof hash, "%016llx", (unsigned long long)r->windows_hash);
+    if (!cJSON_AddStringToObject(root, "windows_hash", hash) ||
+        !add_window_array(root, "window_kd", r->window_kd, r->windows) ||
+        !add_window_array(root, "window_ce", r->window_ce, r->windows))
+        return ac_fail(AC_ERR_NOMEM, "%s: out of memory for %lld windows' scores", path, (long long)r->windows);
+    return AC_OK;
 }
 
 ac_status ac_eval_write_json(const ac_eval_report *r, const ac_eval_params *p, const char *path)
@@ -385,7 +449,9 @@ ac_status ac_eval_write_json(const ac_eval_report *r, const ac_eval_params *p, c
     cJSON_AddNumberToObject(root, "bootstrap", p->bootstrap);
     cJSON_AddNumberToObject(root, "line_context", p->line_context);
     cJSON_AddNumberToObject(root, "max_line_tokens", p->max_line_tokens);
-    ac_status st = ac_write_json_file(path, root);
+    ac_status st = add_windows_json(root, r, path);
+    if (st == AC_OK)
+        st = ac_write_json_file(path, root);
     cJSON_Delete(root);
     return st;
 }

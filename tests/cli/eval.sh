@@ -2,8 +2,9 @@
 # `autocompress eval`: the prose parent against itself on a small shard has zero KD loss,
 # full top-1 agreement and equal cross-entropies, in the summary and in --json; a pruned
 # student's KD loss, cross-entropies and agreement equal sums done here from both models'
-# logits; next-line matching runs on shards made from files; usage errors exit 2, a
-# missing val.bin exits 1 naming it.
+# logits; next-line matching runs on shards made from files; eval compare's paired
+# difference equals the one of the files' window scores, and other windows are refused;
+# usage errors exit 2, a missing val.bin exits 1 naming it.
 set -euo pipefail
 ac=$1
 src=$2
@@ -113,6 +114,44 @@ assert r["ce"] != r["teacher_ce"]
 # a near tie of two logits may break the other way between the batched and the one-window run
 assert abs(r["top1_agreement"] * n - agree) <= 2, (r["top1_agreement"], agree)
 EOF
+
+# eval compare: the parent against itself (A) and the pruned student (B) on the same
+# windows; the mean paired difference and its interval from --json, against the
+# window scores of both files read here; swapped, the negation; other windows, refused
+cp "$tmp/eval.json" "$tmp/b.json"
+"$ac" eval --model "$parent" --teacher "$parent" --data "$tmp/data" --batches 1 --batch 4 --seq-len 32 --tau 2 \
+  --json "$tmp/a.json" --progress off >/dev/null || fail "eval of the parent exited $?"
+"$ac" eval compare --json "$tmp/ab.json" "$tmp/a.json" "$tmp/b.json" >"$tmp/out" || fail "eval compare exited $?"
+grep -Eq "^  kd_loss +[0-9.]+ +[0-9.]+ +\+[0-9.]+  \[\+[0-9.]+, \+[0-9.]+\]  excludes 0$" "$tmp/out" \
+  || fail "compare's kd_loss row: $(cat "$tmp/out")"
+"$ac" eval compare --json "$tmp/ba.json" "$tmp/b.json" "$tmp/a.json" >/dev/null || fail "eval compare B A exited $?"
+python3 - "$tmp" <<'EOF' || fail "eval compare: $(cat "$tmp/out")"
+import json, sys
+d = sys.argv[1]
+a, b = json.load(open(f"{d}/a.json")), json.load(open(f"{d}/b.json"))
+ab, ba = json.load(open(f"{d}/ab.json")), json.load(open(f"{d}/ba.json"))
+assert ab["windows"] == a["windows"] == b["windows"] == 4, (ab["windows"], a["windows"])
+assert ab["a"] == f"{d}/a.json" and ab["b"] == f"{d}/b.json", (ab["a"], ab["b"])
+for name, key in (("kd_loss", "window_kd"), ("ce", "window_ce")):
+    diffs = [y - x for x, y in zip(a[key], b[key])]
+    mean = sum(diffs) / len(diffs)
+    got = ab[name]
+    print(f"compare {name}: {got['diff']:.6f} {got['diff_95']} (here {mean:.6f}; means {b[name] - a[name]:.6f})")
+    assert abs(got["diff"] - mean) < 1e-9 * max(1.0, abs(mean)), (got["diff"], mean)
+    assert abs(got["diff"] - (b[name] - a[name])) < 1e-5, (got["diff"], b[name] - a[name])
+    lo, hi = got["diff_95"]
+    assert min(diffs) <= lo <= got["diff"] <= hi <= max(diffs), (diffs, lo, hi)
+    assert got["excludes_0"] == (lo > 0 or hi < 0)
+    assert ba[name]["diff"] == -got["diff"] and abs(ba[name]["diff_95"][0] + hi) < 1e-12, (ba[name], got)
+assert max(a["window_kd"]) == 0 and ab["kd_loss"]["diff_95"][0] > 0
+EOF
+"$ac" eval --model "$parent" --teacher "$parent" --data "$tmp/data" --batches 2 --batch 2 --seq-len 16 --tau 2 \
+  --json "$tmp/c.json" --progress off >/dev/null || fail "eval at seq-len 16 exited $?"
+rc=0
+"$ac" eval compare "$tmp/a.json" "$tmp/c.json" >/dev/null 2>"$tmp/err" || rc=$?
+[ "$rc" -eq 2 ] || fail "compare over other windows exits $rc, want 2"
+grep -q "$tmp/a.json and $tmp/c.json were scored on different windows: seq_len 32 against 16" "$tmp/err" \
+  || fail "the refusal: $(cat "$tmp/err")"
 
 rc=0
 "$ac" eval --model "$parent" --data "$tmp/data" 2> "$tmp/err" || rc=$?

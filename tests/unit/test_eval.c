@@ -4,7 +4,12 @@
  * partial last batch and the batch limit included); next-line exact match picks the
  * line starts the documented rule gives, scores 0 for a model that always emits '\n',
  * the predictable fraction for a bigram model, and completes lines like a brute-force
- * greedy recompute without a cache; bad inputs are refused, naming what is wrong. With
+ * greedy recompute without a cache; bad inputs are refused, naming what is wrong. Each
+ * window's KD and CE (report and eval.json) match one-window sums done here; comparing
+ * two students gives the mean of the window differences done here, an interval around
+ * it like the normal one, the negation when swapped, and the exact values of files
+ * worked by hand; files scored on other windows, with another temperature or against
+ * another teacher are refused, naming both. With
  * both models on a backend the host cannot touch (guarded_backend.h, standing in for a
  * GPU), the report is the CPU's, bit for bit. */
 #include <setjmp.h>
@@ -254,6 +259,7 @@ static void test_teacher_against_itself(void **state)
     assert_true(r.teacher_ce == r.ce);
     assert_true(close_rel(r.ppl, exp(want.ce / 40), 1e-7));
     assert_int_equal(r.lines, 0);
+    ac_eval_report_free(&r);
 }
 
 static void test_student_against_teacher(void **state)
@@ -279,6 +285,7 @@ static void test_student_against_teacher(void **state)
 
     /* only the first `batches` batches count */
     p.batches = 2;
+    ac_eval_report_free(&r);
     assert_int_equal(ac_eval_run(f->student, f->teacher, NULL, &p, &r), AC_OK);
     want = score_here(f->student, f->teacher, ids, 4, 2, 8, 2.0);
     assert_int_equal(r.tokens, 32);
@@ -305,6 +312,7 @@ static void test_student_against_teacher(void **state)
     assert_true(cJSON_IsNull(cJSON_GetObjectItem(root, "line_exact_match")));
     assert_true(cJSON_GetObjectItem(root, "seq_len")->valuedouble == 8);
     cJSON_Delete(root);
+    ac_eval_report_free(&r);
 }
 
 /* ---- next-line exact match ---- */
@@ -479,6 +487,7 @@ static void test_always_newline_matches_nothing(void **state)
     assert_int_equal(ac_eval_run(m, f->teacher, NULL, &p, &r), AC_OK);
     assert_int_equal(r.lines, 10);
     assert_true(r.line_exact_match == 0.0);
+    ac_eval_report_free(&r);
     ac_model_free(m);
 }
 
@@ -513,12 +522,14 @@ static void test_bigram_model_matches_abc_lines(void **state)
     assert_int_equal(r.lines, found);
     assert_true(abc > 10 && abc < found);
     assert_true(r.line_exact_match == (double)abc / found);
+    ac_eval_report_free(&r);
     /* c -> end of document instead: the text of the line, but the line never ends */
     head->data[NL * D + C] = 0.0f;
     head->data[EOS * D + C] = 1.0f;
     assert_int_equal(ac_eval_run(m, m, NULL, &p, &r), AC_OK);
     assert_int_equal(r.lines, found);
     assert_true(r.line_exact_match == 0.0);
+    ac_eval_report_free(&r);
     ac_model_free(m);
 }
 
@@ -610,12 +621,15 @@ static void test_code_lines_from_the_manifest(void **state)
     write_text(path, "{\"format\": \"autocompress-tokens\", \"document_format\": \"files\"}");
     assert_int_equal(ac_eval_run(f->student, f->teacher, NULL, &p, &r), AC_OK);
     assert_true(r.lines > 40); /* every line start: fewer than 200 */
+    ac_eval_report_free(&r);
     write_text(path, "{\"format\": \"autocompress-tokens\", \"document_format\": \"lines\"}");
     assert_int_equal(ac_eval_run(f->student, f->teacher, NULL, &p, &r), AC_OK);
     assert_int_equal(r.lines, 0);
+    ac_eval_report_free(&r);
     remove(path);
     assert_int_equal(ac_eval_run(f->student, f->teacher, NULL, &p, &r), AC_OK);
     assert_int_equal(r.lines, 0);
+    ac_eval_report_free(&r);
     /* lines need a tokenizer: none given and no student directory */
     p.code_lines = 5;
     p.tokenizer_path = NULL;
@@ -624,6 +638,7 @@ static void test_code_lines_from_the_manifest(void **state)
     /* ... or tokenizer.json in it */
     assert_int_equal(ac_eval_run(f->student, f->teacher, f->dir, &p, &r), AC_OK);
     assert_int_equal(r.lines, 5);
+    ac_eval_report_free(&r);
 }
 
 static void test_on_a_device_equals_cpu(void **state)
@@ -647,6 +662,11 @@ static void test_on_a_device_equals_cpu(void **state)
     double g[] = {got.kd_loss, got.ce, got.ppl, got.teacher_ce, got.teacher_ppl, got.top1_agreement,
                   got.line_exact_match};
     assert_memory_equal(w, g, sizeof w);
+    assert_true(want.windows_hash == got.windows_hash);
+    assert_memory_equal(want.window_kd, got.window_kd, (size_t)want.windows * sizeof *want.window_kd);
+    assert_memory_equal(want.window_ce, got.window_ce, (size_t)want.windows * sizeof *want.window_ce);
+    ac_eval_report_free(&want);
+    ac_eval_report_free(&got);
     ac_model_free(student);
     ac_model_free(teacher);
     assert_int_equal(guarded_count, 0);
@@ -704,10 +724,236 @@ static void test_all_windows_with_intervals(void **state)
     ac_eval_report again;
     assert_int_equal(ac_eval_run(f->student, f->teacher, NULL, &p, &again), AC_OK);
     assert_true(again.ce_lo == r.ce_lo && again.ce_hi == r.ce_hi && again.kd_lo == r.kd_lo);
+    ac_eval_report_free(&again);
+    ac_eval_report_free(&r);
     p.bootstrap = 0;
     ac_eval_report none;
     assert_int_equal(ac_eval_run(f->student, f->teacher, NULL, &p, &none), AC_ERR_INVALID);
     assert_non_null(strstr(ac_error_message(), "bootstrap"));
+}
+
+/* ---- the windows' scores and the paired comparison ---- */
+
+/* FNV-1a-64 over the scored windows' ids, 4 little-endian bytes each (eval.h's rule). */
+static uint64_t windows_hash_here(const int32_t *stream, int windows, int T)
+{
+    uint64_t h = 1469598103934665603ULL;
+    for (int w = 0; w < windows; w++)
+        for (int i = 0; i <= T; i++)
+            for (int b = 0; b < 4; b++)
+                h = (h ^ (((uint32_t)stream[w * T + i] >> (8 * b)) & 0xff)) * 1099511628211ULL;
+    return h;
+}
+
+static cJSON *read_json(const char *path)
+{
+    FILE *fp = fopen(path, "r");
+    assert_non_null(fp);
+    static char text[1 << 16];
+    size_t len = fread(text, 1, sizeof text - 1, fp);
+    fclose(fp);
+    assert_true(len < sizeof text - 1);
+    text[len] = '\0';
+    cJSON *root = cJSON_Parse(text);
+    assert_non_null(root);
+    return root;
+}
+
+/* Scores `student` on every window of the fixture's val.bin into DIR/name. */
+static void score_to(const fixture *f, const ac_model *student, const ac_model *teacher, const ac_eval_params *p,
+                     const char *name, ac_eval_report *r)
+{
+    char path[256];
+    snprintf(path, sizeof path, "%s/%s", f->dir, name);
+    assert_int_equal(ac_eval_run(student, teacher, NULL, p, r), AC_OK);
+    assert_int_equal(ac_eval_write_json(r, p, path), AC_OK);
+}
+
+/* Each window's KD and CE in the report and in eval.json equal one-window scores done
+ * here; their mean is the report's mean; the hash is the one of the ids scored. */
+static void test_window_scores(void **state)
+{
+    fixture *f = *state;
+    static int32_t ids[LONG_STREAM];
+    random_stream(ids, LONG_STREAM, 12);
+    write_shard(f->data, "val.bin", V, ids, LONG_STREAM);
+    ac_eval_params p = small_params(f);
+    p.batches = 0;
+    ac_eval_report r;
+    score_to(f, f->student, f->teacher, &p, "a.json", &r);
+    assert_int_equal(r.windows, WINDOWS);
+    assert_true(r.windows_hash == windows_hash_here(ids, WINDOWS, 8));
+    char path[256];
+    snprintf(path, sizeof path, "%s/a.json", f->dir);
+    cJSON *root = read_json(path);
+    const cJSON *kd = cJSON_GetObjectItem(root, "window_kd"), *ce = cJSON_GetObjectItem(root, "window_ce");
+    assert_int_equal(cJSON_GetArraySize(kd), WINDOWS);
+    assert_int_equal(cJSON_GetArraySize(ce), WINDOWS);
+    char hash[17];
+    snprintf(hash, sizeof hash, "%016llx", (unsigned long long)windows_hash_here(ids, WINDOWS, 8));
+    assert_string_equal(cJSON_GetObjectItem(root, "windows_hash")->valuestring, hash);
+    double kd_sum = 0.0, ce_sum = 0.0;
+    for (int w = 0; w < WINDOWS; w++) {
+        sums one = score_here(f->student, f->teacher, ids + w * 8, 1, 2, 8, 1.0);
+        assert_true(close_rel(r.window_kd[w], one.kd / 8, 1e-5));
+        assert_true(close_rel(r.window_ce[w], one.ce / 8, 1e-6));
+        /* 8 significant digits in the file: within half a unit of the 8th */
+        assert_true(close_rel(cJSON_GetArrayItem(kd, w)->valuedouble, r.window_kd[w], 5e-8));
+        assert_true(close_rel(cJSON_GetArrayItem(ce, w)->valuedouble, r.window_ce[w], 5e-8));
+        kd_sum += r.window_kd[w];
+        ce_sum += r.window_ce[w];
+    }
+    assert_true(close_rel(kd_sum / WINDOWS, r.kd_loss, 1e-12));
+    /* the report's CE is the training step's (float), the windows' a log-softmax in double */
+    assert_true(close_rel(ce_sum / WINDOWS, r.ce, 1e-6));
+    cJSON_Delete(root);
+    ac_eval_report_free(&r);
+}
+
+/* Compares DIR/a with DIR/b; a refusal over what they scored (MISMATCH) names both. */
+enum { ACCEPTED, ONE_FILE, MISMATCH };
+
+static void compare_files(const fixture *f, const char *a, const char *b, ac_status want, int kind,
+                          ac_eval_comparison *c)
+{
+    char pa[256], pb[256];
+    snprintf(pa, sizeof pa, "%s/%s", f->dir, a);
+    snprintf(pb, sizeof pb, "%s/%s", f->dir, b);
+    assert_int_equal(ac_eval_compare(pa, pb, 1000, c), want);
+    if (want != AC_OK)
+        printf("  refused: %s\n", ac_error_message());
+    if (kind == MISMATCH) {
+        assert_non_null(strstr(ac_error_message(), pa));
+        assert_non_null(strstr(ac_error_message(), pb));
+    }
+}
+
+/* Two students on the same 60 windows: the mean paired difference is the difference of
+ * the reports' means and of the means of differences of one-window scores done here,
+ * its interval contains it and agrees with the normal interval of those differences,
+ * and swapping the files negates everything. */
+static void test_paired_comparison(void **state)
+{
+    fixture *f = *state;
+    static int32_t ids[LONG_STREAM];
+    random_stream(ids, LONG_STREAM, 13);
+    write_shard(f->data, "val.bin", V, ids, LONG_STREAM);
+    ac_model *other = tiny_model(V, 6, 0.3f);
+    ac_eval_params p = small_params(f);
+    p.batches = 0;
+    p.batch = 4; /* the batch size does not change the windows */
+    ac_eval_report ra, rb;
+    score_to(f, f->student, f->teacher, &p, "a.json", &ra);
+    p.batch = 3;
+    score_to(f, other, f->teacher, &p, "b.json", &rb);
+    double kd_d[WINDOWS], ce_d[WINDOWS];
+    for (int w = 0; w < WINDOWS; w++) {
+        sums a = score_here(f->student, f->teacher, ids + w * 8, 1, 1, 8, 1.0);
+        sums b = score_here(other, f->teacher, ids + w * 8, 1, 1, 8, 1.0);
+        kd_d[w] = (b.kd - a.kd) / 8;
+        ce_d[w] = (b.ce - a.ce) / 8;
+    }
+    double kd_mean, kd_half, ce_mean, ce_half;
+    normal_interval(kd_d, WINDOWS, &kd_mean, &kd_half);
+    normal_interval(ce_d, WINDOWS, &ce_mean, &ce_half);
+    ac_eval_comparison c, swapped;
+    compare_files(f, "a.json", "b.json", AC_OK, ACCEPTED, &c);
+    printf("  b - a: kd %.6f [%.6f, %.6f] (here %.6f +- %.6f), ce %.6f [%.6f, %.6f] (here %.6f +- %.6f)\n", c.kd_diff,
+           c.kd_lo, c.kd_hi, kd_mean, kd_half, c.ce_diff, c.ce_lo, c.ce_hi, ce_mean, ce_half);
+    assert_int_equal(c.windows, WINDOWS);
+    assert_true(fabs(kd_mean) > 2 * kd_half); /* the students do differ */
+    assert_true(fabs(c.kd_diff - (rb.kd_loss - ra.kd_loss)) < 1e-7);
+    assert_true(fabs(c.ce_diff - (rb.ce - ra.ce)) < 1e-6);
+    assert_true(fabs(c.kd_diff - kd_mean) < 1e-5 * fabs(kd_mean));
+    assert_true(fabs(c.ce_diff - ce_mean) < 1e-6 * fabs(ce_mean) + 1e-7);
+    assert_true(c.kd_lo <= c.kd_diff && c.kd_diff <= c.kd_hi && c.ce_lo <= c.ce_diff && c.ce_diff <= c.ce_hi);
+    assert_true(fabs(c.kd_lo - (kd_mean - kd_half)) < 0.25 * kd_half);
+    assert_true(fabs(c.kd_hi - (kd_mean + kd_half)) < 0.25 * kd_half);
+    assert_true(fabs(c.ce_lo - (ce_mean - ce_half)) < 0.25 * ce_half);
+    assert_true(fabs(c.ce_hi - (ce_mean + ce_half)) < 0.25 * ce_half);
+    compare_files(f, "b.json", "a.json", AC_OK, ACCEPTED, &swapped);
+    assert_true(swapped.kd_diff == -c.kd_diff && swapped.ce_diff == -c.ce_diff);
+    assert_true(fabs(swapped.kd_lo + c.kd_hi) < 1e-12 && fabs(swapped.kd_hi + c.kd_lo) < 1e-12);
+    assert_true(fabs(swapped.ce_lo + c.ce_hi) < 1e-12 && fabs(swapped.ce_hi + c.ce_lo) < 1e-12);
+    assert_true(swapped.a_kd == c.b_kd && swapped.b_ce == c.a_ce);
+
+    /* refused: fewer windows, other ids, another teacher, another seq_len */
+    ac_eval_report r;
+    p.batches = 2;
+    score_to(f, other, f->teacher, &p, "fewer.json", &r);
+    ac_eval_report_free(&r);
+    compare_files(f, "a.json", "fewer.json", AC_ERR_INVALID, MISMATCH, &c);
+    assert_non_null(strstr(ac_error_message(), "60 windows against 6"));
+    p.batches = 0;
+    ids[100] = (ids[100] + 1) % V;
+    write_shard(f->data, "val.bin", V, ids, LONG_STREAM);
+    score_to(f, other, f->teacher, &p, "ids.json", &r);
+    ac_eval_report_free(&r);
+    compare_files(f, "a.json", "ids.json", AC_ERR_INVALID, MISMATCH, &c);
+    assert_non_null(strstr(ac_error_message(), "windows_hash"));
+    ids[100] = (ids[100] + V - 1) % V;
+    write_shard(f->data, "val.bin", V, ids, LONG_STREAM);
+    score_to(f, other, other, &p, "teacher.json", &r);
+    ac_eval_report_free(&r);
+    compare_files(f, "a.json", "teacher.json", AC_ERR_INVALID, MISMATCH, &c);
+    assert_non_null(strstr(ac_error_message(), "different teachers"));
+    p.seq_len = 6;
+    score_to(f, other, f->teacher, &p, "seq.json", &r);
+    ac_eval_report_free(&r);
+    compare_files(f, "a.json", "seq.json", AC_ERR_INVALID, MISMATCH, &c);
+    assert_non_null(strstr(ac_error_message(), "seq_len 8 against 6"));
+    /* the same files again: still the first comparison */
+    compare_files(f, "b.json", "a.json", AC_OK, ACCEPTED, &c);
+    assert_true(c.kd_diff == swapped.kd_diff && c.kd_lo == swapped.kd_lo);
+    ac_eval_report_free(&ra);
+    ac_eval_report_free(&rb);
+    ac_model_free(other);
+}
+
+/* A file written here with 4 windows of seq_len 16; `extra` comes first, so a key there
+ * is the one read (cJSON takes a name's first value). */
+static void write_scores(const fixture *f, const char *name, const char *extra, const char *kd, const char *ce)
+{
+    char path[256], text[1024];
+    snprintf(path, sizeof path, "%s/%s", f->dir, name);
+    snprintf(text, sizeof text,
+             "{%s \"kd_loss\": 0, \"ce\": 0, \"windows\": 4, \"seq_len\": 16, \"kd_tau\": 1, \"teacher_ce\": 3.5, "
+             "\"window_kd\": [%s], \"window_ce\": [%s]}",
+             extra, kd, ce);
+    write_text(path, text);
+}
+
+/* Windows worked by hand: b is a plus 0.5 everywhere (the interval is that point), or
+ * differs by 1, 0, 2, 0 (mean 0.75, the interval within [0, 2]); files that differ in
+ * what they score, or lack the scores, are refused naming both. */
+static void test_comparison_by_hand(void **state)
+{
+    fixture *f = *state;
+    const char *hash = "\"windows_hash\": \"00000000000000ab\",";
+    write_scores(f, "a.json", hash, "1, 2, 3, 4", "4, 4, 5, 5");
+    write_scores(f, "b.json", hash, "1.5, 2.5, 3.5, 4.5", "5, 4, 7, 5");
+    ac_eval_comparison c;
+    compare_files(f, "a.json", "b.json", AC_OK, ACCEPTED, &c);
+    assert_true(c.kd_diff == 0.5 && c.kd_lo == 0.5 && c.kd_hi == 0.5);
+    assert_true(c.ce_diff == 0.75 && c.ce_lo >= 0 && c.ce_lo < 0.75 && c.ce_hi > 0.75 && c.ce_hi <= 2);
+
+    write_scores(f, "c.json", "\"windows_hash\": \"00000000000000ac\",", "1, 2, 3, 4", "4, 4, 5, 5");
+    compare_files(f, "a.json", "c.json", AC_ERR_INVALID, MISMATCH, &c);
+    assert_non_null(strstr(ac_error_message(), "00000000000000ab against 00000000000000ac"));
+    write_scores(f, "c.json", "\"windows_hash\": \"00000000000000ab\", \"kd_tau\": 2,", "1, 2, 3, 4", "4, 4, 5, 5");
+    compare_files(f, "a.json", "c.json", AC_ERR_INVALID, MISMATCH, &c);
+    assert_non_null(strstr(ac_error_message(), "temperatures: 1 against 2"));
+    write_scores(f, "c.json", "\"windows_hash\": \"00000000000000ab\", \"teacher_ce\": 3.6,", "1, 2, 3, 4",
+                 "4, 4, 5, 5");
+    compare_files(f, "a.json", "c.json", AC_ERR_INVALID, MISMATCH, &c);
+    assert_non_null(strstr(ac_error_message(), "different teachers"));
+    write_scores(f, "c.json", hash, "1, 2, 3", "4, 4, 5, 5");
+    compare_files(f, "a.json", "c.json", AC_ERR_INVALID, ONE_FILE, &c);
+    assert_non_null(strstr(ac_error_message(), "'window_kd' should be an array of its 4 windows' scores"));
+    write_scores(f, "c.json", "", "1, 2, 3, 4", "4, 4, 5, 5");
+    compare_files(f, "c.json", "a.json", AC_ERR_INVALID, ONE_FILE, &c);
+    assert_non_null(strstr(ac_error_message(), "without window scores"));
+    compare_files(f, "a.json", "none.json", AC_ERR_IO, ONE_FILE, &c);
 }
 
 static void expect_error(const fixture *f, const ac_model *student, const ac_eval_params *p, ac_status code,
@@ -762,6 +1008,9 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_on_a_device_equals_cpu, setup, teardown),
         cmocka_unit_test_setup_teardown(test_bad_inputs, setup, teardown),
         cmocka_unit_test_setup_teardown(test_all_windows_with_intervals, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_window_scores, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_paired_comparison, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_comparison_by_hand, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

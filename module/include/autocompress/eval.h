@@ -12,7 +12,9 @@
  * top-1 agreement when argmax s == argmax t (first index on ties). The report holds the
  * means over all scored positions, and 95% intervals of the KD loss and the CE: percentile
  * bootstrap over the scored windows (every window has seq_len positions, so a mean is
- * the mean of the windows' means), `bootstrap` resamples from a fixed seed.
+ * the mean of the windows' means), `bootstrap` resamples from a fixed seed. The report
+ * keeps each window's mean KD and CE, so two students scored on the same windows can be
+ * compared window by window (ac_eval_compare).
  *
  * Next-line exact match (the student only), for code:
  *   - a line start is a position i of val.bin with i >= line_context, where the token
@@ -68,6 +70,9 @@ typedef struct {
     double kd_lo, kd_hi;        /* 95% bootstrap intervals over the windows */
     double ce_lo, ce_hi;
     double teacher_ce, teacher_ppl;
+    double *window_kd;          /* [windows]: each scored window's mean KD and CE, in order */
+    double *window_ce;
+    uint64_t windows_hash;      /* FNV-1a-64 of the scored windows' ids (seq_len + 1 each) */
     double top1_agreement;      /* fraction of positions where argmax student == argmax teacher */
     int lines;                  /* lines tried (0 when not run, or when val.bin has no line start) */
     double line_exact_match;    /* fraction of lines whose greedy completion equals the held-out line */
@@ -77,13 +82,42 @@ typedef struct {
 /* Scores the student against the teacher (same vocabulary) on data_dir/val.bin. The
  * tokenizer is read only when lines are matched. Errors name what is wrong: a missing
  * or malformed val.bin, too few tokens for one window, token ids beyond the models'
- * vocabulary, differing vocabularies, bad settings. */
+ * vocabulary, differing vocabularies, bad settings. On success the report owns its
+ * window arrays: free them with ac_eval_report_free (on failure there are none). */
 ac_status ac_eval_run(const ac_model *student, const ac_model *teacher, const char *student_dir,
                       const ac_eval_params *params, ac_eval_report *report);
+void ac_eval_report_free(ac_eval_report *report);
 
 /* Writes the report and the settings as one JSON object (path.tmp renamed over path);
- * line_exact_match is null when no line was tried. */
+ * line_exact_match is null when no line was tried. The windows' scores go in as
+ * "window_kd" and "window_ce", arrays of 8 significant digits, and "windows_hash" as
+ * 16 hex digits. */
 ac_status ac_eval_write_json(const ac_eval_report *report, const ac_eval_params *params, const char *path);
+
+/* Two students scored on the same windows, b against a: for the KD loss and the CE,
+ * the mean over windows of b's score minus a's (which is b's mean minus a's) and its
+ * paired percentile bootstrap 95% interval (`bootstrap` resamples of the windows, the
+ * same ones for both scores, from a fixed seed; swapping a and b negates all three). */
+typedef struct {
+    int64_t windows;
+    int seq_len;
+    double a_kd, b_kd, a_ce, b_ce;  /* each file's means */
+    double kd_diff, kd_lo, kd_hi;   /* b - a */
+    double ce_diff, ce_lo, ce_hi;
+} ac_eval_comparison;
+
+/* Compares the eval.json files at path_a and path_b (ac_eval_write_json's). Refused,
+ * naming both files and what differs: windows not the same (seq_len, count, or the ids,
+ * by windows_hash: another val.bin or another part of it), another distillation
+ * temperature, another teacher (its mean CE on the windows differs by more than 1e-5
+ * relative: the same teacher gives the same CE up to rounding, on any device), or a file
+ * without window scores (written before they were kept: score it again). */
+ac_status ac_eval_compare(const char *path_a, const char *path_b, int bootstrap, ac_eval_comparison *out);
+
+/* The comparison as JSON: "a" and "b" (the paths), "windows", "seq_len", "bootstrap", and
+ * for "kd_loss" and "ce" an object {a, b, diff (b - a), diff_95: [lo, hi], excludes_0}. */
+ac_status ac_eval_comparison_write_json(const ac_eval_comparison *c, const char *path_a, const char *path_b,
+                                        int bootstrap, const char *path);
 
 #ifdef __cplusplus
 }
