@@ -38,6 +38,60 @@ static ac_status parse_mamba_removal(const char *value, void *dst)
     return AC_OK;
 }
 
+/* The index of `value` among `names` (n of them) into *dst, an enum; --option names the
+ * option in the error. */
+static ac_status parse_choice(const char *option, const char *value, const char *const *names, int n, int *dst)
+{
+    for (int i = 0; i < n; i++)
+        if (!strcmp(value, names[i])) {
+            *dst = i;
+            return AC_OK;
+        }
+    return ac_fail(AC_ERR_INVALID, "--%s: '%s' is not one of %s%s%s%s%s", option, value, names[0], n > 1 ? ", " : "",
+                   n > 1 ? names[1] : "", n > 2 ? ", " : "", n > 2 ? names[2] : "");
+}
+
+/* The names below follow the enums' order. */
+static ac_status parse_budget(const char *value, void *dst)
+{
+    const char *const names[] = {"dual", "hinge"};
+    int v = 0;
+    ac_status st = parse_choice("budget", value, names, 2, &v);
+    if (st == AC_OK)
+        *(ac_budget_mode *)dst = (ac_budget_mode)v;
+    return st;
+}
+
+static ac_status parse_router_optim(const char *value, void *dst)
+{
+    const char *const names[] = {"shared-adam", "adamw", "sgd"};
+    int v = 0;
+    ac_status st = parse_choice("router-optim", value, names, 3, &v);
+    if (st == AC_OK)
+        *(ac_router_optim *)dst = (ac_router_optim)v;
+    return st;
+}
+
+static ac_status parse_lr_schedule(const char *value, void *dst)
+{
+    const char *const names[] = {"temperature", "constant"};
+    int v = 0;
+    ac_status st = parse_choice("lr-schedule", value, names, 2, &v);
+    if (st == AC_OK)
+        *(ac_lr_schedule *)dst = (ac_lr_schedule)v;
+    return st;
+}
+
+static ac_status parse_warmup_from(const char *value, void *dst)
+{
+    const char *const names[] = {"initial", "parent"};
+    int v = 0;
+    ac_status st = parse_choice("warmup-from", value, names, 2, &v);
+    if (st == AC_OK)
+        *(ac_warmup_from *)dst = (ac_warmup_from)v;
+    return st;
+}
+
 /* The option table; `a` holds the defaults the help text states. */
 static int parse_args(int argc, char **argv, search_args *a)
 {
@@ -55,16 +109,27 @@ static int parse_args(int argc, char **argv, search_args *a)
         CLI_NUMBER("seq-len", CLI_INT, &p->seq_len, "T", "tokens per sequence", 2, 1 << 20),
         CLI_REAL("tau", CLI_FLOAT, &p->kd_tau, "T", "KD temperature"),
         CLI_REAL("kd-weight", CLI_FLOAT, &p->kd_weight, "W", "weight of the KD loss (0: the budget alone)"),
-        CLI_REAL("lambda1", CLI_DOUBLE, &p->budget.lambda1, "X", "linear weight of the budget loss"),
-        CLI_REAL("lambda2", CLI_DOUBLE, &p->budget.lambda2, "X", "quadratic weight of the budget loss"),
-        CLI_REAL("lr", CLI_FLOAT, &p->lr, "X", "router learning rate (AdamW)"),
+        CLI_CUSTOM("budget", &p->budget_mode, "dual|hinge", "budget loss: multipliers learned by dual ascent, or the "
+                   "fixed hinge lambda1 r + lambda2 r^2 (default: dual)", parse_budget),
+        CLI_REAL("dual-lr", CLI_DOUBLE, &p->dual_lr, "X", "rate of the multipliers' dual ascent (--budget dual)"),
+        CLI_REAL("dual-damping", CLI_DOUBLE, &p->dual_damping, "X", "rho: each target's weight is max(0, lambda + rho "
+                 "r) (--budget dual; 0: lambda alone)"),
+        CLI_REAL("lambda1", CLI_DOUBLE, &p->budget.lambda1, "X", "linear weight of the hinge (--budget hinge)"),
+        CLI_REAL("lambda2", CLI_DOUBLE, &p->budget.lambda2, "X", "quadratic weight of the hinge (--budget hinge)"),
+        CLI_CUSTOM("router-optim", &p->router_optim, "shared-adam|adamw|sgd", "router optimiser: Adam with one second "
+                   "moment for all logits, AdamW per logit, or SGD (default: shared-adam)", parse_router_optim),
+        CLI_REAL("lr", CLI_FLOAT, &p->lr, "X", "router learning rate (at temp-start with --lr-schedule temperature)"),
+        CLI_CUSTOM("lr-schedule", &p->lr_schedule, "temperature|constant", "router lr in proportion to the "
+                   "temperature, or constant (default: temperature)", parse_lr_schedule),
         CLI_REAL("temp-start", CLI_FLOAT, &p->temp_start, "T", "router temperature at the first step"),
         CLI_REAL("temp-end", CLI_FLOAT, &p->temp_end, "T", "router temperature at the last step (geometric)"),
         CLI_SWITCH("gumbel", &p->sampling, AC_ROUTER_GUMBEL, "sample the masks with Gumbel noise"),
         CLI_CUSTOM("expert-masking", &p->expert_masking, "output|scores", "how a soft expert mask acts", parse_expert_masking),
         CLI_CUSTOM("mamba-removal", &p->mamba_removal, "gate|heads",
                    "removing a Mamba layer: a keep gate (default) or head value 0", parse_mamba_removal),
-        CLI_REAL("target-warmup", CLI_FLOAT, &p->target_warmup, "F", "fraction of steps over which targets tighten from the parent's cost"),
+        CLI_REAL("target-warmup", CLI_FLOAT, &p->target_warmup, "F", "fraction of steps over which targets tighten to the planned ones (0: none)"),
+        CLI_CUSTOM("warmup-from", &p->warmup_from, "initial|parent", "where the warm-up starts: the routers' initial "
+                   "expected cost or the parent's cost (default: initial)", parse_warmup_from),
         CLI_NUMBER("seed", CLI_U64, &p->seed, "S", "seed of batches and sampling", 0, INT64_MAX),
         CLI_NUMBER("checkpoint-every", CLI_INT, &p->checkpoint_every, "N", "router steps between resumable states (0: at the end)", 0, 100000000),
         CLI_SWITCH("train-weights", &p->train_weights, 1, "the weights learn from the KD too (saved to OUT/weights)"),

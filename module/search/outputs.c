@@ -167,12 +167,29 @@ static void log_panel(FILE *g, const char *title, const int *cols, const char *c
     fprintf(g, "%s\nunset logscale y\nset format y\n", drawn ? "" : " [0:1] [1:10] 0.1 notitle");
 }
 
+/* The last panel: the weight the budget puts on each target's relative excess (the
+ * learned multipliers, or the hinge's slope), columns from `first` in AC_BUDGET_* order. */
+static void multipliers_panel(FILE *g, const ac_search_report *r, int first)
+{
+    const double set[AC_BUDGET_TARGETS] = {r->targets.latency_ms, r->targets.memory_bytes, r->targets.throughput_tok_s};
+    const char *const names[AC_BUDGET_TARGETS] = {"latency", "memory", "throughput"};
+    fprintf(g, "set title 'budget weight on each target''s excess (multiplier)'\nset key outside right\nplot 0 with "
+               "lines dt 2 lc rgb '#999999' notitle");
+    for (int k = 0; k < AC_BUDGET_TARGETS; k++)
+        if (set[k] > 0)
+            fprintf(g, ", 'search.csv' using 1:%d with lines title '%s'", first + k, names[k]);
+    fprintf(g, "\n");
+}
+
 /* search.gp, the gnuplot script that draws search.png from search.csv: the losses, the
- * expected costs against their targets, the maximum choice probability of every axis and
- * the per-axis ||grad KD|| / ||grad budget||. Kept beside the CSV so it can be redrawn. */
+ * expected costs against their targets, the maximum choice probability of every axis,
+ * ||grad KD|| / ||grad budget|| per axis and over all logits, and the budget's
+ * multipliers. Kept beside the CSV so it can be redrawn. */
 static void write_plot_script(FILE *g, const char *csv_path, const ac_cost_model *cost, const ac_search_report *r)
 {
-    int n_axes = ac_cost_model_axis_count(cost), n_cols = 11 + 2 * n_axes;
+    /* 11 scalars, max probability and ratio per axis, then lr, the overall ratio and
+     * the multipliers (search.c's write_row) */
+    int n_axes = ac_cost_model_axis_count(cost), n_cols = 13 + 2 * n_axes + AC_BUDGET_TARGETS;
     unsigned char *has = malloc((size_t)n_cols + 1);
     int *cols = malloc((size_t)n_axes * sizeof *cols);
     if (!has || !cols) {
@@ -181,9 +198,9 @@ static void write_plot_script(FILE *g, const char *csv_path, const ac_cost_model
         return;
     }
     columns_with_data(csv_path, n_cols, has);
-    fprintf(g, "set terminal pngcairo size 1400,1000 font ',10'\nset output 'search.png'\n");
+    fprintf(g, "set terminal pngcairo size 1400,1400 font ',10'\nset output 'search.png'\n");
     fprintf(g, "set datafile separator ','\nset datafile missing 'nan'\nset key outside right\nset grid\n"
-               "set xlabel 'router step'\nset multiplot layout 2,2\n");
+               "set xlabel 'router step'\nset multiplot layout 3,2\n");
     const int loss_cols[] = {4, 5};
     const char *const loss_names[] = {"KD", "budget"};
     log_panel(g, "losses", loss_cols, loss_names, 2, has);
@@ -201,6 +218,11 @@ static void write_plot_script(FILE *g, const char *csv_path, const ac_cost_model
     for (int a = 0; a < n_axes; a++)
         cols[a] = 12 + n_axes + a;
     log_panel(g, "||grad KD|| / ||grad budget|| per axis", cols, NULL, n_axes, has);
+    const int all_cols[] = {13 + 2 * n_axes, 12 + 2 * n_axes};
+    const char *const all_names[] = {"||grad KD|| / ||grad budget||", "router lr"};
+    fprintf(g, "set key outside right\n");
+    log_panel(g, "over all logits", all_cols, all_names, 2, has);
+    multipliers_panel(g, r, 14 + 2 * n_axes);
     fprintf(g, "unset multiplot\n");
     free(has);
     free(cols);

@@ -1,6 +1,7 @@
 /* The search loop: importance on calibration tokens, the parent reordered so widths are
  * prefixes, then router steps (KD from the unmasked parent + the budget loss on the cost
- * model's expected cost, AdamW on the router logits, annealed temperature), resumable,
+ * model's expected cost with learned multipliers, Adam with a shared second moment on
+ * the router logits, annealed temperature and learning rate), resumable,
  * with per-step diagnostics; finally the argmax architecture, repaired greedily until
  * the cost model says it meets every target. */
 #include "autocompress/search.h"
@@ -34,12 +35,18 @@ ac_search_params ac_search_default_params(void)
     p.seq_len = 128;
     p.kd_tau = 1.0f;
     p.kd_weight = 1.0f;
+    p.budget_mode = AC_BUDGET_DUAL;
     p.budget = (ac_budget_weights){10.0, 100.0};
+    p.dual_lr = 0.1;
+    p.dual_damping = 1.0;
+    p.router_optim = AC_ROUTER_SHARED_ADAM;
     p.lr = 0.05f;
+    p.lr_schedule = AC_LR_FOLLOWS_TEMPERATURE;
     p.temp_start = 1.0f;
     p.temp_end = 0.05f;
     p.sampling = AC_ROUTER_SOFTMAX;
     p.target_warmup = 0.3f;
+    p.warmup_from = AC_WARMUP_FROM_INITIAL;
     p.seed = 1;
     p.checkpoint_every = 20;
     p.weights_optim = ac_adamw_default_params();
@@ -63,8 +70,15 @@ static ac_status check_params(const ac_search_params *p)
     if (!(p->kd_tau > 0) || !(p->kd_weight >= 0) || !(p->lr > 0))
         return ac_fail(AC_ERR_INVALID, "search: kd_tau (%g) and lr (%g) must be positive and kd_weight (%g) >= 0",
                        (double)p->kd_tau, (double)p->lr, (double)p->kd_weight);
-    if (!(p->budget.lambda1 >= 0) || !(p->budget.lambda2 >= 0))
-        return ac_fail(AC_ERR_INVALID, "search: budget weights must be >= 0");
+    if (!(p->budget.lambda1 >= 0) || !(p->budget.lambda2 >= 0) || !(p->dual_lr >= 0) || !(p->dual_damping >= 0))
+        return ac_fail(AC_ERR_INVALID, "search: budget weights (%g, %g), the multipliers' rate (%g) and damping (%g) "
+                                       "must be >= 0", p->budget.lambda1, p->budget.lambda2, p->dual_lr,
+                       p->dual_damping);
+    if ((unsigned)p->budget_mode > AC_BUDGET_HINGE || (unsigned)p->router_optim > AC_ROUTER_SGD ||
+        (unsigned)p->lr_schedule > AC_LR_CONSTANT || (unsigned)p->warmup_from > AC_WARMUP_FROM_PARENT)
+        return ac_fail(AC_ERR_INVALID, "search: unknown budget mode (%d), router optimiser (%d), lr schedule (%d) or "
+                                       "warm-up start (%d)", (int)p->budget_mode, (int)p->router_optim,
+                       (int)p->lr_schedule, (int)p->warmup_from);
     if (!(p->temp_start > 0) || !(p->temp_end > 0))
         return ac_fail(AC_ERR_INVALID, "search: temperatures must be positive");
     if (!(p->target_warmup >= 0 && p->target_warmup <= 1))
@@ -112,18 +126,28 @@ ac_budget_targets ac_search_planned_targets(const ac_budget_targets *t, double m
     return p;
 }
 
-/* The targets at step `step` of `steps`: from the parent's cost to the final ones over
- * the warm-up (Sheared-LLaMA's warmed-up target). */
-static ac_budget_targets warmed_targets(const ac_budget_targets *final, const ac_cost_prediction *parent, double frac)
+/* One target on the warm-up: from `from`, or from the final target where `from` is
+ * already inside it (a warm-up never asks for more than the final target), to `final`.
+ * sign +1: stay below (latency, memory), -1: above (throughput). */
+static double warm(double from, double final, double sign, double a)
+{
+    double start = sign * (from - final) > 0 ? from : final;
+    return start + a * (final - start);
+}
+
+/* The targets at the fraction `frac` of the warm-up: from `start`'s cost (the parent's,
+ * or the routers' initial expected cost) to the final ones (Sheared-LLaMA's warmed-up
+ * target). */
+static ac_budget_targets warmed_targets(const ac_budget_targets *final, const ac_cost_prediction *start, double frac)
 {
     ac_budget_targets t = *final;
     double a = frac >= 1.0 ? 1.0 : frac;
     if (t.latency_ms > 0)
-        t.latency_ms = parent->latency_ms + a * (final->latency_ms - parent->latency_ms);
+        t.latency_ms = warm(start->latency_ms, final->latency_ms, 1.0, a);
     if (t.memory_bytes > 0)
-        t.memory_bytes = parent->memory_bytes + a * (final->memory_bytes - parent->memory_bytes);
+        t.memory_bytes = warm(start->memory_bytes, final->memory_bytes, 1.0, a);
     if (t.throughput_tok_s > 0)
-        t.throughput_tok_s = parent->throughput_tok_s + a * (final->throughput_tok_s - parent->throughput_tok_s);
+        t.throughput_tok_s = warm(start->throughput_tok_s, final->throughput_tok_s, -1.0, a);
     return t;
 }
 
@@ -157,9 +181,11 @@ typedef struct {
     int32_t *batch_tokens;
     int n_logits, n_axes, steps;
     int row0, rows;             /* this rank's shard of every batch: rows [row0, row0 + rows) */
-    float *m, *v, *grad;        /* AdamW moments and the gradient of the logits */
+    float *m, *v, *grad;        /* the router optimiser's moments and the gradient of the logits */
     double *probs, *dprobs, *dprobs_budget, *dl_kd, *dl_budget, *d_lat, *d_mem, *d_thr;
     ac_cost_prediction parent_cost;
+    ac_cost_prediction initial_cost;    /* the expected cost under the zero-initialised routers */
+    double lambda[AC_BUDGET_TARGETS];   /* the budget's multipliers (DUAL) */
     ac_budget_targets targets, planned; /* the contract's; those the search aims at */
     int64_t calib_tokens;
     char fingerprint[AC_SEARCH_FINGERPRINT];
@@ -318,6 +344,19 @@ static ac_status move_to_device(search_run *r)
     return st;
 }
 
+/* The expected cost of the routers as created (zero logits, so the uniform mixture at
+ * any temperature): where the targets' warm-up starts with AC_WARMUP_FROM_INITIAL. */
+static ac_status initial_expected_cost(search_run *r)
+{
+    double *probs = malloc((size_t)r->n_logits * sizeof *probs);
+    if (!probs)
+        return ac_fail(AC_ERR_NOMEM, "search: out of memory");
+    ac_routers_probs(r->routers, r->p->temp_start, AC_ROUTER_SOFTMAX, 0, probs);
+    ac_status st = ac_cost_expected(r->cost, probs, &r->initial_cost, NULL, NULL, NULL);
+    free(probs);
+    return st;
+}
+
 static ac_status setup(search_run *r, const ac_model *parent, const ac_cost_tables *tables)
 {
     const ac_search_params *p = r->p;
@@ -340,6 +379,9 @@ static ac_status setup(search_run *r, const ac_model *parent, const ac_cost_tabl
     ac_routers_set_expert_masking(r->routers, p->expert_masking);
     r->n_logits = ac_routers_count(r->routers);
     r->n_axes = ac_cost_model_axis_count(r->cost);
+    st = initial_expected_cost(r);
+    if (st != AC_OK)
+        return st;
     int64_t budget = p->max_tokens > 0 ? p->max_tokens
                      : r->contract->budgets.has_search_tokens ? r->contract->budgets.search_tokens : 0;
     if (budget <= 0)
@@ -363,12 +405,15 @@ static ac_status setup(search_run *r, const ac_model *parent, const ac_cost_tabl
     if (st == AC_OK && p->kd_weight > 0)
         st = ac_train_step_create(r->teacher_model ? r->teacher_model : r->model, r->rows, p->seq_len, &r->teacher);
     snprintf(r->fingerprint, sizeof r->fingerprint,
-             "contract=%s data=%s calib=%d batch=%d seq=%d steps=%d tau=%g kd=%g l1=%g l2=%g lr=%g temp=%g..%g "
-             "sampling=%d experts=%d warmup=%g seed=%llu axes=%d logits=%d weights=%d:%g",
+             "contract=%s data=%s calib=%d batch=%d seq=%d steps=%d tau=%g kd=%g budget=%s l1=%g l2=%g eta=%g rho=%g "
+             "optim=%d lr=%g:%d temp=%g..%g sampling=%d experts=%d warmup=%g:%d seed=%llu axes=%d logits=%d "
+             "weights=%d:%g",
              r->contract->name, p->data_dir, p->calib_seqs, p->batch, p->seq_len, r->steps, (double)p->kd_tau,
-             (double)p->kd_weight, p->budget.lambda1, p->budget.lambda2, (double)p->lr, (double)p->temp_start,
-             (double)p->temp_end, (int)p->sampling, (int)p->expert_masking, (double)p->target_warmup, (unsigned long long)p->seed, r->n_axes,
-             r->n_logits, p->train_weights, p->train_weights ? (double)p->weights_optim.lr : 0.0);
+             (double)p->kd_weight, p->budget_mode == AC_BUDGET_DUAL ? "dual" : "hinge", p->budget.lambda1,
+             p->budget.lambda2, p->dual_lr, p->dual_damping, (int)p->router_optim, (double)p->lr, (int)p->lr_schedule,
+             (double)p->temp_start, (double)p->temp_end, (int)p->sampling, (int)p->expert_masking,
+             (double)p->target_warmup, (int)p->warmup_from, (unsigned long long)p->seed, r->n_axes, r->n_logits,
+             p->train_weights, p->train_weights ? (double)p->weights_optim.lr : 0.0);
     return st;
 }
 
@@ -382,19 +427,32 @@ float ac_search_temperature(const ac_search_params *p, int step, int steps)
     return (float)(p->temp_start * pow((double)p->temp_end / p->temp_start, f));
 }
 
-static double grad_norm_axis(const double *g, const ac_cost_axis *a)
+/* Following the temperature keeps the step constant in logits / T: with a constant lr
+ * the last steps move z / T 20x further than the first, and binary axes flip late. */
+float ac_search_router_lr(const ac_search_params *p, float temperature)
+{
+    return p->lr_schedule == AC_LR_CONSTANT ? p->lr : p->lr * temperature / p->temp_start;
+}
+
+static double grad_norm(const double *g, int n)
 {
     double s = 0;
-    for (int i = 0; i < a->count; i++)
-        s += g[a->offset + i] * g[a->offset + i];
+    for (int i = 0; i < n; i++)
+        s += g[i] * g[i];
     return sqrt(s);
+}
+
+static double grad_norm_axis(const double *g, const ac_cost_axis *a)
+{
+    return grad_norm(g + a->offset, a->count);
 }
 
 typedef struct {
     double kd, budget;
     ac_cost_prediction expected;
     ac_budget_targets targets;
-    float temperature;
+    float temperature, lr;
+    double lambda[AC_BUDGET_TARGETS]; /* the weight on each target's excess this step (dL/dr) */
 } step_result;
 
 /* The gradients of this rank's share of the batch, summed over ranks: the masks' (and the
@@ -439,6 +497,38 @@ static ac_status kd_gradient(search_run *r, int step, const ac_masks *masks, ac_
     return st == AC_OK ? sum_over_ranks(r, kd) : st;
 }
 
+/* The budget loss of step result `out` (its targets and expected cost) and its gradient
+ * in r->dprobs_budget; out->lambda the weight it puts on each target's excess.
+ *
+ * DUAL is projected dual ascent on an inequality constraint per target rather than
+ * Sheared-LLaMA's equality Lagrangian lambda1 r + lambda2 r^2: a contract has several
+ * targets of which usually one binds, and an equality term would pull the others up to
+ * their targets too; with lambda >= 0 the multiplier of a target left under decays to
+ * 0 while the binding one's settles where its price balances the KD.
+ *
+ * The weight on r_k is max(0, lambda_k + rho r_k) (the augmented Lagrangian's, rho the
+ * damping): pure dual ascent (rho = 0) only integrates the excess, so while the routers
+ * take steps of bounded size towards the target lambda keeps growing past the price
+ * that balances the KD and then pushes the cost far under the target; the term in r
+ * answers at once, and lambda only has to learn the remaining offset. */
+static void budget_gradient(search_run *r, step_result *out)
+{
+    const ac_search_params *p = r->p;
+    double excess[AC_BUDGET_TARGETS];
+    ac_budget_excess(&out->targets, &out->expected, excess);
+    if (p->budget_mode == AC_BUDGET_DUAL) {
+        for (int k = 0; k < AC_BUDGET_TARGETS; k++)
+            out->lambda[k] = fmax(0.0, r->lambda[k] + p->dual_damping * excess[k]);
+        out->budget = ac_budget_lagrangian(&out->targets, out->lambda, &out->expected, r->d_lat, r->d_mem, r->d_thr,
+                                           r->n_logits, r->dprobs_budget);
+        return;
+    }
+    out->budget = ac_budget_loss(&out->targets, &p->budget, &out->expected, r->d_lat, r->d_mem, r->d_thr, r->n_logits,
+                                 r->dprobs_budget);
+    for (int k = 0; k < AC_BUDGET_TARGETS; k++) /* the hinge's slope */
+        out->lambda[k] = excess[k] > 0 ? p->budget.lambda1 + 2.0 * p->budget.lambda2 * excess[k] : 0.0;
+}
+
 static ac_status router_step(search_run *r, int step, step_result *out)
 {
     const ac_search_params *p = r->p;
@@ -458,17 +548,18 @@ static ac_status router_step(search_run *r, int step, step_result *out)
     if (st != AC_OK)
         return st;
     double frac = p->target_warmup > 0 ? (double)step / ((double)p->target_warmup * r->steps) : 1.0;
-    out->targets = warmed_targets(&r->planned, &r->parent_cost, frac);
-    out->budget =
-        ac_budget_loss(&out->targets, &p->budget, &out->expected, r->d_lat, r->d_mem, r->d_thr, n, r->dprobs_budget);
+    out->targets = warmed_targets(&r->planned,
+                                  p->warmup_from == AC_WARMUP_FROM_PARENT ? &r->parent_cost : &r->initial_cost, frac);
+    budget_gradient(r, out);
     /* the budget's gradient alone, with the mask gradients zeroed again */
     (void)ac_routers_mask_grads(r->routers);
     ac_routers_backward(r->routers, r->probs, r->dprobs_budget, out->temperature, r->dprobs, r->dl_budget);
     for (int i = 0; i < n; i++)
         r->grad[i] = (float)((double)p->kd_weight * r->dl_kd[i] + r->dl_budget[i]);
-    ac_kctx k = {0};
-    ac_k_adamw(&k, (size_t)n, ac_routers_logits(r->routers), r->grad, 1.0f, r->m, r->v, p->lr, 0.9f, 0.999f, 1e-8f,
-               0.0f, step + 1);
+    out->lr = ac_search_router_lr(p, out->temperature);
+    ac_search_optim_step(p->router_optim, n, ac_routers_logits(r->routers), r->grad, r->m, r->v, out->lr, step + 1);
+    if (p->budget_mode == AC_BUDGET_DUAL) /* the multipliers' ascent on this step's excess */
+        ac_budget_dual_step(&out->targets, &out->expected, p->dual_lr, r->lambda);
     /* the weights learn from the KD alone (the budget loss does not reach them) */
     if (r->opt && p->kd_weight > 0)
         return ac_adamw_step(r->opt, r->model, r->grads, NULL);
@@ -523,6 +614,7 @@ static ac_status open_csv(search_run *r, int resumed_step)
             ac_search_axis_label(ac_cost_model_axis(r->cost, a), label, sizeof label);
             fprintf(r->csv, ",ratio:%s", label);
         }
+        fprintf(r->csv, ",lr,ratio:all,lambda:latency,lambda:memory,lambda:throughput");
         fputc('\n', r->csv);
     }
     free(kept);
@@ -548,6 +640,10 @@ static void write_row(search_run *r, int step, int64_t tokens, const step_result
         double kd = grad_norm_axis(r->dl_kd, ax), budget = grad_norm_axis(r->dl_budget, ax);
         fprintf(r->csv, ",%.4g", budget > 0 ? (double)r->p->kd_weight * kd / budget : NAN);
     }
+    double kd = grad_norm(r->dl_kd, r->n_logits), budget = grad_norm(r->dl_budget, r->n_logits);
+    fprintf(r->csv, ",%.5g,%.4g", (double)s->lr, budget > 0 ? (double)r->p->kd_weight * kd / budget : NAN);
+    for (int k = 0; k < AC_BUDGET_TARGETS; k++)
+        fprintf(r->csv, ",%.5g", s->lambda[k]);
     fputc('\n', r->csv);
 }
 
@@ -637,6 +733,7 @@ static ac_status run_steps(search_run *r, int start, ac_search_report *report)
         if (done == r->steps || (p->checkpoint_every > 0 && done % p->checkpoint_every == 0)) {
             fflush(r->csv);
             ac_search_state state = {.step = done, .tokens = tokens, .last_kd = s.kd, .last_budget = s.budget};
+            memcpy(state.lambda, r->lambda, sizeof state.lambda);
             memcpy(state.fingerprint, r->fingerprint, sizeof state.fingerprint);
             st = ac_search_state_save(p->out_dir, &state, ac_routers_logits(r->routers), r->m, r->v, r->n_logits);
             if (st == AC_OK && r->opt)
@@ -665,6 +762,7 @@ static ac_status resume_or_start(search_run *r, int *start, ac_search_report *re
         return ac_fail(AC_ERR_INVALID, "search: %s holds a search with other settings (%s); use another --out or the "
                                        "same settings (%s)", r->p->out_dir, state.fingerprint, r->fingerprint);
     *start = state.step;
+    memcpy(r->lambda, state.lambda, sizeof r->lambda);
     report->last_kd = state.last_kd;
     report->last_budget = state.last_budget;
     return AC_OK;
@@ -718,6 +816,10 @@ ac_status ac_search_run(const ac_model *parent, const ac_contract *contract, con
         report->parent = r.parent_cost;
         /* the final distributions, without noise, at the last temperature */
         ac_routers_probs(r.routers, params->temp_end, AC_ROUTER_SOFTMAX, 0, r.probs);
+        memcpy(report->multipliers, r.lambda, sizeof report->multipliers);
+        st = ac_cost_expected(r.cost, r.probs, &report->last_expected, NULL, NULL, NULL);
+    }
+    if (st == AC_OK) {
         choice = calloc((size_t)r.n_axes, sizeof *choice);
         st = choice ? ac_search_discretize(r.cost, ac_model_arch(r.model), r.probs, &r.imp, &r.planned, choice, repairs, AC_SEARCH_MAX_REPAIRS,
                                            report)

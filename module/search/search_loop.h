@@ -14,11 +14,12 @@ typedef struct {
     int step;        /* router steps done */
     int64_t tokens;  /* search tokens so far */
     double last_kd, last_budget; /* the losses of the last step done */
+    double lambda[AC_BUDGET_TARGETS]; /* the budget's learned multipliers (DUAL) */
     char fingerprint[AC_SEARCH_FINGERPRINT]; /* the run's settings */
 } ac_search_state;
 
-/* DIR/search_state.bin, written whole or not at all: the state, the router logits and
- * their AdamW moments (n floats each). The state it replaces is kept as
+/* DIR/search_state.bin, written whole or not at all: the state (with the multipliers),
+ * the router logits and their optimiser's moments (n floats each). The state it replaces is kept as
  * search_state.prev.bin. */
 ac_status ac_search_state_save(const char *dir, const ac_search_state *state, const float *logits, const float *m,
                                const float *v, int n);
@@ -41,6 +42,13 @@ ac_budget_targets ac_search_planned_targets(const ac_budget_targets *t, double m
 double ac_search_excess(const ac_budget_targets *t, const ac_cost_prediction *p);
 /* The temperature of step `step` of `steps` (geometric from temp_start to temp_end). */
 float ac_search_temperature(const ac_search_params *p, int step, int steps);
+/* The router learning rate at temperature T (p->lr_schedule). */
+float ac_search_router_lr(const ac_search_params *p, float temperature);
+/* One step of the router optimiser `kind` (router_optim.c) on n logits, gradient g,
+ * learning rate lr, step t (1-based): m and v its moments (n each; SHARED_ADAM keeps its
+ * one second moment in every v[i]; SGD uses neither). */
+void ac_search_optim_step(ac_router_optim kind, int n, float *logits, const float *g, float *m, float *v, float lr,
+                          int t);
 /* "hidden", "L3.experts" */
 void ac_search_axis_label(const ac_cost_axis *a, char *buf, size_t size);
 

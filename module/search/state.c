@@ -1,5 +1,6 @@
 /* The search's resumable state: one file, written through the atomic writer, holding a
- * small header, the router logits and their AdamW moments. */
+ * small header (with the budget's multipliers), the router logits and their optimiser's
+ * moments. */
 #include "search/search_loop.h"
 
 #include "util/atomic_file.h"
@@ -11,6 +12,8 @@
 #include <string.h>
 
 #define STATE_MAGIC "ACSEARCH"
+/* 3: the multipliers joined the header */
+#define STATE_VERSION 3
 
 typedef struct {
     char magic[8];
@@ -18,6 +21,7 @@ typedef struct {
     int32_t step, pad;
     int64_t tokens;
     double last_kd, last_budget;
+    double lambda[AC_BUDGET_TARGETS];
     char fingerprint[AC_SEARCH_FINGERPRINT];
 } state_header;
 
@@ -27,12 +31,13 @@ ac_status ac_search_state_save(const char *dir, const ac_search_state *state, co
     state_header h;
     memset(&h, 0, sizeof h);
     memcpy(h.magic, STATE_MAGIC, 8);
-    h.version = 2;
+    h.version = STATE_VERSION;
     h.n = n;
     h.step = state->step;
     h.tokens = state->tokens;
     h.last_kd = state->last_kd;
     h.last_budget = state->last_budget;
+    memcpy(h.lambda, state->lambda, sizeof h.lambda);
     memcpy(h.fingerprint, state->fingerprint, sizeof h.fingerprint);
     h.fingerprint[sizeof h.fingerprint - 1] = '\0';
     uint64_t bytes = (uint64_t)n * sizeof(float);
@@ -61,8 +66,11 @@ static ac_status load_file(const char *path, ac_search_state *state, float *logi
     state_header h;
     size_t bytes = (size_t)n * sizeof(float);
     ac_status st = AC_OK;
-    if (fread(&h, sizeof h, 1, f) != 1 || memcmp(h.magic, STATE_MAGIC, 8) || h.version != 2)
+    if (fread(&h, sizeof h, 1, f) != 1 || memcmp(h.magic, STATE_MAGIC, 8))
         st = ac_fail(AC_ERR_INVALID, "search: %s is not a search state", path);
+    else if (h.version != STATE_VERSION)
+        st = ac_fail(AC_ERR_INVALID, "search: %s is a search state of version %d, this build reads %d; use another "
+                                     "--out", path, (int)h.version, STATE_VERSION);
     else if (h.n != n)
         st = ac_fail(AC_ERR_INVALID, "search: %s holds %d router logits, this search has %d", path, h.n, n);
     else if (fread(logits, 1, bytes, f) != bytes || fread(m, 1, bytes, f) != bytes || fread(v, 1, bytes, f) != bytes)
@@ -75,6 +83,7 @@ static ac_status load_file(const char *path, ac_search_state *state, float *logi
     state->tokens = h.tokens;
     state->last_kd = h.last_kd;
     state->last_budget = h.last_budget;
+    memcpy(state->lambda, h.lambda, sizeof state->lambda);
     memcpy(state->fingerprint, h.fingerprint, sizeof state->fingerprint);
     *found = 1;
     return AC_OK;

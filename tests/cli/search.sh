@@ -3,7 +3,9 @@
 # with a latency ratio, search, and check the outputs (arch.json that reads back, the
 # summary, the diagnostics CSV, the plot script) and, with `costmodel predict`, that the
 # pick meets the target; a rerun on the same directory resumes and ends with the same
-# architecture; bad arguments name what is wrong (exit 2); a target out of reach ends
+# architecture; another budget on it is refused; the old router optimisation (fixed hinge,
+# per-logit AdamW, constant lr, warm-up from the parent) stays selectable; bad arguments
+# name what is wrong (exit 2); a target out of reach ends
 # with exit 3 and a pick predicted over it.
 set -euo pipefail
 ac=$1
@@ -58,6 +60,10 @@ truncate -s 600 "$tmp/damaged/search_state.bin"
 [ $rc -ne 0 ] && grep -q "damaged/search_state.bin is truncated" "$tmp/err" || fail "damaged state: rc $rc, $(cat "$tmp/err")"
 "$ac" "${args[@]}" --out "$tmp/s" --expert-masking scores 2>"$tmp/err" >/dev/null; rc=$?
 [ $rc -eq 2 ] && grep -q "other settings" "$tmp/err" || fail "changed settings: rc $rc, $(cat "$tmp/err")"
+"$ac" "${args[@]}" --out "$tmp/s" --budget hinge 2>"$tmp/err" >/dev/null; rc=$?
+[ $rc -eq 2 ] && grep -q "other settings" "$tmp/err" || fail "changed budget: rc $rc, $(cat "$tmp/err")"
+"$ac" "${args[@]}" --out "$tmp/t" --router-optim momentum 2>"$tmp/err"; rc=$?
+[ $rc -eq 2 ] && grep -q -- "--router-optim: 'momentum'" "$tmp/err" || fail "bad --router-optim: rc $rc, $(cat "$tmp/err")"
 "$ac" "${args[@]}" --out "$tmp/t" --expert-masking sideways 2>"$tmp/err"; rc=$?
 [ $rc -eq 2 ] && grep -q "sideways" "$tmp/err" || fail "bad --expert-masking: rc $rc, $(cat "$tmp/err")"
 "$ac" search --model "$tmp/parent" --contract "$tmp/tiny.cfg" 2>"$tmp/err"; rc=$?
@@ -71,6 +77,12 @@ truncate -s 600 "$tmp/damaged/search_state.bin"
 set -e
 "$ac" "${args[@]}" --out "$tmp/w" --expert-masking scores >"$tmp/scores" || fail "score masking exited $?"
 grep -q "meets every target" "$tmp/scores" || fail "score masking: $(cat "$tmp/scores")"
+# the diagnostics name the multipliers; the old optimisation stays selectable
+head -1 "$tmp/s/search.csv" | grep -q ",lr,ratio:all,lambda:latency,lambda:memory,lambda:throughput$" ||
+  fail "search.csv header: $(head -1 "$tmp/s/search.csv")"
+"$ac" "${args[@]}" --out "$tmp/old" --budget hinge --router-optim adamw --lr-schedule constant \
+  --warmup-from parent >"$tmp/old.out" || fail "the old optimisation exited $?"
+grep -q "meets every target" "$tmp/old.out" || fail "the old optimisation: $(cat "$tmp/old.out")"
 
 # a target no architecture of the space can meet (the layers no axis removes cost about
 # 0.6 of the parent): the search ends, writes its pick, says it misses and exits 3; the

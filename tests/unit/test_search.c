@@ -1,8 +1,10 @@
 /* The search loop on a tiny parent with synthetic cost tables whose rows grow with the
  * block's size: the budget alone (KD weight 0) drives the routers to an architecture the
  * cost model says meets the target, without repair; KD alone (budget weight 0) keeps the
- * parent and moves the routers towards it; a search killed mid-way and run again ends
- * with the same routers and architecture as one run straight through; a one-hot choice's
+ * parent and moves the routers towards it; on a target that binds, the learned
+ * multipliers bring the expected cost to the target where the old fixed hinge ends far
+ * under it; a search killed mid-way and run again ends with the same routers,
+ * multipliers and architecture as one run straight through; a one-hot choice's
  * masks (top-k score masking) give the logits of that architecture sliced from the
  * parent; a search whose masked steps run on a backend the host cannot touch
  * (guarded_backend.h, standing in for a GPU) ends with the CPU's routers, architecture
@@ -255,6 +257,7 @@ static void test_kd_alone_keeps_the_parent(void **state)
      * half-gated, and on this tiny random parent KD alone then settles layer 3 on 2 heads
      * (another seed: removes it) before the gates open; AdamW's equal steps keep it there */
     p.mamba_removal = AC_MAMBA_REMOVAL_HEADS;
+    p.dual_lr = p.dual_damping = 0; /* the multipliers stay 0 */
     ac_search_report r;
     assert_int_equal(ac_search_run(f->parent, &f->contract, f->tables, &p, &r), AC_OK);
     const ac_arch *pa = ac_model_arch(f->parent);
@@ -292,6 +295,78 @@ static void test_kd_alone_keeps_the_parent(void **state)
     printf("hidden axis: max probability %.4f after KD alone (uniform: 0.3333)\n", atof(field));
     assert_true(atof(field) > 0.4);
     ac_arch_free(&r.arch);
+}
+
+/* The old router optimisation: the fixed hinge, AdamW per logit at a constant lr, the
+ * targets warmed up from the parent's cost. */
+static void set_old_optimisation(ac_search_params *p)
+{
+    p->budget_mode = AC_BUDGET_HINGE;
+    p->router_optim = AC_ROUTER_ADAMW;
+    p->lr_schedule = AC_LR_CONSTANT;
+    p->warmup_from = AC_WARMUP_FROM_PARENT;
+}
+
+/* The fraction of search.csv's rows from `from` on whose overall ||grad KD|| /
+ * ||grad budget|| (the column "ratio:all") is a number: the budget acted on that step. */
+static double rows_with_budget(const char *dir, int from)
+{
+    char path[256], line[8192];
+    snprintf(path, sizeof path, "%s/search.csv", dir);
+    FILE *csv = fopen(path, "r");
+    assert_non_null(csv);
+    assert_non_null(fgets(line, sizeof line, csv));
+    int col = 0;
+    char *field = line;
+    for (; field && strncmp(field, "ratio:all,", 10); col++)
+        field = strchr(field, ',') ? strchr(field, ',') + 1 : NULL;
+    assert_non_null(field);
+    int rows = 0, active = 0;
+    for (int row = 0; fgets(line, sizeof line, csv); row++) {
+        char *f = line;
+        for (int c = 0; c < col && f; c++)
+            f = strchr(f, ',') + 1;
+        if (row >= from) {
+            rows++;
+            active += isfinite(atof(f));
+        }
+    }
+    fclose(csv);
+    return rows ? (double)active / rows : 0.0;
+}
+
+/* A target that binds (the routers' KD pulls towards the parent, at about twice the
+ * planned latency): with the learned multipliers, the shared-moment step and the lr that
+ * follows the temperature, the routers' expected latency ends within a few % of the
+ * planned target and the choice uses most of it; the old settings (fixed hinge,
+ * per-logit AdamW at a constant lr, warm-up from the parent's cost) end far under it,
+ * with the budget off on most steps. */
+static void test_budget_converges_on_a_binding_target(void **state)
+{
+    fixture *f = *state;
+    load_contract(f, "0.5");
+    f->tables = make_tables(&f->contract);
+    double end[2], chosen[2], active[2];
+    for (int old = 0; old < 2; old++) {
+        ac_search_params p = params_in(f, old ? "old" : "new");
+        if (old)
+            set_old_optimisation(&p);
+        ac_search_report r;
+        assert_int_equal(ac_search_run(f->parent, &f->contract, f->tables, &p, &r), AC_OK);
+        assert_true(r.parent.latency_ms > 1.5 * r.planned.latency_ms);
+        end[old] = r.last_expected.latency_ms / r.planned.latency_ms;
+        chosen[old] = r.chosen.latency_ms / r.planned.latency_ms;
+        active[old] = rows_with_budget(p.out_dir, 30);
+        assert_true(r.meets);
+        printf("%s: expected latency %.4f of planned at the end, chosen %.4f, multiplier %.4g, budget active on "
+               "%.0f%% of the last 30 steps\n", old ? "old" : "new", end[old], chosen[old], r.multipliers[0],
+               100 * active[old]);
+        ac_arch_free(&r.arch);
+    }
+    assert_true(fabs(end[0] - 1.0) < 0.04);
+    assert_true(chosen[0] > 0.9);
+    assert_true(active[0] > 0.9);
+    assert_true(end[1] < 0.5 && chosen[1] < 0.5);
 }
 
 static void read_file(const char *path, char **data, size_t *n)
@@ -370,7 +445,22 @@ static void check_kill_and_resume(fixture *f, int train_weights)
     assert_same_file(straight.out_dir, killed.out_dir, "arch.json");
     if (train_weights)
         assert_same_file(straight.out_dir, killed.out_dir, "weights/model.safetensors");
-    /* other settings on the same directory are refused */
+    /* the states compared hold learned multipliers: the latency target's is positive */
+    ac_search_state saved;
+    ac_cost_model *cost;
+    assert_int_equal(ac_cost_model_create(f->tables, ac_model_arch(f->parent), &f->contract, &cost), AC_OK);
+    int n = ac_cost_model_prob_count(cost), found = 0; /* one logit per candidate value */
+    ac_cost_model_free(cost);
+    float *buf = malloc(3 * (size_t)n * sizeof *buf);
+    assert_non_null(buf);
+    assert_int_equal(ac_search_state_load(killed.out_dir, -1, &saved, buf, buf + n, buf + 2 * n, n, &found), AC_OK);
+    free(buf);
+    printf("latency multiplier in the resumed state: %.4g\n", saved.lambda[AC_BUDGET_LATENCY]);
+    assert_true(found && saved.lambda[AC_BUDGET_LATENCY] > 0);
+    /* other settings on the same directory are refused: the old budget, another lr */
+    ac_search_params other = killed;
+    other.budget_mode = AC_BUDGET_HINGE;
+    assert_int_equal(ac_search_run(f->parent, &f->contract, f->tables, &other, &r), AC_ERR_INVALID);
     killed.lr = 0.2f;
     assert_int_equal(ac_search_run(f->parent, &f->contract, f->tables, &killed, &r), AC_ERR_INVALID);
 }
@@ -649,6 +739,7 @@ int main(int argc, char **argv)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_budget_alone_meets_the_target, setup, teardown),
         cmocka_unit_test_setup_teardown(test_kd_alone_keeps_the_parent, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_budget_converges_on_a_binding_target, setup, teardown),
         cmocka_unit_test_setup_teardown(test_killed_search_resumes_identically, setup, teardown),
         cmocka_unit_test_setup_teardown(test_killed_search_with_trained_weights_resumes_identically, setup, teardown),
         cmocka_unit_test_setup_teardown(test_search_on_a_device_equals_cpu, setup, teardown),

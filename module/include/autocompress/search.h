@@ -75,6 +75,15 @@ typedef struct {
     double lambda1, lambda2;
 } ac_budget_weights;
 
+/* How the budget enters the loss: DUAL, a Lagrangian sum_k w_k r_k, w_k = max(0,
+ * lambda_k + rho r_k), whose multipliers lambda_k are learned by projected dual ascent
+ * (ac_budget_dual_step; ac_search_params.dual_damping is rho); HINGE, the fixed penalty
+ * of ac_budget_loss. */
+typedef enum { AC_BUDGET_DUAL = 0, AC_BUDGET_HINGE } ac_budget_mode;
+
+/* The targets in a fixed order, for the multipliers and the relative excesses. */
+enum { AC_BUDGET_LATENCY = 0, AC_BUDGET_MEMORY, AC_BUDGET_THROUGHPUT, AC_BUDGET_TARGETS };
+
 /* Sum over targets of lambda1 r + lambda2 r^2, r = (s - t) / t for latency and memory
  * and (t - s) / t for throughput, r clamped at 0 (no reward for going under). dprobs
  * (prob_count, may be NULL) is overwritten with the loss's gradient, given the cost
@@ -83,7 +92,34 @@ double ac_budget_loss(const ac_budget_targets *targets, const ac_budget_weights 
                       const ac_cost_prediction *expected, const double *d_latency_ms, const double *d_memory_bytes,
                       const double *d_throughput, int prob_count, double *dprobs);
 
+/* Each target's signed relative excess r[AC_BUDGET_TARGETS] (as for ac_budget_loss but
+ * not clamped: negative under the target; 0 where no target is set). */
+void ac_budget_excess(const ac_budget_targets *targets, const ac_cost_prediction *expected, double *r);
+/* The Lagrangian sum_k lambda[k] r_k (lambda: the weights w_k above), and its gradient in dprobs (prob_count, may be
+ * NULL; overwritten) through the cost model's gradients of the expected costs. */
+double ac_budget_lagrangian(const ac_budget_targets *targets, const double *lambda,
+                            const ac_cost_prediction *expected, const double *d_latency_ms,
+                            const double *d_memory_bytes, const double *d_throughput, int prob_count,
+                            double *dprobs);
+/* One step of projected dual ascent: lambda[k] <- max(0, lambda[k] + eta r_k); a
+ * multiplier of an unset target stays 0. */
+void ac_budget_dual_step(const ac_budget_targets *targets, const ac_cost_prediction *expected, double eta,
+                         double *lambda);
+
 /* ---- the search (search.c) ---- */
+
+/* The router logits' optimiser: Adam with one second moment shared by every logit (the
+ * step keeps the gradients' ratios across axes, only their common scale is
+ * normalised), AdamW with a second moment per logit, or plain SGD. */
+typedef enum { AC_ROUTER_SHARED_ADAM = 0, AC_ROUTER_ADAMW, AC_ROUTER_SGD } ac_router_optim;
+
+/* The router learning rate over the steps: lr x T / temp_start (a constant step in
+ * logits / T), or lr throughout. */
+typedef enum { AC_LR_FOLLOWS_TEMPERATURE = 0, AC_LR_CONSTANT } ac_lr_schedule;
+
+/* Where the targets' warm-up starts: the expected cost of the routers at step 0 (zero
+ * logits: the uniform mixture), or the parent's cost. */
+typedef enum { AC_WARMUP_FROM_INITIAL = 0, AC_WARMUP_FROM_PARENT } ac_warmup_from;
 
 typedef struct {
     const char *data_dir;      /* train.bin: calibration and router batches */
@@ -94,13 +130,21 @@ typedef struct {
                                   budgets.search_tokens */
     float kd_tau;
     float kd_weight;           /* 0: the budget alone */
-    ac_budget_weights budget;
-    float lr;                  /* AdamW on the router logits */
+    ac_budget_mode budget_mode;
+    ac_budget_weights budget;  /* the hinge's weights (budget_mode HINGE) */
+    double dual_lr;            /* eta of the multipliers' dual ascent (budget_mode DUAL) */
+    double dual_damping;       /* rho: the weight on target k's excess r is max(0, lambda_k + rho r)
+                                  (DUAL; 0: lambda_k alone, plain dual ascent) */
+    ac_router_optim router_optim;
+    float lr;                  /* the router logits' learning rate */
+    ac_lr_schedule lr_schedule;
     float temp_start, temp_end;/* annealed geometrically over the steps */
     ac_router_sampling sampling;
     ac_expert_masking expert_masking;
     ac_mamba_removal mamba_removal; /* how removing a Mamba layer is relaxed (autocompress/cost.h) */
-    float target_warmup;       /* fraction of the steps over which targets move from the parent's cost */
+    float target_warmup;       /* fraction of the steps over which targets move from warmup_from's
+                                  cost to the planned ones (0: none) */
+    ac_warmup_from warmup_from;
     uint64_t seed;
     int checkpoint_every;      /* steps between resumable states (0: only at the end) */
     int train_weights;         /* the weights learn from the KD too (frozen otherwise): the
@@ -128,6 +172,9 @@ typedef struct {
     int repair_steps;          /* axis steps the greedy repair took */
     int meets;                 /* the chosen architecture meets every target */
     double last_kd, last_budget;
+    ac_cost_prediction last_expected; /* the routers' expected cost at the end (the final
+                                         distributions, at temp_end, without noise) */
+    double multipliers[AC_BUDGET_TARGETS]; /* the learned multipliers at the end (DUAL; 0 with HINGE) */
     ac_arch arch;              /* the chosen architecture (free with ac_arch_free) */
 } ac_search_report;
 
