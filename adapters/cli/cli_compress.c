@@ -42,7 +42,8 @@ static int parse_args(int argc, char **argv, ac_compress_params *p)
                    "autocompress: the search's top K candidates measured and ranked by short KDs (default 4; 0: the "
                    "search's pick as it is)", 0, 1000),
         CLI_REAL("rerank-share", CLI_DOUBLE, &p->rerank_share, "F",
-                 "autocompress: the fraction of the search tokens for the ranking's KDs and scores (default 0.5)"),
+                 "autocompress: the fraction of the search tokens beyond the calibration for the ranking's KDs and "
+                 "scores (default 0.5)"),
         CLI_NUMBER("measure-candidates", CLI_INT, &p->measure_candidates, "0|1",
                    "1 (default): ranked candidates that miss a target when measured cannot be chosen; 0: trust the "
                    "cost model", 0, 1),

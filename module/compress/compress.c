@@ -5,6 +5,7 @@
 #include "autocompress/clock.h"
 #include "autocompress/inputs.h"
 #include "autocompress/rank.h"
+#include "autocompress/search.h"
 
 #include "util/child.h"
 #include "util/fs_util.h"
@@ -86,6 +87,26 @@ static uint64_t text_hash(const char *text, size_t len)
     return h;
 }
 
+/* The ranking's share of the search tokens beyond the search's calibration, shared by as
+ * many of the --rerank candidates as can each have a KD step and a scored batch; when not
+ * even two can, the search's pick alone is ranked (measured, no KD) and the routers keep
+ * the whole budget. */
+static void split_search_tokens(ac_compress_ctx *c)
+{
+    const ac_compress_params *p = c->p;
+    int64_t per_batch = (int64_t)p->batch * p->seq_len;
+    int64_t calib = (int64_t)ac_search_default_params().calib_seqs * p->seq_len;
+    int64_t share = c->search_tokens > calib ? (int64_t)(p->rerank_share * (double)(c->search_tokens - calib)) : 0;
+    int k = p->rerank;
+    while (k > 1 && share / k < 2 * per_batch)
+        k--;
+    c->rerank_k = k;
+    if (k < 2)
+        return;
+    c->rerank_tokens = share / k;
+    c->router_tokens = c->search_tokens - c->rerank_tokens * k;
+}
+
 static ac_status resolve_budgets(ac_compress_ctx *c)
 {
     const ac_compress_params *p = c->p;
@@ -103,19 +124,8 @@ static ac_status resolve_budgets(ac_compress_ctx *c)
                        p->batch, p->seq_len);
     c->candidate_tokens = p->candidate_tokens > 0 ? p->candidate_tokens : 2 * c->search_tokens / p->candidates;
     c->router_tokens = c->search_tokens;
-    if (ac_compress_reranks(c)) {
-        int64_t share = (int64_t)(p->rerank_share * (double)c->search_tokens);
-        c->router_tokens = c->search_tokens - share;
-        c->rerank_tokens = share / p->rerank;
-        int64_t kd = 0, score = 0;
-        ac_rank_split_tokens(c->rerank_tokens, p->batch, p->seq_len, &kd, &score);
-        if (kd < 1)
-            return ac_fail(AC_ERR_INVALID, "compress: --rerank %d at --rerank-share %g leaves %lld selection tokens "
-                                           "a candidate, no KD step of %d x %d after the held-out score's %lld (more "
-                                           "search tokens, fewer candidates or --rerank 0)",
-                           p->rerank, p->rerank_share, (long long)c->rerank_tokens, p->batch, p->seq_len,
-                           (long long)score);
-    }
+    if (ac_compress_reranks(c))
+        split_search_tokens(c);
     return AC_OK;
 }
 

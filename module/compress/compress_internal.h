@@ -20,6 +20,7 @@ typedef struct {
     int64_t search_tokens, kd_tokens, candidate_tokens;
     int64_t router_tokens;      /* AutoCompress: the router search's share of search_tokens */
     int64_t rerank_tokens;      /* AutoCompress with rerank: each candidate's selection tokens */
+    int rerank_k;               /* candidates the budget lets the ranking take (1: the pick alone) */
     int kd_steps;
     char settings[2048];        /* what decides the artifacts: a resume must match */
     int done[AC_STAGE_COUNT];

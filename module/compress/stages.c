@@ -181,7 +181,7 @@ static ac_status rerank(ac_compress_ctx *c, const ac_cost_tables *tables)
     ac_compress_path(c, "search/rank", out, sizeof out);
     ac_rank_candidate *cand = NULL;
     int n = 0;
-    ac_status st = ac_rank_read_candidates(search_json, arch_json, p->rerank, &cand, &n);
+    ac_status st = ac_rank_read_candidates(search_json, arch_json, c->rerank_k, &cand, &n);
     ac_rank_params rp = ac_rank_default_params();
     rp.parent_dir = p->model_dir;
     rp.importance_path = imp;

@@ -62,8 +62,11 @@ typedef struct {
     int rerank;                 /* AutoCompress: the search's top candidates re-ranked (default 4;
                                    0: the search's pick as it is, the old behaviour) */
     double rerank_share;        /* AutoCompress with rerank: the fraction of the search tokens
-                                   for the ranking's KDs and scores (default 0.5); the router
-                                   steps get the rest, so search tokens count all selection */
+                                   beyond the search's calibration for the ranking's KDs and
+                                   scores (default 0.5); the router steps get the rest, so
+                                   search tokens count all selection. Fewer candidates are
+                                   ranked when the share cannot give each a KD step and a
+                                   scored batch (none below two: the pick alone, measured) */
     int measure_candidates;     /* 1 (default): ranked candidates are measured and those that
                                    miss a target cannot be chosen; 0: the prediction trusted */
     int profile_repeats;        /* profiling sweeps (default 5) */
