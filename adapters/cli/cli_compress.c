@@ -33,9 +33,20 @@ static int parse_args(int argc, char **argv, ac_compress_params *p)
         CLI_NUMBER("batch", CLI_INT, &p->batch, "B", "KD sequences per step", 1, 65536),
         CLI_NUMBER("seq-len", CLI_INT, &p->seq_len, "T", "tokens per sequence (search, KD, eval)", 2, 1 << 20),
         CLI_REAL("lr", CLI_FLOAT, &p->kd_lr, "X", "peak learning rate of the KD (AdamW, cosine)"),
-        CLI_NUMBER("candidates", CLI_INT, &p->candidates, "K", "minitron++: candidates given a short KD", 1, 1000),
+        CLI_NUMBER("candidates", CLI_INT, &p->candidates, "K", "minitron++: candidates ranked (measured, short KDs)", 1,
+                   1000),
         CLI_NUMBER("candidate-tokens", CLI_I64, &p->candidate_tokens, "N",
-                   "minitron++: tokens of each short KD (default: 2 x search tokens / K)", 1, INT64_MAX),
+                   "minitron++: selection tokens of each, 3/4 short KD and 1/4 held-out score (default: 2 x search "
+                   "tokens / K)", 1, INT64_MAX),
+        CLI_NUMBER("rerank", CLI_INT, &p->rerank, "K",
+                   "autocompress: the search's top K candidates measured and ranked by short KDs (default 4; 0: the "
+                   "search's pick as it is)", 0, 1000),
+        CLI_REAL("rerank-share", CLI_DOUBLE, &p->rerank_share, "F",
+                 "autocompress: the fraction of the search tokens beyond the calibration for the ranking's KDs and "
+                 "scores (default 0.5)"),
+        CLI_NUMBER("measure-candidates", CLI_INT, &p->measure_candidates, "0|1",
+                   "1 (default): ranked candidates that miss a target when measured cannot be chosen; 0: trust the "
+                   "cost model", 0, 1),
         CLI_NUMBER("profile-repeats", CLI_INT, &p->profile_repeats, "R", "profiling sweeps (without --tables)", 1, 64),
         CLI_NUMBER("measure-sweeps", CLI_INT, &p->measure_sweeps, "N", "measurement processes of the result", 1, 100),
         CLI_NUMBER("eval-batches", CLI_INT, &p->eval_batches, "N", "held-out batches for eval", 1, 1 << 20),

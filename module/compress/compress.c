@@ -4,6 +4,8 @@
 
 #include "autocompress/clock.h"
 #include "autocompress/inputs.h"
+#include "autocompress/rank.h"
+#include "autocompress/search.h"
 
 #include "util/child.h"
 #include "util/fs_util.h"
@@ -39,12 +41,34 @@ ac_compress_params ac_compress_default_params(void)
     p.seq_len = 128;
     p.kd_lr = 1e-3f;
     p.candidates = 4;
+    /* four candidates at half the search tokens: the paper's Minitron++ ranks four, and the
+       routers keep as many steps as a search of half the budget */
+    p.rerank = 4;
+    p.rerank_share = 0.5;
+    p.measure_candidates = 1;
     p.profile_repeats = 5;
     p.measure_sweeps = 5;
     p.eval_batches = 16;
     p.seed = 1;
     p.progress = AC_PROGRESS_AUTO;
     return p;
+}
+
+int ac_compress_reranks(const ac_compress_ctx *c)
+{
+    return c->p->method == AC_METHOD_AUTOCOMPRESS && c->p->rerank > 0;
+}
+
+const char *ac_compress_rank_dir(const ac_compress_ctx *c)
+{
+    return c->p->method == AC_METHOD_MINITRON ? "search" : ac_compress_reranks(c) ? "search/rank" : NULL;
+}
+
+void ac_compress_chosen_paths(const ac_compress_ctx *c, char *arch, char *layers, size_t size)
+{
+    int ranked = ac_compress_reranks(c);
+    ac_compress_path(c, ranked ? "search/rank/arch.json" : "search/arch.json", arch, size);
+    ac_compress_path(c, ranked ? "search/rank/rank.json" : "search/search.json", layers, size);
 }
 
 void ac_compress_path(const ac_compress_ctx *c, const char *name, char *buf, size_t size)
@@ -63,6 +87,26 @@ static uint64_t text_hash(const char *text, size_t len)
     return h;
 }
 
+/* The ranking's share of the search tokens beyond the search's calibration, shared by as
+ * many of the --rerank candidates as can each have a KD step and a scored batch; when not
+ * even two can, the search's pick alone is ranked (measured, no KD) and the routers keep
+ * the whole budget. */
+static void split_search_tokens(ac_compress_ctx *c)
+{
+    const ac_compress_params *p = c->p;
+    int64_t per_batch = (int64_t)p->batch * p->seq_len;
+    int64_t calib = (int64_t)ac_search_default_params().calib_seqs * p->seq_len;
+    int64_t share = c->search_tokens > calib ? (int64_t)(p->rerank_share * (double)(c->search_tokens - calib)) : 0;
+    int k = p->rerank;
+    while (k > 1 && share / k < 2 * per_batch)
+        k--;
+    c->rerank_k = k;
+    if (k < 2)
+        return;
+    c->rerank_tokens = share / k;
+    c->router_tokens = c->search_tokens - c->rerank_tokens * k;
+}
+
 static ac_status resolve_budgets(ac_compress_ctx *c)
 {
     const ac_compress_params *p = c->p;
@@ -79,6 +123,9 @@ static ac_status resolve_budgets(ac_compress_ctx *c)
         return ac_fail(AC_ERR_INVALID, "compress: %lld KD tokens make no step of %d x %d", (long long)c->kd_tokens,
                        p->batch, p->seq_len);
     c->candidate_tokens = p->candidate_tokens > 0 ? p->candidate_tokens : 2 * c->search_tokens / p->candidates;
+    c->router_tokens = c->search_tokens;
+    if (ac_compress_reranks(c))
+        split_search_tokens(c);
     return AC_OK;
 }
 
@@ -90,6 +137,9 @@ static ac_status check_params(const ac_compress_params *p)
         p->measure_sweeps < 1 || p->eval_batches < 1)
         return ac_fail(AC_ERR_INVALID, "compress: batch, seq_len, KD learning rate, candidates, profile repeats, "
                                        "measure sweeps and eval batches must be positive");
+    if (p->rerank < 0 || !(p->rerank_share > 0 && p->rerank_share < 1))
+        return ac_fail(AC_ERR_INVALID, "compress: --rerank must be >= 0 (0: off) and --rerank-share in (0, 1), got %d "
+                                       "and %g", p->rerank, p->rerank_share);
     /* before any work: every file of the run is joined onto out_dir (ac_compress_path) */
     ac_status st = ac_path_check_dir(p->out_dir);
     return st == AC_OK ? AC_OK : ac_fail_context(st, "compress: --out");
@@ -126,11 +176,13 @@ static void describe_settings(ac_compress_ctx *c, uint64_t contract_hash)
     const ac_compress_params *p = c->p;
     snprintf(c->settings, sizeof c->settings,
              "model=%s contract=%s#%016llx data=%s tables=%s method=%s search_tokens=%lld kd_tokens=%lld batch=%d "
-             "seq_len=%d kd_lr=%g candidates=%d candidate_tokens=%lld profile_repeats=%d seed=%llu",
+             "seq_len=%d kd_lr=%g candidates=%d candidate_tokens=%lld rerank=%d rerank_share=%g measure_candidates=%d "
+             "profile_repeats=%d seed=%llu",
              p->model_dir, c->contract.name, (unsigned long long)contract_hash, p->data_dir,
              p->tables_path ? p->tables_path : "(profiled)", ac_compress_method_name(p->method),
              (long long)c->search_tokens, (long long)c->kd_tokens, p->batch, p->seq_len, (double)p->kd_lr,
-             p->candidates, (long long)c->candidate_tokens, p->profile_repeats, (unsigned long long)p->seed);
+             p->candidates, (long long)c->candidate_tokens, p->rerank, p->rerank_share, p->measure_candidates,
+             p->profile_repeats, (unsigned long long)p->seed);
 }
 
 /* ---- compress.json ---- */
@@ -196,8 +248,8 @@ static ac_status redo_from(ac_compress_ctx *c, const char *name)
                 c->done[t] = 0;
             return AC_OK;
         }
-    return ac_fail(AC_ERR_INVALID, "compress: --from '%s' is not a stage (tables, search, prune, distill, measure, "
-                                   "eval, report)", name);
+    return ac_fail(AC_ERR_INVALID, "compress: --from '%s' is not a stage (tables, search, rank, prune, distill, "
+                                   "measure, eval, report)", name);
 }
 
 /* ---- running a stage ---- */

@@ -10,6 +10,7 @@
 #include "autocompress/prune.h"
 #include "autocompress/train.h"
 #include "blocks/block.h"
+#include "util/fs_util.h"
 #include "util/json_util.h"
 
 #include <cjson/cJSON.h>
@@ -21,6 +22,9 @@ enum { TAIL_STEPS = 25 };
 
 typedef struct {
     cJSON *search, *measure, *eval;
+    cJSON *rank;              /* rank.json when candidates were ranked, else NULL */
+    cJSON *chosen;            /* rank.json's entry of the winner (NULL: not ranked) */
+    cJSON *predicted;         /* the chosen architecture's predicted costs */
     ac_arch parent, model;
     int *parent_layer;  /* per model layer */
     double kd_tail;
@@ -58,10 +62,42 @@ static ac_status read_arch(const char *dir, ac_arch *arch)
     return st == AC_OK ? ac_config_json_read(path, arch) : st;
 }
 
+/* rank.json of the ranking, and the chosen candidate's entry and prediction. */
+static ac_status load_rank(const ac_compress_ctx *c, report_inputs *in)
+{
+    in->predicted = cJSON_GetObjectItemCaseSensitive(in->search, "chosen_predicted");
+    const char *dir = ac_compress_rank_dir(c);
+    char name[64];
+    if (!dir)
+        return AC_OK;
+    snprintf(name, sizeof name, "%s/rank.json", dir);
+    ac_status st = read_json(c, name, &in->rank);
+    if (st != AC_OK)
+        return st;
+    const cJSON *chosen = cJSON_GetObjectItemCaseSensitive(in->rank, "chosen");
+    in->chosen = cJSON_IsNumber(chosen) ? cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(in->rank, "candidates"),
+                                                             chosen->valueint)
+                                        : NULL;
+    if (!in->chosen)
+        return ac_fail(AC_ERR_INVALID, "report: %s/%s names no chosen candidate", c->p->out_dir, name);
+    if (ac_compress_reranks(c))
+        in->predicted = cJSON_GetObjectItemCaseSensitive(in->chosen, "predicted");
+    return AC_OK;
+}
+
+/* Everything spent on selection: the search's tokens, and a re-ranking's KDs and scores
+ * (Minitron++'s search tokens hold its ranking already). */
+static double search_tokens(const ac_compress_ctx *c, const report_inputs *in)
+{
+    return number(in->search, "search_tokens", NULL) + (ac_compress_reranks(c) ? number(in->rank, "tokens", NULL) : 0);
+}
+
 static ac_status load_inputs(const ac_compress_ctx *c, report_inputs *in)
 {
-    char path[AC_PATH_MAX];
+    char path[AC_PATH_MAX], arch_path[AC_PATH_MAX];
     ac_status st = read_json(c, "search/search.json", &in->search);
+    if (st == AC_OK)
+        st = load_rank(c, in);
     if (st == AC_OK)
         st = read_json(c, "measure.json", &in->measure);
     if (st == AC_OK)
@@ -71,7 +107,7 @@ static ac_status load_inputs(const ac_compress_ctx *c, report_inputs *in)
     ac_compress_path(c, "model", path, sizeof path);
     if (st == AC_OK)
         st = read_arch(path, &in->model);
-    ac_compress_path(c, "search/search.json", path, sizeof path);
+    ac_compress_chosen_paths(c, arch_path, path, sizeof path);
     if (st == AC_OK)
         st = ac_prune_read_parent_layers(path, in->model.n_layers, &in->parent_layer);
     ac_compress_path(c, "distill/loss.csv", path, sizeof path);
@@ -90,6 +126,7 @@ static ac_status load_inputs(const ac_compress_ctx *c, report_inputs *in)
 static void free_inputs(report_inputs *in)
 {
     cJSON_Delete(in->search);
+    cJSON_Delete(in->rank);
     cJSON_Delete(in->measure);
     cJSON_Delete(in->eval);
     ac_arch_free(&in->parent);
@@ -138,6 +175,31 @@ static cJSON *architecture_json(const report_inputs *in)
     return list;
 }
 
+/* How the architecture was chosen: ranked or not, the winner, why, and the table. */
+static cJSON *selection_json(const ac_compress_ctx *c, const report_inputs *in)
+{
+    cJSON *o = cJSON_CreateObject();
+    if (!o)
+        return NULL;
+    const char *dir = ac_compress_rank_dir(c);
+    cJSON_AddBoolToObject(o, "ranked", dir != NULL);
+    if (!dir) {
+        cJSON_AddStringToObject(o, "reason", "the search's pick (--rerank 0: not re-ranked)");
+        return o;
+    }
+    char table[64];
+    snprintf(table, sizeof table, "%s/rank.md", dir);
+    cJSON_AddStringToObject(o, "table", table);
+    cJSON_AddNumberToObject(o, "candidates", cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(in->rank, "candidates")));
+    cJSON_AddNumberToObject(o, "chosen", number(in->rank, "chosen", NULL));
+    cJSON_AddBoolToObject(o, "measured", flag(in->rank, "measure", NULL));
+    cJSON_AddItemReferenceToObject(o, "reason", cJSON_GetObjectItemCaseSensitive(in->rank, "reason"));
+    cJSON_AddNumberToObject(o, "selection_tokens", number(in->rank, "tokens", NULL));
+    if (ac_compress_reranks(c))
+        cJSON_AddNumberToObject(o, "router_search_tokens", number(in->search, "search_tokens", NULL));
+    return o;
+}
+
 static ac_status write_json_report(const ac_compress_ctx *c, const report_inputs *in)
 {
     cJSON *root = cJSON_CreateObject();
@@ -157,14 +219,15 @@ static ac_status write_json_report(const ac_compress_ctx *c, const report_inputs
     cJSON_AddItemReferenceToObject(root, "planned_targets", cJSON_GetObjectItemCaseSensitive(in->search, "planned_targets"));
     cJSON_AddItemReferenceToObject(root, "parent_predicted",
                                    cJSON_GetObjectItemCaseSensitive(in->search, "parent_predicted"));
-    cJSON_AddItemReferenceToObject(root, "predicted", cJSON_GetObjectItemCaseSensitive(in->search, "chosen_predicted"));
+    cJSON_AddItemReferenceToObject(root, "predicted", in->predicted);
+    cJSON_AddItemToObject(root, "selection", selection_json(c, in));
     cJSON_AddItemReferenceToObject(root, "measured", in->measure);
     cJSON *tables = cJSON_AddObjectToObject(root, "tables");
     cJSON_AddStringToObject(tables, "path", c->tables);
     cJSON_AddBoolToObject(tables, "measured_here", !in->tables_differ[0]);
     cJSON_AddStringToObject(tables, "differences", in->tables_differ);
     cJSON_AddBoolToObject(root, "pass", flag(in->measure, "pass", NULL));
-    cJSON_AddNumberToObject(root, "search_tokens", number(in->search, "search_tokens", NULL));
+    cJSON_AddNumberToObject(root, "search_tokens", search_tokens(c, in));
     cJSON_AddNumberToObject(root, "kd_tokens", (double)c->kd_steps * c->p->batch * c->p->seq_len);
     cJSON_AddNumberToObject(root, "kd_loss_final", in->kd_tail);
     cJSON_AddNumberToObject(root, "kd_loss_final_steps", in->kd_tail_steps);
@@ -192,9 +255,27 @@ static void cost_row(FILE *f, const report_inputs *in, const char *label, const 
         fprintf(f, "%s %.3f %s | %.3f", relation, t->valuedouble, unit, number(in->search, "planned_targets", target_key));
     else
         fprintf(f, "- | -");
-    fprintf(f, " | %.3f | %.3f | %.3f | %s |\n", number(in->search, "chosen_predicted", target_key),
+    fprintf(f, " | %.3f | %.3f | %.3f | %s |\n", number(in->predicted, target_key, NULL),
             number(m, "measured", NULL) / scale, number(m, "measured_raw", NULL) / scale,
             cJSON_IsNumber(t) ? (flag(m, "pass", NULL) ? "pass" : "**FAIL**") : "-");
+}
+
+static void write_selection(FILE *f, const ac_compress_ctx *c, const report_inputs *in)
+{
+    const char *dir = ac_compress_rank_dir(c);
+    fprintf(f, "\n## Selection\n\n");
+    if (!dir) {
+        fprintf(f, "The search's pick, not re-ranked (--rerank 0).\n");
+        return;
+    }
+    const cJSON *reason = cJSON_GetObjectItemCaseSensitive(in->rank, "reason");
+    fprintf(f, "Candidate %.0f of %d chosen: %s. Every candidate's predicted and measured cost, verdict and KD "
+               "losses: [%s/rank.md](%s/rank.md). Selection tokens (short KDs and held-out scores): %.0f",
+            number(in->rank, "chosen", NULL), cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(in->rank, "candidates")),
+            cJSON_IsString(reason) ? reason->valuestring : "", dir, dir, number(in->rank, "tokens", NULL));
+    if (ac_compress_reranks(c))
+        fprintf(f, ", beside the router search's %.0f", number(in->search, "search_tokens", NULL));
+    fprintf(f, ".\n");
 }
 
 static ac_status write_markdown(const ac_compress_ctx *c, const report_inputs *in, int have_arch_png,
@@ -229,8 +310,9 @@ static ac_status write_markdown(const ac_compress_ctx *c, const report_inputs *i
                 c->tables, in->tables_differ);
     else
         fprintf(f, "\nThe cost tables (`%s`) were measured on this machine for this contract.\n", c->tables);
+    write_selection(f, c, in);
     fprintf(f, "\n## Tokens and quality\n\n| | |\n|---|---|\n");
-    fprintf(f, "| search tokens | %.0f |\n| KD tokens | %.0f |\n", number(in->search, "search_tokens", NULL),
+    fprintf(f, "| search tokens (all selection) | %.0f |\n| KD tokens | %.0f |\n", search_tokens(c, in),
             (double)c->kd_steps * c->p->batch * c->p->seq_len);
     fprintf(f, "| KD loss (mean of the last %d steps) | %.4f |\n", in->kd_tail_steps, in->kd_tail);
     fprintf(f, "| held-out KD loss | %.4f |\n| held-out cross-entropy (parent) | %.4f (%.4f) |\n",
@@ -325,10 +407,18 @@ static ac_status draw_loss(const ac_compress_ctx *c)
                      "set title 'search'\nset xlabel 'search tokens'\nset ylabel 'KD loss'\n");
     if (c->p->method == AC_METHOD_MINITRON) {
         n += snprintf(script + n, sizeof script - (size_t)n, "plot ");
-        for (int i = 0; i < c->p->candidates; i++)
-            n += snprintf(script + n, sizeof script - (size_t)n,
-                          "%s'search/candidates/c%d/loss.csv' using 2:4 every ::1 with lines title 'candidate %d'",
-                          i ? ", " : "", i, i);
+        int drawn = 0;
+        for (int i = 0; i < c->p->candidates; i++) {
+            char name[64], path[AC_PATH_MAX];
+            snprintf(name, sizeof name, "search/candidates/c%d/loss.csv", i);
+            ac_compress_path(c, name, path, sizeof path);
+            if (!ac_path_exists(path)) /* dropped when measured, or the only one left */
+                continue;
+            n += snprintf(script + n, sizeof script - (size_t)n, "%s'%s' using 2:4 every ::1 with lines title "
+                          "'candidate %d'", drawn++ ? ", " : "", name, i);
+        }
+        if (!drawn)
+            n += snprintf(script + n, sizeof script - (size_t)n, "0 notitle");
         n += snprintf(script + n, sizeof script - (size_t)n, "\n");
     } else {
         n += snprintf(script + n, sizeof script - (size_t)n,

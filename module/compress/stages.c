@@ -10,8 +10,10 @@
 #include "autocompress/model.h"
 #include "autocompress/profile.h"
 #include "autocompress/prune.h"
+#include "autocompress/rank.h"
 #include "autocompress/search.h"
 #include "autocompress/train.h"
+#include "util/child.h"
 #include "util/fs_util.h"
 #include "util/json_util.h"
 
@@ -113,7 +115,7 @@ static ac_status search_autocompress(ac_compress_ctx *c, const ac_model *parent,
     ac_search_params sp = ac_search_default_params();
     sp.data_dir = p->data_dir;
     sp.out_dir = dir;
-    sp.max_tokens = c->search_tokens;
+    sp.max_tokens = c->router_tokens;
     sp.seq_len = p->seq_len;
     sp.seed = p->seed;
     sp.progress = p->progress;
@@ -129,17 +131,21 @@ static ac_status search_autocompress(ac_compress_ctx *c, const ac_model *parent,
     return st;
 }
 
-static ac_status search_minitron(ac_compress_ctx *c, const ac_model *parent, const ac_cost_tables *tables,
-                                 const char *dir)
+/* Minitron++ loads the parent where it needs it (it measures its candidates in forked
+ * processes, so this one must not start OpenMP first). */
+static ac_status search_minitron(ac_compress_ctx *c, const ac_cost_tables *tables, const char *dir)
 {
     const ac_compress_params *p = c->p;
     ac_minitron_params mp = ac_minitron_default_params();
+    mp.parent_dir = p->model_dir;
     mp.data_dir = p->data_dir;
     mp.out_dir = dir;
     mp.seq_len = p->seq_len;
     mp.batch = p->batch;
     mp.candidates = p->candidates;
     mp.candidate_tokens = c->candidate_tokens;
+    mp.measure = p->measure_candidates;
+    mp.sweeps = p->measure_sweeps;
     mp.optim = kd_optim(p);
     mp.seed = p->seed;
     mp.progress = p->progress;
@@ -147,8 +153,57 @@ static ac_status search_minitron(ac_compress_ctx *c, const ac_model *parent, con
     memset(&rep, 0, sizeof rep);
     ac_status st = ac_contract_compute_device(&c->contract, &mp.device);
     if (st == AC_OK)
-        st = ac_minitron_run(parent, &c->contract, tables, &mp, &rep);
+        st = ac_minitron_run(NULL, &c->contract, tables, &mp, &rep);
     ac_arch_free(&rep.arch);
+    return st;
+}
+
+static ac_status load_and_search(ac_compress_ctx *c, const ac_cost_tables *tables, const char *dir)
+{
+    ac_model *parent = NULL;
+    ac_status st = ac_model_load(c->p->model_dir, &parent);
+    if (st == AC_OK)
+        st = search_autocompress(c, parent, tables, dir);
+    ac_model_free(parent);
+    return st;
+}
+
+/* The search's candidates (or its single pick) ranked in search/rank/: measured, short
+ * KDs, the lowest held-out KD loss kept. A candidate the measurement drops cannot be
+ * chosen; when every one is dropped the run stops here. */
+static ac_status rerank(ac_compress_ctx *c, const ac_cost_tables *tables)
+{
+    const ac_compress_params *p = c->p;
+    char search_json[AC_PATH_MAX], arch_json[AC_PATH_MAX], imp[AC_PATH_MAX], out[AC_PATH_MAX];
+    ac_compress_path(c, "search/search.json", search_json, sizeof search_json);
+    ac_compress_path(c, "search/arch.json", arch_json, sizeof arch_json);
+    ac_compress_path(c, "search/importance.safetensors", imp, sizeof imp);
+    ac_compress_path(c, "search/rank", out, sizeof out);
+    ac_rank_candidate *cand = NULL;
+    int n = 0;
+    ac_status st = ac_rank_read_candidates(search_json, arch_json, c->rerank_k, &cand, &n);
+    ac_rank_params rp = ac_rank_default_params();
+    rp.parent_dir = p->model_dir;
+    rp.importance_path = imp;
+    rp.data_dir = p->data_dir;
+    rp.out_dir = out;
+    rp.tables = tables;
+    rp.measure = p->measure_candidates;
+    rp.sweeps = p->measure_sweeps;
+    ac_rank_split_tokens(c->rerank_tokens, p->batch, p->seq_len, &rp.kd_tokens, &rp.score_tokens);
+    rp.batch = p->batch;
+    rp.seq_len = p->seq_len;
+    rp.optim = kd_optim(p);
+    rp.seed = p->seed;
+    rp.progress = p->progress;
+    ac_rank_report rep;
+    memset(&rep, 0, sizeof rep);
+    if (st == AC_OK)
+        st = ac_contract_compute_device(&c->contract, &rp.device);
+    if (st == AC_OK)
+        st = ac_rank_run(&c->contract, cand, n, &rp, &rep);
+    ac_rank_report_free(&rep);
+    ac_rank_candidates_free(cand, n);
     return st;
 }
 
@@ -157,14 +212,24 @@ static ac_status stage_search(ac_compress_ctx *c)
     char dir[AC_PATH_MAX];
     ac_compress_path(c, "search", dir, sizeof dir);
     ac_cost_tables *tables = NULL;
-    ac_model *parent = NULL;
     ac_status st = read_tables(c, &tables);
     if (st == AC_OK)
-        st = ac_model_load(c->p->model_dir, &parent);
+        st = c->p->method == AC_METHOD_MINITRON ? search_minitron(c, tables, dir) : load_and_search(c, tables, dir);
+    ac_cost_tables_free(tables);
+    return st;
+}
+
+/* A stage of its own: this process has started no OpenMP, so the ranking can measure in
+ * forked ones. Nothing to do for Minitron++ (it ranks its shortlist in its search) or
+ * with --rerank 0. */
+static ac_status stage_rank(ac_compress_ctx *c)
+{
+    if (!ac_compress_reranks(c))
+        return AC_OK;
+    ac_cost_tables *tables = NULL;
+    ac_status st = read_tables(c, &tables);
     if (st == AC_OK)
-        st = c->p->method == AC_METHOD_MINITRON ? search_minitron(c, parent, tables, dir)
-                                                : search_autocompress(c, parent, tables, dir);
-    ac_model_free(parent);
+        st = rerank(c, tables);
     ac_cost_tables_free(tables);
     return st;
 }
@@ -173,9 +238,8 @@ static ac_status stage_search(ac_compress_ctx *c)
 static ac_status stage_prune(ac_compress_ctx *c)
 {
     char arch_path[AC_PATH_MAX], imp_path[AC_PATH_MAX], search_path[AC_PATH_MAX], out[AC_PATH_MAX];
-    ac_compress_path(c, "search/arch.json", arch_path, sizeof arch_path);
+    ac_compress_chosen_paths(c, arch_path, search_path, sizeof arch_path);
     ac_compress_path(c, "search/importance.safetensors", imp_path, sizeof imp_path);
-    ac_compress_path(c, "search/search.json", search_path, sizeof search_path);
     ac_compress_path(c, "pruned", out, sizeof out);
     ac_model *parent = NULL, *child = NULL;
     ac_arch arch = {0};
@@ -305,7 +369,8 @@ static ac_status stage_eval(ac_compress_ctx *c)
 
 const ac_compress_stage ac_compress_stages[AC_STAGE_COUNT] = {
     {"tables", "the search space's per-layer costs on this machine", 0, stage_tables},
-    {"search", "importance and the architecture", 0, stage_search},
+    {"search", "importance and the architecture (or its candidates)", 0, stage_search},
+    {"rank", "the search's candidates measured and ranked by short KDs (--rerank)", 0, stage_rank},
     {"prune", "the importance-ordered parent sliced to the architecture", 0, stage_prune},
     {"distill", "knowledge distillation from the parent", 0, stage_distill},
     {"measure", "the result measured under the contract's workload", 0, stage_measure},

@@ -1,12 +1,13 @@
 /* Minitron++: homogeneous candidates from the search space and depth removal by layer
- * importance, filtered by the cost model, the largest few ranked by a short KD each. */
+ * importance, filtered by the cost model, the largest few ranked (autocompress/rank.h):
+ * measured, those that miss dropped, the rest by a short KD each. */
 #include "search/search_loop.h"
 
 #include "autocompress/config_json.h"
 #include "autocompress/minitron.h"
-#include "autocompress/prune.h"
+#include "autocompress/rank.h"
 #include "autocompress/tokens.h"
-#include "autocompress/train.h"
+#include "util/child.h"
 #include "util/fs_util.h"
 #include "util/json_util.h"
 #include "util/path.h"
@@ -16,8 +17,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-enum { TAIL_STEPS = 25 };
 
 ac_minitron_params ac_minitron_default_params(void)
 {
@@ -33,6 +32,8 @@ ac_minitron_params ac_minitron_default_params(void)
     p.optim.lr = 1e-3f;
     p.optim.weight_decay = 0.0f;
     p.seed = 1;
+    p.measure = 1;
+    p.sweeps = 5;
     p.progress = AC_PROGRESS_AUTO;
     return p;
 }
@@ -41,14 +42,13 @@ typedef struct {
     int *choice;  /* per axis */
     double params;
     ac_cost_prediction cost;
-    double kd;    /* tail KD loss once distilled */
 } candidate;
 
 typedef struct {
     const ac_minitron_params *p;
     const ac_contract *contract;
-    const ac_model *parent;
-    ac_model *teacher;    /* the parent on the device the short KDs run on; NULL: the parent */
+    const ac_model *parent; /* NULL: p->parent_dir's, loaded where needed */
+    ac_arch parent_arch;
     ac_cost_model *cost;
     ac_importance imp;
     int n_axes;
@@ -58,17 +58,14 @@ typedef struct {
     int n_removal;
 } minitron_run;
 
-static ac_status importance(minitron_run *r)
+/* The importance of `parent` from calibration windows of train.bin, saved to `path`. */
+static ac_status compute_importance(const ac_model *parent, const ac_minitron_params *p, const char *path)
 {
-    const ac_minitron_params *p = r->p;
-    char path[AC_PATH_MAX], train[AC_PATH_MAX];
-    ac_status st = ac_path_join(path, sizeof path, p->out_dir, "importance.safetensors");
-    if (st != AC_OK)
-        return st;
-    if (ac_path_exists(path))
-        return ac_importance_load(path, ac_model_arch(r->parent), &r->imp);
+    char train[AC_PATH_MAX];
+    ac_importance imp;
+    memset(&imp, 0, sizeof imp);
     ac_tokens *tokens = NULL;
-    st = ac_path_join(train, sizeof train, p->data_dir, "train.bin");
+    ac_status st = ac_path_join(train, sizeof train, p->data_dir, "train.bin");
     if (st == AC_OK)
         st = ac_tokens_open(train, &tokens);
     int32_t *calib = st == AC_OK ? malloc((size_t)p->calib_seqs * (p->seq_len + 1) * sizeof *calib) : NULL;
@@ -80,10 +77,53 @@ static ac_status importance(minitron_run *r)
     for (int b = 1; st == AC_OK && b < p->calib_seqs; b++)
         memmove(calib + (size_t)b * p->seq_len, calib + (size_t)b * (p->seq_len + 1), (size_t)p->seq_len * sizeof *calib);
     if (st == AC_OK)
-        st = ac_importance_compute(r->parent, calib, p->calib_seqs, p->seq_len, &r->imp);
+        st = ac_importance_compute(parent, calib, p->calib_seqs, p->seq_len, &imp);
     free(calib);
     ac_tokens_close(tokens);
-    return st == AC_OK ? ac_importance_save(&r->imp, path) : st;
+    if (st == AC_OK)
+        st = ac_importance_save(&imp, path);
+    ac_importance_free(&imp);
+    return st;
+}
+
+typedef struct {
+    const minitron_run *r;
+    const char *path;
+} importance_job;
+
+static ac_status importance_child(void *arg, int fd)
+{
+    const importance_job *j = arg;
+    ac_model *loaded = NULL;
+    ac_status st = ac_child_start_team(fd);
+    if (st == AC_OK && !j->r->parent)
+        st = ac_model_load(j->r->p->parent_dir, &loaded);
+    if (st == AC_OK)
+        st = compute_importance(j->r->parent ? j->r->parent : loaded, j->r->p, j->path);
+    ac_model_free(loaded);
+    return st;
+}
+
+/* Computed once and saved; in a child process when the candidates will be measured (the
+ * measurement forks, and this process must not have started OpenMP by then) or when the
+ * parent is to be loaded for it. */
+static ac_status importance(minitron_run *r)
+{
+    const ac_minitron_params *p = r->p;
+    char path[AC_PATH_MAX];
+    ac_status st = ac_path_join(path, sizeof path, p->out_dir, "importance.safetensors");
+    if (st == AC_OK && !ac_path_exists(path)) {
+        if (r->parent && !p->measure) {
+            st = compute_importance(r->parent, p, path);
+        } else {
+            importance_job job = {r, path};
+            void *out = NULL;
+            size_t bytes = 0;
+            st = ac_run_in_child(importance_child, &job, &out, &bytes);
+            free(out);
+        }
+    }
+    return st == AC_OK ? ac_importance_load(path, &r->parent_arch, &r->imp) : st;
 }
 
 /* The first axis of `kind` (NULL when the space has none). */
@@ -107,7 +147,7 @@ static int value_index(const ac_cost_axis *x, int value)
  * removable Mamba layers one too) ordered by the depth score, least important first. */
 static ac_status removal_order(minitron_run *r)
 {
-    int L = ac_model_arch(r->parent)->n_layers;
+    int L = r->parent_arch.n_layers;
     r->removal = malloc(((size_t)L + 1) * sizeof *r->removal);
     if (!r->removal)
         return ac_fail(AC_ERR_NOMEM, "minitron: out of memory");
@@ -189,7 +229,7 @@ static int kind_count(const ac_cost_model *m, ac_axis_kind kind)
 
 static ac_status build_grid(minitron_run *r)
 {
-    int L = ac_model_arch(r->parent)->n_layers;
+    int L = r->parent_arch.n_layers;
     int max_removed = (int)floor(r->p->max_depth_removal * L + 1e-9);
     if (max_removed > r->n_removal)
         max_removed = r->n_removal;
@@ -240,63 +280,59 @@ static int select_feasible(minitron_run *r, const ac_budget_targets *t)
     return n;
 }
 
-/* One short KD from the importance-ordered slice; a finished one is read back. */
-static ac_status distill_candidate(minitron_run *r, candidate *c, int rank, int64_t tokens, int64_t *used)
+/* The shortlist as the ranking's candidates: each one's architecture and kept layers. */
+static ac_status make_candidates(const minitron_run *r, int n, ac_rank_candidate **out)
 {
-    const ac_minitron_params *p = r->p;
-    char name[32], dir[AC_PATH_MAX], path[AC_PATH_MAX];
-    snprintf(name, sizeof name, "candidates/c%d", rank); /* fits: 12 bytes and an int */
-    ac_status st = ac_path_join(dir, sizeof dir, p->out_dir, name);
-    if (st == AC_OK)
-        st = ac_path_join(path, sizeof path, dir, "model.safetensors");
-    if (st != AC_OK)
-        return st;
-    int steps = (int)(tokens / ((int64_t)p->batch * p->seq_len));
-    *used = (int64_t)steps * p->batch * p->seq_len;
-    if (!ac_path_exists(path)) {
-        ac_arch arch;
-        int *layers = malloc((size_t)ac_model_arch(r->parent)->n_layers * sizeof *layers);
-        if (!layers)
-            return ac_fail(AC_ERR_NOMEM, "minitron: out of memory");
-        st = ac_cost_choice_arch(r->cost, c->choice, &arch, layers);
-        ac_model *child = NULL;
-        ac_prune_params pp = {&r->imp, layers};
-        if (st == AC_OK) {
-            st = ac_prune(r->parent, &arch, &pp, &child);
-            ac_arch_free(&arch);
-        }
-        free(layers);
-        if (st == AC_OK && r->teacher) /* the pruned candidate joins the teacher's device */
-            st = ac_model_move_to_device(&child, p->device);
-        ac_train_params tp = ac_train_default_params();
-        tp.data_dir = p->data_dir;
-        tp.out_dir = dir;
-        tp.teacher = r->teacher ? r->teacher : r->parent;
-        tp.kd_tau = p->kd_tau;
-        tp.batch = p->batch;
-        tp.seq_len = p->seq_len;
-        tp.steps = steps;
-        tp.optim = p->optim;
-        tp.optim.warmup_steps = steps / 10;
-        tp.seed = p->seed; /* the same batches for every candidate */
-        tp.checkpoint_every = steps / 4 > 0 ? steps / 4 : 1;
-        tp.eval_every = 0;
-        tp.progress = p->progress;
-        ac_train_report rep;
-        if (st == AC_OK)
-            st = ac_make_dirs(dir);
-        if (st == AC_OK)
-            st = ac_train_run(&child, &tp, &rep);
-        ac_model_free(child);
-        if (st != AC_OK)
-            return ac_fail_context(st, "minitron: candidate %d", rank);
+    ac_rank_candidate *c = calloc((size_t)n, sizeof *c);
+    if (!c)
+        return ac_fail(AC_ERR_NOMEM, "minitron: out of memory");
+    ac_status st = AC_OK;
+    for (int i = 0; st == AC_OK && i < n; i++) {
+        c[i].parent_layers = malloc(((size_t)r->parent_arch.n_layers + 1) * sizeof *c[i].parent_layers);
+        st = c[i].parent_layers ? ac_cost_choice_arch(r->cost, r->grid[i].choice, &c[i].arch, c[i].parent_layers)
+                                : ac_fail(AC_ERR_NOMEM, "minitron: out of memory");
+        c[i].predicted = r->grid[i].cost;
     }
-    st = ac_path_join(path, sizeof path, dir, "loss.csv");
-    int n = 0;
-    return st == AC_OK ? ac_train_tail_loss(path, TAIL_STEPS, &c->kd, &n) : st;
+    if (st != AC_OK) {
+        ac_rank_candidates_free(c, n);
+        return st;
+    }
+    *out = c;
+    return AC_OK;
 }
 
-static ac_status write_table(const minitron_run *r, int trained)
+static ac_status rank_shortlist(const minitron_run *r, const ac_cost_tables *tables, int64_t per_candidate,
+                                ac_minitron_report *rep, ac_rank_report *rank)
+{
+    const ac_minitron_params *p = r->p;
+    char imp[AC_PATH_MAX];
+    ac_rank_candidate *c = NULL;
+    ac_status st = ac_path_join(imp, sizeof imp, p->out_dir, "importance.safetensors");
+    if (st == AC_OK)
+        st = make_candidates(r, rep->trained, &c);
+    ac_rank_params rp = ac_rank_default_params();
+    rp.parent_dir = p->parent_dir;
+    rp.importance_path = imp;
+    rp.data_dir = p->data_dir;
+    rp.out_dir = p->out_dir;
+    rp.tables = tables;
+    rp.measure = p->measure;
+    rp.sweeps = p->sweeps;
+    ac_rank_split_tokens(per_candidate, p->batch, p->seq_len, &rp.kd_tokens, &rp.score_tokens);
+    rp.batch = p->batch;
+    rp.seq_len = p->seq_len;
+    rp.kd_tau = p->kd_tau;
+    rp.optim = p->optim;
+    rp.seed = p->seed;
+    rp.device = p->device;
+    rp.progress = p->progress;
+    if (st == AC_OK)
+        st = ac_rank_run(r->contract, c, rep->trained, &rp, rank);
+    ac_rank_candidates_free(c, rep->trained);
+    return st;
+}
+
+static ac_status write_table(const minitron_run *r, const ac_rank_report *rank)
 {
     char path[AC_PATH_MAX];
     ac_status st = ac_path_join(path, sizeof path, r->p->out_dir, "minitron.csv");
@@ -305,23 +341,20 @@ static ac_status write_table(const minitron_run *r, int trained)
     FILE *f = fopen(path, "w");
     if (!f)
         return ac_fail(AC_ERR_IO, "minitron: cannot write %s", path);
-    fprintf(f, "rank,parameters,latency_ms,throughput_tok_s,memory_mib,kd_loss\n");
-    for (int i = 0; i < trained; i++) {
+    fprintf(f, "rank,parameters,latency_ms,throughput_tok_s,memory_mib,meets_measured,kd_loss,held_out_kd_loss\n");
+    for (int i = 0; i < rank->n; i++) {
         const candidate *c = &r->grid[i];
-        fprintf(f, "%d,%.0f,%.4f,%.2f,%.4f,%.6f\n", i, c->params, c->cost.latency_ms, c->cost.throughput_tok_s,
-                c->cost.memory_bytes / (1024.0 * 1024.0), c->kd);
+        const ac_rank_result *k = &rank->results[i];
+        fprintf(f, "%d,%.0f,%.4f,%.2f,%.4f,%s,%.6f,%.6f\n", i, c->params, c->cost.latency_ms, c->cost.throughput_tok_s,
+                c->cost.memory_bytes / (1024.0 * 1024.0), !r->p->measure ? "" : k->meets ? "1" : "0", k->kd_tail,
+                k->held_out_kd);
     }
     return fclose(f) == 0 ? AC_OK : ac_fail(AC_ERR_IO, "minitron: cannot write %s", path);
 }
 
-static ac_status write_outputs(const minitron_run *r, const ac_minitron_report *rep)
+static ac_status write_outputs(const minitron_run *r, const ac_minitron_report *rep, const ac_rank_report *rank)
 {
     char path[AC_PATH_MAX];
-    ac_status st = ac_path_join(path, sizeof path, r->p->out_dir, "arch.json");
-    if (st == AC_OK)
-        st = ac_config_json_write(path, &rep->arch);
-    if (st != AC_OK)
-        return st;
     ac_search_report sr;
     memset(&sr, 0, sizeof sr);
     sr.targets = rep->targets;
@@ -338,18 +371,25 @@ static ac_status write_outputs(const minitron_run *r, const ac_minitron_report *
     cJSON_AddStringToObject(root, "method", "minitron++");
     cJSON_AddNumberToObject(root, "grid", rep->grid);
     cJSON_AddNumberToObject(root, "feasible", rep->feasible);
+    cJSON_AddNumberToObject(root, "chosen", rep->chosen);
+    cJSON_AddNumberToObject(root, "selection_tokens", (double)(rank->kd_tokens + rank->score_tokens));
     cJSON *list = cJSON_AddArrayToObject(root, "candidates");
-    for (int i = 0; list && i < rep->trained; i++) {
+    for (int i = 0; list && i < rank->n; i++) {
+        const ac_rank_result *k = &rank->results[i];
         cJSON *o = cJSON_CreateObject();
         cJSON_AddNumberToObject(o, "parameters", r->grid[i].params);
-        cJSON_AddNumberToObject(o, "kd_loss", r->grid[i].kd);
+        cJSON_AddStringToObject(o, "verdict", !r->p->measure ? "not measured" : k->meets ? "meets" : "misses");
+        if (k->distilled)
+            cJSON_AddNumberToObject(o, "kd_loss", k->held_out_kd);
+        else
+            cJSON_AddNullToObject(o, "kd_loss");
         cJSON_AddItemToArray(list, o);
     }
-    st = ac_path_join(path, sizeof path, r->p->out_dir, "search.json");
+    ac_status st = ac_path_join(path, sizeof path, r->p->out_dir, "search.json");
     if (st == AC_OK)
         st = ac_write_json_file(path, root);
     cJSON_Delete(root);
-    return st == AC_OK ? write_table(r, rep->trained) : st;
+    return st == AC_OK ? write_table(r, rank) : st;
 }
 
 static void free_run(minitron_run *r)
@@ -360,25 +400,64 @@ static void free_run(minitron_run *r)
     free(r->removal);
     ac_importance_free(&r->imp);
     ac_cost_model_free(r->cost);
-    ac_model_free(r->teacher);
+    ac_arch_free(&r->parent_arch);
 }
 
 static ac_status check_params(const ac_minitron_params *p, const ac_contract *c, int64_t *per_candidate)
 {
-    if (!p->data_dir || !p->out_dir)
-        return ac_fail(AC_ERR_INVALID, "minitron: data and output directories are required");
-    if (p->candidates < 1 || p->calib_seqs < 1 || p->batch < 1 || p->seq_len < 2)
-        return ac_fail(AC_ERR_INVALID, "minitron: candidates, calibration sequences, batch and seq_len must be positive");
+    if (!p->data_dir || !p->out_dir || !p->parent_dir)
+        return ac_fail(AC_ERR_INVALID, "minitron: the parent, data and output directories are required");
+    if (p->candidates < 1 || p->calib_seqs < 1 || p->batch < 1 || p->seq_len < 2 || p->sweeps < 1)
+        return ac_fail(AC_ERR_INVALID, "minitron: candidates, calibration sequences, batch, seq_len and sweeps must be "
+                                       "positive");
     if (!(p->max_depth_removal >= 0 && p->max_depth_removal < 1))
         return ac_fail(AC_ERR_INVALID, "minitron: max_depth_removal must be in [0, 1), got %g", (double)p->max_depth_removal);
     *per_candidate = p->candidate_tokens;
     if (*per_candidate <= 0 && c->budgets.has_search_tokens)
         *per_candidate = c->budgets.search_tokens / p->candidates;
-    if (*per_candidate < (int64_t)p->batch * p->seq_len)
-        return ac_fail(AC_ERR_INVALID, "minitron: %lld KD tokens per candidate make no step of %d x %d (give the "
-                                       "candidate tokens or the contract's budgets.search_tokens)",
-                       (long long)*per_candidate, p->batch, p->seq_len);
+    int64_t kd = 0, score = 0;
+    ac_rank_split_tokens(*per_candidate, p->batch, p->seq_len, &kd, &score);
+    if (kd < 1)
+        return ac_fail(AC_ERR_INVALID, "minitron: %lld selection tokens per candidate leave no KD step of %d x %d "
+                                       "after the held-out score's %lld (give more candidate tokens or the "
+                                       "contract's budgets.search_tokens)",
+                       (long long)*per_candidate, p->batch, p->seq_len, (long long)score);
     return AC_OK;
+}
+
+/* Targets, importance, the grid and its feasible part ranked by size. */
+static ac_status shortlist(minitron_run *r, const ac_cost_tables *tables, ac_minitron_report *rep)
+{
+    const ac_minitron_params *p = r->p;
+    char config[AC_PATH_MAX];
+    ac_status st = ac_path_join(config, sizeof config, p->parent_dir, "config.json");
+    if (st == AC_OK)
+        st = r->parent ? ac_arch_copy(&r->parent_arch, ac_model_arch(r->parent))
+                       : ac_config_json_read(config, &r->parent_arch);
+    if (st == AC_OK)
+        st = ac_make_dirs(p->out_dir);
+    if (st == AC_OK)
+        st = ac_cost_model_create(tables, &r->parent_arch, r->contract, &r->cost);
+    if (st == AC_OK)
+        st = ac_cost_predict_arch(r->cost, &r->parent_arch, &rep->parent);
+    if (st == AC_OK)
+        st = ac_search_resolve_targets(r->contract, &rep->parent, &rep->targets);
+    rep->planned = ac_search_planned_targets(&rep->targets, r->contract->margin);
+    if (st == AC_OK) {
+        r->n_axes = ac_cost_model_axis_count(r->cost);
+        st = importance(r);
+    }
+    if (st == AC_OK)
+        st = removal_order(r);
+    if (st == AC_OK)
+        st = build_grid(r);
+    rep->grid = r->n_grid;
+    rep->feasible = st == AC_OK ? select_feasible(r, &rep->planned) : 0;
+    if (st == AC_OK && rep->feasible == 0)
+        st = ac_fail(AC_ERR_INVALID, "minitron: none of the %d homogeneous candidates is predicted to meet %s's targets",
+                     r->n_grid, r->contract->name);
+    rep->trained = rep->feasible < p->candidates ? rep->feasible : p->candidates;
+    return st;
 }
 
 ac_status ac_minitron_run(const ac_model *parent, const ac_contract *contract, const ac_cost_tables *tables,
@@ -390,49 +469,23 @@ ac_status ac_minitron_run(const ac_model *parent, const ac_contract *contract, c
     if (st != AC_OK)
         return st;
     minitron_run r = {.p = p, .contract = contract, .parent = parent};
-    const ac_arch *pa = ac_model_arch(parent);
-    if (p->device && strcmp(p->device, "cpu") != 0)
-        st = ac_model_to_device(parent, p->device, &r.teacher);
+    ac_rank_report rank;
+    memset(&rank, 0, sizeof rank);
+    st = shortlist(&r, tables, rep);
     if (st == AC_OK)
-        st = ac_make_dirs(p->out_dir);
-    if (st == AC_OK)
-        st = ac_cost_model_create(tables, pa, contract, &r.cost);
-    if (st == AC_OK)
-        st = ac_cost_predict_arch(r.cost, pa, &rep->parent);
-    if (st == AC_OK)
-        st = ac_search_resolve_targets(contract, &rep->parent, &rep->targets);
-    rep->planned = ac_search_planned_targets(&rep->targets, contract->margin);
-    if (st == AC_OK) {
-        r.n_axes = ac_cost_model_axis_count(r.cost);
-        st = importance(&r);
-    }
-    if (st == AC_OK)
-        st = removal_order(&r);
-    if (st == AC_OK)
-        st = build_grid(&r);
-    rep->grid = r.n_grid;
-    rep->feasible = st == AC_OK ? select_feasible(&r, &rep->planned) : 0;
-    if (st == AC_OK && rep->feasible == 0)
-        st = ac_fail(AC_ERR_INVALID, "minitron: none of the %d homogeneous candidates is predicted to meet %s's targets",
-                     r.n_grid, contract->name);
+        st = rank_shortlist(&r, tables, per_candidate, rep, &rank);
     rep->calib_tokens = (int64_t)p->calib_seqs * p->seq_len;
-    rep->tokens = rep->calib_tokens;
-    int trained = rep->feasible < p->candidates ? rep->feasible : p->candidates;
-    for (int i = 0; st == AC_OK && i < trained; i++) {
-        int64_t used = 0;
-        st = distill_candidate(&r, &r.grid[i], i, per_candidate, &used);
-        rep->tokens += used;
-        rep->trained = i + 1;
-        if (st == AC_OK && r.grid[i].kd < r.grid[rep->chosen].kd)
-            rep->chosen = i;
-    }
+    rep->tokens = rep->calib_tokens + rank.kd_tokens + rank.score_tokens;
     if (st == AC_OK) {
-        rep->chosen_kd = r.grid[rep->chosen].kd;
-        rep->chosen_cost = r.grid[rep->chosen].cost;
-        st = ac_cost_choice_arch(r.cost, r.grid[rep->chosen].choice, &rep->arch, NULL);
+        rep->chosen = rank.chosen;
+        rep->survivors = rank.survivors;
+        rep->chosen_kd = rank.results[rank.chosen].held_out_kd;
+        rep->chosen_cost = r.grid[rank.chosen].cost;
+        st = ac_cost_choice_arch(r.cost, r.grid[rank.chosen].choice, &rep->arch, NULL);
     }
     if (st == AC_OK)
-        st = write_outputs(&r, rep);
+        st = write_outputs(&r, rep, &rank);
+    ac_rank_report_free(&rank);
     free_run(&r);
     return st;
 }

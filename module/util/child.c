@@ -53,6 +53,17 @@ ac_status ac_child_heartbeat(int fd)
     return AC_OK;
 }
 
+ac_status ac_child_start_team(int fd)
+{
+    int team = 0;
+#pragma omp parallel
+    {
+#pragma omp atomic
+        team++;
+    }
+    return team > 0 ? ac_child_heartbeat(fd) : AC_OK;
+}
+
 ac_status ac_child_write(int fd, const void *data, size_t bytes)
 {
     if (!write_frame(fd, 'D', data, bytes))

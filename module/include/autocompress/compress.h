@@ -6,8 +6,13 @@
  *   tables   profile the contract's search space into tables.json (skipped when tables
  *            are given: their path is recorded)
  *   search   search/: importance, then the architecture, by AutoCompress's routers or by
- *            the Minitron++ baseline (autocompress/search.h); arch.json, search.json
- *   prune    pruned/: the importance-ordered parent sliced to the architecture
+ *            the Minitron++ baseline (autocompress/search.h); arch.json, search.json;
+ *            Minitron++ ranks its shortlist here (autocompress/rank.h: search/rank.json)
+ *   rank     search/rank/ (AutoCompress with rerank > 0): the search's candidates (or
+ *            its single pick) ranked by autocompress/rank.h: measured, those that miss
+ *            a target dropped, the others given a short KD each, the lowest held-out
+ *            KD loss kept; rank.json, rank.md, arch.json
+ *   prune    pruned/: the importance-ordered parent sliced to the chosen architecture
  *   distill  distill/: KD from the parent for the KD-token budget (loss.csv, checkpoints);
  *            model/: the final checkpoint with the parent's tokenizer
  *   measure  measure.json: the final checkpoint measured under the contract's workload
@@ -50,10 +55,20 @@ typedef struct {
     int64_t kd_tokens;          /* 0: the contract's budgets.kd_tokens */
     int batch, seq_len;         /* KD (and Minitron++'s short KDs) batches; default 8 x 128 */
     float kd_lr;                /* peak AdamW learning rate of the KD (default 1e-3) */
-    int candidates;             /* Minitron++: candidates given a short KD (default 4) */
-    int64_t candidate_tokens;   /* Minitron++: tokens of each short KD; 0: 2 x search tokens /
-                                   candidates (the paper's baseline spends about 2-3x the
-                                   search tokens of AutoCompress) */
+    int candidates;             /* Minitron++: candidates ranked (default 4) */
+    int64_t candidate_tokens;   /* Minitron++: selection tokens of each (short KD and held-out
+                                   score); 0: 2 x search tokens / candidates (the paper's
+                                   baseline spends about 2-3x the search tokens of AutoCompress) */
+    int rerank;                 /* AutoCompress: the search's top candidates re-ranked (default 4;
+                                   0: the search's pick as it is, the old behaviour) */
+    double rerank_share;        /* AutoCompress with rerank: the fraction of the search tokens
+                                   beyond the search's calibration for the ranking's KDs and
+                                   scores (default 0.5); the router steps get the rest, so
+                                   search tokens count all selection. Fewer candidates are
+                                   ranked when the share cannot give each a KD step and a
+                                   scored batch (none below two: the pick alone, measured) */
+    int measure_candidates;     /* 1 (default): ranked candidates are measured and those that
+                                   miss a target cannot be chosen; 0: the prediction trusted */
     int profile_repeats;        /* profiling sweeps (default 5) */
     int measure_sweeps;         /* measurement processes of the final model (default 5) */
     int eval_batches;           /* held-out batches of batch x seq_len (default 16) */
@@ -68,7 +83,7 @@ ac_compress_params ac_compress_default_params(void);
 typedef struct {
     int stages_run, stages_skipped;
     int pass;                   /* the final model met every target when measured */
-    int64_t search_tokens, kd_tokens;
+    int64_t search_tokens, kd_tokens; /* search: everything spent on selection */
     double kd_loss;             /* mean of the KD's last 25 steps */
     double seconds;
 } ac_compress_report;
