@@ -48,7 +48,7 @@ ac_compress_params ac_compress_default_params(void)
     p.measure_candidates = 1;
     p.profile_repeats = 5;
     p.measure_sweeps = 5;
-    p.eval_batches = 16;
+    p.eval_batches = 0;
     p.seed = 1;
     p.progress = AC_PROGRESS_AUTO;
     return p;
@@ -134,9 +134,9 @@ static ac_status check_params(const ac_compress_params *p)
     if (!p->model_dir || !p->contract_path || !p->data_dir || !p->out_dir)
         return ac_fail(AC_ERR_INVALID, "compress: the parent, contract, data and output directory are required");
     if (p->batch < 1 || p->seq_len < 2 || !(p->kd_lr > 0) || p->candidates < 1 || p->profile_repeats < 1 ||
-        p->measure_sweeps < 1 || p->eval_batches < 1)
-        return ac_fail(AC_ERR_INVALID, "compress: batch, seq_len, KD learning rate, candidates, profile repeats, "
-                                       "measure sweeps and eval batches must be positive");
+        p->measure_sweeps < 1 || p->eval_batches < 0)
+        return ac_fail(AC_ERR_INVALID, "compress: batch, seq_len, KD learning rate, candidates, profile repeats and "
+                                       "measure sweeps must be positive, eval batches >= 0 (0: all of val.bin)");
     if (p->rerank < 0 || !(p->rerank_share > 0 && p->rerank_share < 1))
         return ac_fail(AC_ERR_INVALID, "compress: --rerank must be >= 0 (0: off) and --rerank-share in (0, 1), got %d "
                                        "and %g", p->rerank, p->rerank_share);

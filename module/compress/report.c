@@ -102,6 +102,10 @@ static ac_status load_inputs(const ac_compress_ctx *c, report_inputs *in)
         st = read_json(c, "measure.json", &in->measure);
     if (st == AC_OK)
         st = read_json(c, "eval.json", &in->eval);
+    if (st == AC_OK) { /* the per-window scores stay in eval.json, for eval compare */
+        cJSON_DeleteItemFromObjectCaseSensitive(in->eval, "window_kd");
+        cJSON_DeleteItemFromObjectCaseSensitive(in->eval, "window_ce");
+    }
     if (st == AC_OK)
         st = read_arch(c->p->model_dir, &in->parent);
     ac_compress_path(c, "model", path, sizeof path);

@@ -357,11 +357,12 @@ static ac_status stage_eval(ac_compress_ctx *c)
     ep.batch = p->batch;
     ep.seq_len = p->seq_len;
     ep.progress = p->progress;
-    ac_eval_report r;
+    ac_eval_report r = {0};
     if (st == AC_OK)
         st = ac_eval_run(student, teacher, model, &ep, &r);
     if (st == AC_OK)
         st = ac_eval_write_json(&r, &ep, path);
+    ac_eval_report_free(&r);
     ac_model_free(student);
     ac_model_free(teacher);
     return st;

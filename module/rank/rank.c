@@ -229,12 +229,13 @@ static ac_status score_one(const ac_rank_params *p, const teachers *t, int i, ac
     if (st == AC_OK && !ac_path_exists(path)) {
         ac_model *student = NULL;
         ac_eval_params ep = ac_rank_score_params(p);
-        ac_eval_report er;
+        ac_eval_report er = {0};
         st = ac_model_load(dir, &student);
         if (st == AC_OK)
             st = ac_eval_run(student, t->teacher, dir, &ep, &er);
         if (st == AC_OK)
             st = ac_eval_write_json(&er, &ep, path);
+        ac_eval_report_free(&er);
         ac_model_free(student);
     }
     cJSON *root = NULL;

@@ -162,6 +162,7 @@ static double held_out_kd(const char *dir, const char *parent_dir, const char *d
     ep.progress = AC_PROGRESS_OFF;
     ac_eval_report r;
     assert_int_equal(ac_eval_run(student, teacher, dir, &ep, &r), AC_OK);
+    ac_eval_report_free(&r);
     ac_model_free(student);
     ac_model_free(teacher);
     return r.kd_loss;

@@ -255,10 +255,6 @@ static void test_kd_alone_keeps_the_parent(void **state)
     f->tables = make_tables(&f->contract);
     ac_search_params p = params_in(f, "kd");
     p.budget = (ac_budget_weights){0, 0};
-    /* Mamba removal on the heads axis: the keep gates' zero logits start every Mamba layer
-     * half-gated, and on this tiny random parent KD alone then settles layer 3 on 2 heads
-     * (another seed: removes it) before the gates open; AdamW's equal steps keep it there */
-    p.mamba_removal = AC_MAMBA_REMOVAL_HEADS;
     p.dual_lr = p.dual_damping = 0; /* the multipliers stay 0 */
     ac_search_report r;
     assert_int_equal(ac_search_run(f->parent, &f->contract, f->tables, &p, &r), AC_OK);

@@ -71,7 +71,7 @@ typedef struct {
                                    miss a target cannot be chosen; 0: the prediction trusted */
     int profile_repeats;        /* profiling sweeps (default 5) */
     int measure_sweeps;         /* measurement processes of the final model (default 5) */
-    int eval_batches;           /* held-out batches of batch x seq_len (default 16) */
+    int eval_batches;           /* held-out batches of batch x seq_len (0, the default: all of val.bin) */
     uint64_t seed;
     const char *from_stage;     /* NULL, or a stage name: that stage and those after it run
                                    again (e.g. "measure" on a quieter machine) */
