@@ -2,7 +2,7 @@
  * prefixes, then router steps (KD from the unmasked parent + the budget loss on the cost
  * model's expected cost, AdamW on the router logits, annealed temperature), resumable,
  * with per-step diagnostics; finally the argmax architecture, repaired greedily until
- * the cost model says it meets every target. */
+ * the cost model says it meets every target and filled up to them (discretize.c). */
 #include "autocompress/search.h"
 
 #include "autocompress/config_json.h"
@@ -47,6 +47,8 @@ ac_search_params ac_search_default_params(void)
     p.weights_optim.warmup_steps = 0;
     p.weights_optim.weight_decay = 0.0f;
     p.progress = AC_PROGRESS_AUTO;
+    p.fill = 1;
+    p.candidates = 4;
     return p;
 }
 
@@ -67,6 +69,8 @@ static ac_status check_params(const ac_search_params *p)
         return ac_fail(AC_ERR_INVALID, "search: budget weights must be >= 0");
     if (!(p->temp_start > 0) || !(p->temp_end > 0))
         return ac_fail(AC_ERR_INVALID, "search: temperatures must be positive");
+    if (p->candidates < 0)
+        return ac_fail(AC_ERR_INVALID, "search: candidates must be >= 0, got %d", p->candidates);
     if (!(p->target_warmup >= 0 && p->target_warmup <= 1))
         return ac_fail(AC_ERR_INVALID, "search: target_warmup must be in [0, 1], got %g", (double)p->target_warmup);
     if (p->train_weights && !(p->weights_optim.lr > 0))
@@ -704,8 +708,7 @@ ac_status ac_search_run(const ac_model *parent, const ac_contract *contract, con
             ac_info("search: resumed at step %d of %d", start, r.steps);
         st = run_steps(&r, start, report);
     }
-    int *choice = NULL;
-    ac_repair_step repairs[AC_SEARCH_MAX_REPAIRS];
+    ac_discrete_choice choice = {0};
     if (st == AC_OK) {
         if (r.csv)
             fclose(r.csv);
@@ -717,14 +720,12 @@ ac_status ac_search_run(const ac_model *parent, const ac_contract *contract, con
         report->planned = r.planned;
         report->parent = r.parent_cost;
         /* the final distributions, without noise, at the last temperature */
-        ac_routers_probs(r.routers, params->temp_end, AC_ROUTER_SOFTMAX, 0, r.probs);
-        choice = calloc((size_t)r.n_axes, sizeof *choice);
-        st = choice ? ac_search_discretize(r.cost, ac_model_arch(r.model), r.probs, &r.imp, &r.planned, choice, repairs, AC_SEARCH_MAX_REPAIRS,
-                                           report)
-                    : ac_fail(AC_ERR_NOMEM, "search: out of memory");
+        ac_discretize_inputs in = {r.cost, ac_model_arch(r.model), &r.imp, &r.planned, ac_routers_logits(r.routers),
+                                   params->temp_end, params->fill, params->candidates};
+        st = ac_search_discretize(&in, &choice, report);
     }
     if (st == AC_OK && writer)
-        st = ac_search_write_outputs(params->out_dir, contract, r.cost, choice, repairs, report);
+        st = ac_search_write_outputs(params->out_dir, contract, r.cost, &choice, params->fill, report);
     if (st == AC_OK && writer && r.opt) {
         char dir[AC_PATH_MAX];
         st = path_in(&r, "weights", dir, sizeof dir);
@@ -734,7 +735,7 @@ ac_status ac_search_run(const ac_model *parent, const ac_contract *contract, con
     /* the others return once the outputs are there */
     if (st == AC_OK)
         st = ac_comm_barrier(params->comm);
-    free(choice);
+    ac_discrete_choice_free(&choice);
     free_run(&r);
     return st;
 }
