@@ -450,8 +450,10 @@ static ac_status consider(fill_search *fs, const int *trial, int a, int b, int *
     if (ratio > fs->ratio) {
         fs->ratio = ratio;
         fs->n = b < 0 ? 1 : 2;
+        /* a step that changes nothing alone is listed with nothing used or regained */
         fs->steps[0] = (ac_axis_step){a, fs->choice[a], fs->choice[a] - 1, b < 0 ? used : 0, b < 0 ? regained : 0};
-        fs->steps[1] = (ac_axis_step){b, trial[b < 0 ? 0 : b] + 1, trial[b < 0 ? 0 : b], used, regained};
+        if (b >= 0)
+            fs->steps[1] = (ac_axis_step){b, trial[b] + 1, trial[b], used, regained};
         fs->p = p;
         fs->lost_after = lost;
     }

@@ -45,7 +45,7 @@ float ac_search_temperature(const ac_search_params *p, int step, int steps);
 void ac_search_axis_label(const ac_cost_axis *a, char *buf, size_t size);
 
 /* One step of an axis: down by the repair, up by the fill. Importance is in fractions of
- * the model's (see importance_lost in discretize.c). */
+ * the model's (choice_lost in discretize.c). */
 typedef struct {
     int axis, from, to;  /* value indices */
     double cost;         /* repair: relative excess saved; fill: the largest share of a planned
@@ -87,15 +87,16 @@ ac_status ac_search_discretize(const ac_discretize_inputs *in, ac_discrete_choic
 int ac_search_max_steps(const ac_cost_model *cost);
 
 /* The repair and the fill of one choice (*now: its prediction, updated); steps (NULL: not
- * recorded, else room for ac_search_max_steps) receive the steps, *n_steps their count. A
- * step the space cannot build is skipped; the fill takes only steps that change the
- * architecture, and needs *now to meet the targets. */
+ * recorded, else room for ac_search_max_steps + 1) receive the steps, *n_steps their
+ * count. A step the space cannot build is skipped; the fill takes only moves that change
+ * the architecture (a step that alone changes nothing goes with one more), and needs *now
+ * to meet the targets. */
 ac_status ac_search_repair(const ac_discretize_inputs *in, int *choice, ac_cost_prediction *now, ac_axis_step *steps,
                            int *n_steps);
 ac_status ac_search_fill(const ac_discretize_inputs *in, int *choice, ac_cost_prediction *now, ac_axis_step *steps,
                          int *n_steps);
 
-/* Sets report's candidates: the pick (choice, `pick` its prediction) and the
+/* Sets report's candidates: the pick (choice, report->chosen its prediction) and the
  * architectures that the most probable choices under logp (per-axis log-probabilities)
  * become once repaired and filled, those that meet the targets, distinct, at most
  * in->max_candidates, in descending log-probability (the pick always among them). */
