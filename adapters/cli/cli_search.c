@@ -92,6 +92,14 @@ static ac_status parse_warmup_from(const char *value, void *dst)
     return st;
 }
 
+static ac_status parse_fill(const char *value, void *dst)
+{
+    if (strcmp(value, "on") && strcmp(value, "off"))
+        return ac_fail(AC_ERR_INVALID, "--fill: '%s' is neither 'on' nor 'off'", value);
+    *(int *)dst = !strcmp(value, "on");
+    return AC_OK;
+}
+
 /* The option table; `a` holds the defaults the help text states. */
 static int parse_args(int argc, char **argv, search_args *a)
 {
@@ -134,6 +142,8 @@ static int parse_args(int argc, char **argv, search_args *a)
         CLI_NUMBER("checkpoint-every", CLI_INT, &p->checkpoint_every, "N", "router steps between resumable states (0: at the end)", 0, 100000000),
         CLI_SWITCH("train-weights", &p->train_weights, 1, "the weights learn from the KD too (saved to OUT/weights)"),
         CLI_REAL("weights-lr", CLI_FLOAT, &p->weights_optim.lr, "X", "learning rate of the weights with --train-weights"),
+        CLI_CUSTOM("fill", &p->fill, "on|off", "after the repair, step axes up while every planned target holds (default: on)", parse_fill),
+        CLI_NUMBER("candidates", CLI_INT, &p->candidates, "K", "distinct architectures meeting the planned targets listed in search.json for re-ranking (default 4)", 0, 1000),
         CLI_PROGRESS_OPT(&p->progress),
         CLI_TEXT("device", &p->device, "cpu|cuda", "where the masked KD steps run (default: cpu)"),
         CLI_COMM_OPTS(&a->comm),
@@ -177,8 +187,18 @@ static void print_report(const search_args *a, const ac_search_report *r)
         printf("  trained weights (the reordered parent): %s/weights\n", a->p.out_dir);
     print_costs("parent", &r->parent);
     print_costs("chosen", &r->chosen);
-    printf("  %s every target (cost model), %d undecided axes settled, %d repair steps, final KD %.4f, budget %.4f\n",
-           r->meets ? "meets" : "MISSES", r->settled_axes, r->repair_steps, r->last_kd, r->last_budget);
+    printf("  %s every target (cost model), %d undecided axes settled, %d repair steps, %d fill steps, final KD %.4f, "
+           "budget %.4f\n", r->meets ? "meets" : "MISSES", r->settled_axes, r->repair_steps, r->fill_steps, r->last_kd,
+           r->last_budget);
+    if (r->binding[0])
+        printf("  %s uses %.1f%% of its planned target (%.1f%% before the fill)\n", r->binding, 100 * r->binding_use,
+               100 * r->unfilled_use);
+    for (int i = 0; i < r->n_candidates; i++) {
+        const ac_search_candidate *c = &r->candidates[i];
+        printf("  candidate %d%s: log p %.3g, %d layers, hidden %d, latency %.2f ms, memory %.2f MiB\n", i,
+               c->chosen ? " (chosen)" : "", c->log_prob, c->arch.n_layers, c->arch.hidden, c->predicted.latency_ms,
+               c->predicted.memory_bytes / (1024.0 * 1024.0));
+    }
     ac_arch_print(&r->arch, stdout);
 }
 
@@ -226,7 +246,7 @@ int cli_search(int argc, char **argv)
     if (st == AC_OK && ac_comm_rank(a.p.comm) == 0)
         print_report(&a, &report);
     cli_comm_finish("search", a.p.comm, st);
-    ac_arch_free(&report.arch);
+    ac_search_report_free(&report);
     ac_model_free(parent);
     ac_cost_tables_free(tables);
     return st == AC_OK ? cli_exit_verdict(report.meets) : cli_exit_status(st);

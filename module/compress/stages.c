@@ -127,7 +127,7 @@ static ac_status search_autocompress(ac_compress_ctx *c, const ac_model *parent,
     if (st == AC_OK && !rep.meets)
         st = ac_fail(AC_ERR_INVALID, "the search found no architecture the cost model predicts to meet %s's targets "
                                      "(see %s/search.json)", c->contract.name, dir);
-    ac_arch_free(&rep.arch);
+    ac_search_report_free(&rep);
     return st;
 }
 

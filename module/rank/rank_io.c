@@ -55,13 +55,14 @@ static ac_status read_layers(const cJSON *a, const char *where, int n_layers, in
     return AC_OK;
 }
 
-/* One entry of "candidates": its "arch" object (or the entry itself as a config.json
- * object), "parent_layers", "predicted", "log_prob". */
+/* One entry of search.json's "candidates": its "config" object (the architecture as in
+ * arch.json; or the entry itself as such an object), "parent_layers", "predicted",
+ * "log_prob". */
 static ac_status read_entry(const cJSON *e, const char *where, ac_rank_candidate *c)
 {
     if (!cJSON_IsObject(e))
         return ac_fail(AC_ERR_INVALID, "%s is %s, not an object", where, ac_json_type_name(e));
-    const cJSON *arch = cJSON_GetObjectItemCaseSensitive(e, "arch");
+    const cJSON *arch = cJSON_GetObjectItemCaseSensitive(e, "config");
     char *text = cJSON_PrintUnformatted(cJSON_IsObject(arch) ? arch : e);
     if (!text)
         return ac_fail(AC_ERR_NOMEM, "%s: out of memory", where);

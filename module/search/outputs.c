@@ -1,5 +1,5 @@
 /* The search's outputs: arch.json (a config.json of the chosen architecture), search.json
- * (what was chosen, predicted and repaired) and search.png (the diagnostics of
+ * (what was chosen, predicted, repaired and filled, and the candidates) and search.png (the diagnostics of
  * search.csv, drawn by gnuplot). */
 #include "search/search_loop.h"
 
@@ -50,7 +50,10 @@ static cJSON *choices_json(const ac_cost_model *cost, const int *choice)
     return o;
 }
 
-static cJSON *repairs_json(const ac_cost_model *cost, const ac_repair_step *steps, int n)
+/* The repair's steps (down) or the fill's (up), with what each cost and what it lost or
+ * regained (cost_name, importance_name). */
+static cJSON *steps_json(const ac_cost_model *cost, const ac_axis_step *steps, int n, const char *cost_name,
+                         const char *importance_name)
 {
     cJSON *list = cJSON_CreateArray();
     char label[64];
@@ -63,8 +66,8 @@ static cJSON *repairs_json(const ac_cost_model *cost, const ac_repair_step *step
         cJSON_AddStringToObject(o, "axis", label);
         cJSON_AddNumberToObject(o, "from", ax->values[steps[i].from]);
         cJSON_AddNumberToObject(o, "to", ax->values[steps[i].to]);
-        cJSON_AddNumberToObject(o, "excess_saved", steps[i].saved);
-        cJSON_AddNumberToObject(o, "importance_lost", steps[i].lost);
+        cJSON_AddNumberToObject(o, cost_name, steps[i].cost);
+        cJSON_AddNumberToObject(o, importance_name, steps[i].importance);
         cJSON_AddItemToArray(list, o);
     }
     return list;
@@ -86,7 +89,7 @@ static cJSON *parent_layers_json(const ac_cost_model *cost, const int *choice, i
 }
 
 cJSON *ac_search_summary_json(const ac_contract *contract, const ac_cost_model *cost, const int *choice,
-                              const ac_repair_step *steps, const ac_search_report *r)
+                              const ac_axis_step *repairs, const ac_search_report *r)
 {
     cJSON *root = cJSON_CreateObject();
     if (!root)
@@ -101,7 +104,7 @@ cJSON *ac_search_summary_json(const ac_contract *contract, const ac_cost_model *
     cJSON_AddItemToObject(root, "choice", choices_json(cost, choice));
     cJSON_AddItemToObject(root, "parent_layers", parent_layers_json(cost, choice, r->arch.n_layers));
     cJSON_AddNumberToObject(root, "settled_axes", r->settled_axes);
-    cJSON_AddItemToObject(root, "repairs", repairs_json(cost, steps, r->repair_steps));
+    cJSON_AddItemToObject(root, "repairs", steps_json(cost, repairs, r->repair_steps, "excess_saved", "importance_lost"));
     cJSON_AddNumberToObject(root, "router_steps", r->steps);
     cJSON_AddNumberToObject(root, "calibration_tokens", (double)r->calib_tokens);
     cJSON_AddNumberToObject(root, "search_tokens", (double)r->tokens);
@@ -111,13 +114,56 @@ cJSON *ac_search_summary_json(const ac_contract *contract, const ac_cost_model *
     return root;
 }
 
-static ac_status write_summary(const char *path, const ac_contract *contract, const ac_cost_model *cost,
-                               const int *choice, const ac_repair_step *steps, const ac_search_report *r)
+/* A candidate: its log-probability, prediction, kept parent layers and architecture as
+ * arch.json writes it. */
+static cJSON *candidate_json(const ac_search_candidate *c)
 {
-    cJSON *root = ac_search_summary_json(contract, cost, choice, steps, r);
+    char *text = NULL;
+    cJSON *o = cJSON_CreateObject();
+    if (!o || ac_config_json_format(&c->arch, AC_DTYPE_F32, &text) != AC_OK) {
+        ac_clear_error();
+        cJSON_Delete(o);
+        return NULL;
+    }
+    cJSON_AddBoolToObject(o, "chosen", c->chosen);
+    cJSON_AddNumberToObject(o, "log_prob", c->log_prob);
+    cJSON_AddItemToObject(o, "predicted", costs_json(&c->predicted));
+    cJSON_AddItemToObject(o, "parent_layers", cJSON_CreateIntArray(c->parent_layers, c->arch.n_layers));
+    ac_param_counts pc = ac_arch_param_counts(&c->arch);
+    cJSON_AddNumberToObject(o, "parameters", (double)pc.total);
+    cJSON_AddItemToObject(o, "config", cJSON_Parse(text));
+    free(text);
+    return o;
+}
+
+/* What the fill changed: the choice and its prediction before it, its steps, and the
+ * binding target's use before and after. */
+static void add_fill(cJSON *root, const ac_cost_model *cost, const ac_discrete_choice *d, const ac_search_report *r,
+                     int fill)
+{
+    cJSON_AddBoolToObject(root, "fill", fill);
+    cJSON_AddStringToObject(root, "binding_target", r->binding);
+    cJSON_AddNumberToObject(root, "binding_use", r->binding_use);
+    cJSON *before = cJSON_AddObjectToObject(root, "before_fill");
+    if (before) {
+        cJSON_AddItemToObject(before, "choice", choices_json(cost, d->unfilled));
+        cJSON_AddItemToObject(before, "predicted", costs_json(&r->unfilled));
+        cJSON_AddNumberToObject(before, "binding_use", r->unfilled_use);
+    }
+    cJSON_AddItemToObject(root, "fills", steps_json(cost, d->fills, r->fill_steps, "room_used", "importance_regained"));
+    cJSON *list = cJSON_AddArrayToObject(root, "candidates");
+    for (int i = 0; list && i < r->n_candidates; i++)
+        cJSON_AddItemToArray(list, candidate_json(&r->candidates[i]));
+}
+
+static ac_status write_summary(const char *path, const ac_contract *contract, const ac_cost_model *cost,
+                               const ac_discrete_choice *d, const ac_search_report *r, int fill)
+{
+    cJSON *root = ac_search_summary_json(contract, cost, d->choice, d->repairs, r);
     if (!root)
         return ac_fail(AC_ERR_NOMEM, "search: out of memory");
     cJSON_AddStringToObject(root, "method", "autocompress");
+    add_fill(root, cost, d, r, fill);
     ac_status st = ac_write_json_file(path, root);
     cJSON_Delete(root);
     return st;
@@ -255,7 +301,7 @@ static ac_status plot(const char *dir, const ac_cost_model *cost, const ac_searc
 }
 
 ac_status ac_search_write_outputs(const char *dir, const ac_contract *contract, const ac_cost_model *cost,
-                                  const int *choice, const ac_repair_step *steps, const ac_search_report *report)
+                                  const ac_discrete_choice *d, int fill, const ac_search_report *report)
 {
     char path[AC_PATH_MAX];
     ac_status st = ac_path_join(path, sizeof path, dir, "arch.json");
@@ -264,7 +310,7 @@ ac_status ac_search_write_outputs(const char *dir, const ac_contract *contract, 
     if (st == AC_OK)
         st = ac_path_join(path, sizeof path, dir, "search.json");
     if (st == AC_OK)
-        st = write_summary(path, contract, cost, choice, steps, report);
+        st = write_summary(path, contract, cost, d, report, fill);
     if (st == AC_OK && plot(dir, cost, report) != AC_OK) {
         /* the plot is a convenience: the numbers are in search.csv */
         ac_warn("%s", ac_error_message());

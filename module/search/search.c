@@ -3,7 +3,7 @@
  * model's expected cost with learned multipliers, Adam with a shared second moment on
  * the router logits, annealed temperature and learning rate), resumable,
  * with per-step diagnostics; finally the argmax architecture, repaired greedily until
- * the cost model says it meets every target. */
+ * the cost model says it meets every target and filled up to them (discretize.c). */
 #include "autocompress/search.h"
 
 #include "autocompress/config_json.h"
@@ -54,6 +54,8 @@ ac_search_params ac_search_default_params(void)
     p.weights_optim.warmup_steps = 0;
     p.weights_optim.weight_decay = 0.0f;
     p.progress = AC_PROGRESS_AUTO;
+    p.fill = 1;
+    p.candidates = 4;
     return p;
 }
 
@@ -81,6 +83,8 @@ static ac_status check_params(const ac_search_params *p)
                        (int)p->lr_schedule, (int)p->warmup_from);
     if (!(p->temp_start > 0) || !(p->temp_end > 0))
         return ac_fail(AC_ERR_INVALID, "search: temperatures must be positive");
+    if (p->candidates < 0)
+        return ac_fail(AC_ERR_INVALID, "search: candidates must be >= 0, got %d", p->candidates);
     if (!(p->target_warmup >= 0 && p->target_warmup <= 1))
         return ac_fail(AC_ERR_INVALID, "search: target_warmup must be in [0, 1], got %g", (double)p->target_warmup);
     if (p->train_weights && !(p->weights_optim.lr > 0))
@@ -802,8 +806,7 @@ ac_status ac_search_run(const ac_model *parent, const ac_contract *contract, con
             ac_info("search: resumed at step %d of %d", start, r.steps);
         st = run_steps(&r, start, report);
     }
-    int *choice = NULL;
-    ac_repair_step repairs[AC_SEARCH_MAX_REPAIRS];
+    ac_discrete_choice choice = {0};
     if (st == AC_OK) {
         if (r.csv)
             fclose(r.csv);
@@ -820,13 +823,12 @@ ac_status ac_search_run(const ac_model *parent, const ac_contract *contract, con
         st = ac_cost_expected(r.cost, r.probs, &report->last_expected, NULL, NULL, NULL);
     }
     if (st == AC_OK) {
-        choice = calloc((size_t)r.n_axes, sizeof *choice);
-        st = choice ? ac_search_discretize(r.cost, ac_model_arch(r.model), r.probs, &r.imp, &r.planned, choice, repairs, AC_SEARCH_MAX_REPAIRS,
-                                           report)
-                    : ac_fail(AC_ERR_NOMEM, "search: out of memory");
+        ac_discretize_inputs in = {r.cost, ac_model_arch(r.model), &r.imp, &r.planned, ac_routers_logits(r.routers),
+                                   params->temp_end, params->fill, params->candidates};
+        st = ac_search_discretize(&in, &choice, report);
     }
     if (st == AC_OK && writer)
-        st = ac_search_write_outputs(params->out_dir, contract, r.cost, choice, repairs, report);
+        st = ac_search_write_outputs(params->out_dir, contract, r.cost, &choice, params->fill, report);
     if (st == AC_OK && writer && r.opt) {
         char dir[AC_PATH_MAX];
         st = path_in(&r, "weights", dir, sizeof dir);
@@ -836,7 +838,7 @@ ac_status ac_search_run(const ac_model *parent, const ac_contract *contract, con
     /* the others return once the outputs are there */
     if (st == AC_OK)
         st = ac_comm_barrier(params->comm);
-    free(choice);
+    ac_discrete_choice_free(&choice);
     free_run(&r);
     return st;
 }

@@ -8,7 +8,7 @@
 
 #include "autocompress/search.h"
 
-enum { AC_SEARCH_FINGERPRINT = 512, AC_SEARCH_MAX_REPAIRS = 256 };
+enum { AC_SEARCH_FINGERPRINT = 512 };
 
 typedef struct {
     int step;        /* router steps done */
@@ -52,31 +52,82 @@ void ac_search_optim_step(ac_router_optim kind, int n, float *logits, const floa
 /* "hidden", "L3.experts" */
 void ac_search_axis_label(const ac_cost_axis *a, char *buf, size_t size);
 
-/* One step down an axis made by the repair. */
+/* One step of an axis: down by the repair, up by the fill. Importance is in fractions of
+ * the model's (choice_lost in discretize.c). */
 typedef struct {
     int axis, from, to;  /* value indices */
-    double saved, lost;  /* relative excess saved, importance fraction lost */
-} ac_repair_step;
+    double cost;         /* repair: relative excess saved; fill: the largest share of a planned
+                            target's remaining room the step used */
+    double importance;   /* repair: lost; fill: regained */
+} ac_axis_step;
 
-/* The routers' argmax, then greedy repair: while the cost model says a target is
- * missed, take the step down one axis (to its next smaller value) with the best ratio
- * of excess saved to importance lost. Fills report->arch, chosen, meets, repair_steps;
- * choice[axis count] and steps[] (at most max_steps) receive the result. */
-ac_status ac_search_discretize(const ac_cost_model *cost, const ac_arch *parent, const double *probs,
-                               const ac_importance *imp,
-                               const ac_budget_targets *targets, int *choice, ac_repair_step *steps, int max_steps,
+/* What discretisation reads: the final routers and what it judges them by. */
+typedef struct {
+    const ac_cost_model *cost;
+    const ac_arch *parent;            /* the reordered parent the cost model was built for */
+    const ac_importance *imp;         /* in the parent's (reordered) order */
+    const ac_budget_targets *targets; /* the planned targets */
+    const float *logits;              /* the routers' (ac_cost_model_prob_count) */
+    float temperature;                /* the final one (> 0) */
+    int fill, max_candidates;         /* ac_search_params' fill and candidates */
+} ac_discretize_inputs;
+
+/* The pick and how it came about; free with ac_discrete_choice_free. */
+typedef struct {
+    int *choice;         /* axis count: the pick */
+    int *unfilled;       /* the choice after settling and repair, before the fill */
+    ac_axis_step *repairs, *fills; /* report->repair_steps and fill_steps of them */
+} ac_discrete_choice;
+
+void ac_discrete_choice_free(ac_discrete_choice *d);
+
+/* The routers' argmax, its undecided axes settled, then greedy repair: while the cost
+ * model says a target is missed, take the step down one axis (to its next smaller value)
+ * with the best ratio of excess saved to importance lost; then (with in->fill) the fill:
+ * while some step up one axis keeps every target met, take the one with the most
+ * importance regained per share of a target's remaining room used. Fills report's arch,
+ * chosen, unfilled, meets, settled_axes, repair_steps, fill_steps, binding and its use,
+ * and the candidates (ac_search_candidates). */
+ac_status ac_search_discretize(const ac_discretize_inputs *in, ac_discrete_choice *out, ac_search_report *report);
+
+/* The most steps the repair or the fill can take: each axis moves one way only, at most
+ * to its last value. */
+int ac_search_max_steps(const ac_cost_model *cost);
+
+/* The repair and the fill of one choice (*now: its prediction, updated); steps (NULL: not
+ * recorded, else room for ac_search_max_steps + 1) receive the steps, *n_steps their
+ * count. A step the space cannot build is skipped; the fill takes only moves that change
+ * the architecture (a step that alone changes nothing goes with one more), and needs *now
+ * to meet the targets. */
+ac_status ac_search_repair(const ac_discretize_inputs *in, int *choice, ac_cost_prediction *now, ac_axis_step *steps,
+                           int *n_steps);
+ac_status ac_search_fill(const ac_discretize_inputs *in, int *choice, ac_cost_prediction *now, ac_axis_step *steps,
+                         int *n_steps);
+
+/* Sets report's candidates: the pick (choice, report->chosen its prediction) and the
+ * architectures that the most probable choices under logp (per-axis log-probabilities)
+ * become once repaired and filled, those that meet the targets, distinct, at most
+ * in->max_candidates, in descending log-probability (the pick always among them). */
+ac_status ac_search_candidates(const ac_discretize_inputs *in, const double *logp, const int *choice,
                                ac_search_report *report);
+
+/* What identifies a choice's architecture: its hidden size, layer count, and per layer
+ * the parent layer it is cut from and every dimension an axis can change (*sig malloc'd,
+ * *len ints; two choices give the same architecture when these are equal). Fails when
+ * the space cannot build the choice. */
+ac_status ac_search_arch_signature(const ac_cost_model *cost, int n_parent_layers, const int *choice, int **sig,
+                                   int *len);
 
 /* search.json's fields: targets, predictions, choices, kept layers, repairs, tokens,
  * parameters (a cJSON object, NULL when out of memory). */
 struct cJSON;
 struct cJSON *ac_search_summary_json(const ac_contract *contract, const ac_cost_model *cost, const int *choice,
-                                     const ac_repair_step *steps, const ac_search_report *r);
+                                     const ac_axis_step *repairs, const ac_search_report *r);
 
 /* arch.json (the chosen architecture as a config.json: nemotron_h_puzzle when layers
- * differ) and search.json (targets, predictions, choices, repairs, tokens), and
- * search.png from search.csv when gnuplot is there. */
+ * differ) and search.json (targets, predictions, choices, repairs, the fill, the
+ * candidates, tokens), and search.png from search.csv when gnuplot is there. */
 ac_status ac_search_write_outputs(const char *dir, const ac_contract *contract, const ac_cost_model *cost,
-                                  const int *choice, const ac_repair_step *steps, const ac_search_report *report);
+                                  const ac_discrete_choice *d, int fill, const ac_search_report *report);
 
 #endif

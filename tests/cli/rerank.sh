@@ -58,12 +58,12 @@ python3 - "$out" "$tmp/parent/config.json" <<'EOF'
 import json, sys
 d, parent_cfg = sys.argv[1], sys.argv[2]
 s = json.load(open(d + "/search/search.json"))
-pick = {"arch": json.load(open(d + "/search/arch.json")), "parent_layers": s["parent_layers"],
+pick = {"config": json.load(open(d + "/search/arch.json")), "parent_layers": s["parent_layers"],
         "predicted": s["chosen_predicted"], "log_prob": -1.0}
 narrow = json.loads(json.dumps(pick))
-narrow["arch"]["hidden_size"] = 16
+narrow["config"]["hidden_size"] = 16
 parent = json.load(open(parent_cfg))
-whole = {"arch": parent, "parent_layers": list(range(6)), "predicted": s["chosen_predicted"], "log_prob": -2.0}
+whole = {"config": parent, "parent_layers": list(range(6)), "predicted": s["chosen_predicted"], "log_prob": -2.0}
 s["candidates"] = [pick, narrow, whole, narrow]
 json.dump(s, open(d + "/search/search.json", "w"))
 EOF

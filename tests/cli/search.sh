@@ -3,10 +3,10 @@
 # with a latency ratio, search, and check the outputs (arch.json that reads back, the
 # summary, the diagnostics CSV, the plot script) and, with `costmodel predict`, that the
 # pick meets the target; a rerun on the same directory resumes and ends with the same
-# architecture; another budget on it is refused; the old router optimisation (fixed hinge,
-# per-logit AdamW, constant lr, warm-up from the parent) stays selectable; bad arguments
-# name what is wrong (exit 2); a target out of reach ends
-# with exit 3 and a pick predicted over it.
+# architecture, and discretises again without the fill with --fill off; another budget on
+# it is refused; the old router optimisation (fixed hinge, per-logit AdamW, constant lr,
+# warm-up from the parent) stays selectable; bad arguments name what is wrong (exit 2); a
+# target out of reach ends with exit 3 and a pick predicted over it.
 set -euo pipefail
 ac=$1
 src=$2
@@ -51,6 +51,18 @@ rm "$tmp/s/arch.json"
 "$ac" "${args[@]}" --out "$tmp/s" >"$tmp/again" || fail "rerun exited $?"
 grep -q "(resumed)" "$tmp/again" || fail "rerun did not resume: $(cat "$tmp/again")"
 cmp -s "$tmp/first.json" "$tmp/s/arch.json" || fail "rerun chose another architecture"
+# the fill and the candidates are discretisation settings: the finished search takes
+# --fill off on the same directory and discretises its saved routers again without the
+# fill; the default brings the first pick back
+for key in '"fill":[[:space:]]*true' '"before_fill"' '"binding_use"' '"candidates"' '"config"' '"log_prob"'; do
+  grep -q "$key" "$tmp/s/search.json" || fail "search.json has no $key: $(cat "$tmp/s/search.json")"
+done
+"$ac" "${args[@]}" --out "$tmp/s" --fill off --candidates 1 >"$tmp/nofill" || fail "--fill off exited $?"
+grep -q "(resumed)" "$tmp/nofill" && grep -q " 0 fill steps" "$tmp/nofill" || fail "--fill off: $(cat "$tmp/nofill")"
+grep -q '"fill":[[:space:]]*false' "$tmp/s/search.json" || fail "search.json after --fill off"
+[ "$(grep -c '"log_prob"' "$tmp/s/search.json")" -eq 1 ] || fail "--candidates 1: $(cat "$tmp/s/search.json")"
+"$ac" "${args[@]}" --out "$tmp/s" >/dev/null || fail "rerun with the fill exited $?"
+cmp -s "$tmp/first.json" "$tmp/s/arch.json" || fail "the fill chose another architecture on a rerun"
 # score masking is a setting of its own: the same directory refuses it
 set +e
 # a damaged state is an error naming the file, not a fresh start over it
@@ -66,6 +78,8 @@ truncate -s 600 "$tmp/damaged/search_state.bin"
 [ $rc -eq 2 ] && grep -q -- "--router-optim: 'momentum'" "$tmp/err" || fail "bad --router-optim: rc $rc, $(cat "$tmp/err")"
 "$ac" "${args[@]}" --out "$tmp/t" --expert-masking sideways 2>"$tmp/err"; rc=$?
 [ $rc -eq 2 ] && grep -q "sideways" "$tmp/err" || fail "bad --expert-masking: rc $rc, $(cat "$tmp/err")"
+"$ac" "${args[@]}" --out "$tmp/t" --fill sideways 2>"$tmp/err"; rc=$?
+[ $rc -eq 2 ] && grep -q "sideways" "$tmp/err" || fail "bad --fill: rc $rc, $(cat "$tmp/err")"
 "$ac" search --model "$tmp/parent" --contract "$tmp/tiny.cfg" 2>"$tmp/err"; rc=$?
 [ $rc -eq 2 ] && grep -q -- "--tables" "$tmp/err" || fail "missing --tables: rc $rc, $(cat "$tmp/err")"
 "$ac" "${args[@]}" --out "$tmp/u" --tokens 100 2>"$tmp/err"; rc=$?

@@ -244,7 +244,7 @@ static void test_budget_alone_meets_the_target(void **state)
         lines += c == '\n';
     fclose(csv);
     assert_int_equal(lines, 61);
-    ac_arch_free(&r.arch);
+    ac_search_report_free(&r);
 }
 
 static void test_kd_alone_keeps_the_parent(void **state)
@@ -292,7 +292,7 @@ static void test_kd_alone_keeps_the_parent(void **state)
         field = strchr(field, ',') + 1;
     printf("hidden axis: max probability %.4f after KD alone (uniform: 0.3333)\n", atof(field));
     assert_true(atof(field) > 0.4);
-    ac_arch_free(&r.arch);
+    ac_search_report_free(&r);
 }
 
 /* The old router optimisation: the fixed hinge, AdamW per logit at a constant lr, the
@@ -413,7 +413,7 @@ static void check_kill_and_resume(fixture *f, int train_weights)
     ac_search_params killed = resume_params(f, "killed", train_weights);
     ac_search_report r;
     assert_int_equal(ac_search_run(f->parent, &f->contract, f->tables, &straight, &r), AC_OK);
-    ac_arch_free(&r.arch);
+    ac_search_report_free(&r);
 
     char state_path[256];
     /* killed once a resumable state is whole: with train_weights, once its weights are */
@@ -437,7 +437,7 @@ static void check_kill_and_resume(fixture *f, int train_weights)
     assert_int_equal(ac_search_run(f->parent, &f->contract, f->tables, &killed, &r), AC_OK);
     if (was_killed)
         assert_true(r.resumed_from > 0);
-    ac_arch_free(&r.arch);
+    ac_search_report_free(&r);
 
     assert_same_file(straight.out_dir, killed.out_dir, "search_state.bin");
     assert_same_file(straight.out_dir, killed.out_dir, "arch.json");
@@ -477,9 +477,9 @@ static void test_search_on_a_device_equals_cpu(void **state)
     assert_non_null(strstr(ac_error_message(), "\"tpu\": not in this build"));
     dev.device = guarded_backend.name;
     assert_int_equal(ac_search_run(f->parent, &f->contract, f->tables, &cpu, &r), AC_OK);
-    ac_arch_free(&r.arch);
+    ac_search_report_free(&r);
     assert_int_equal(ac_search_run(f->parent, &f->contract, f->tables, &dev, &r), AC_OK);
-    ac_arch_free(&r.arch);
+    ac_search_report_free(&r);
     assert_same_file(cpu.out_dir, dev.out_dir, "search_state.bin");
     assert_same_file(cpu.out_dir, dev.out_dir, "arch.json");
     assert_same_file(cpu.out_dir, dev.out_dir, "weights/model.safetensors");
@@ -487,7 +487,7 @@ static void test_search_on_a_device_equals_cpu(void **state)
     /* run again: it resumes from its last state, through the host onto the device */
     assert_int_equal(ac_search_run(f->parent, &f->contract, f->tables, &dev, &r), AC_OK);
     assert_true(r.resumed_from > 0);
-    ac_arch_free(&r.arch);
+    ac_search_report_free(&r);
     assert_same_file(cpu.out_dir, dev.out_dir, "arch.json");
 }
 
@@ -547,7 +547,7 @@ static void test_trained_weights_lower_the_kd(void **state)
     for (int i = 0; i < 2; i++) {
         ac_search_report r;
         assert_int_equal(ac_search_run(f->parent, &f->contract, f->tables, &p[i], &r), AC_OK);
-        ac_arch_free(&r.arch);
+        ac_search_report_free(&r);
         /* the mean KD (column 4) of the last 10 steps */
         char path[256], line[8192];
         snprintf(path, sizeof path, "%s/search.csv", p[i].out_dir);
@@ -660,25 +660,32 @@ static void test_one_hot_masks_are_the_sliced_model(void **state)
 static int discretize_hidden(fixture *f, ac_cost_model *cost, const ac_importance *imp, double p16, double p12,
                              double p8, double ratio, ac_search_report *r)
 {
-    int n_axes = ac_cost_model_axis_count(cost), choice[64];
-    double probs[256] = {0};
+    int n_axes = ac_cost_model_axis_count(cost);
+    float logits[256];
+    for (int i = 0; i < 256; i++)
+        logits[i] = -30.0f; /* (as good as) probability 0 at temperature 1 */
     for (int a = 0; a < n_axes; a++) {
         const ac_cost_axis *ax = ac_cost_model_axis(cost, a);
         if (ax->kind == AC_AXIS_HIDDEN) {
-            probs[ax->offset] = p16, probs[ax->offset + 1] = p12, probs[ax->offset + 2] = p8;
+            double p[3] = {p16, p12, p8};
+            for (int i = 0; i < 3; i++)
+                logits[ax->offset + i] = p[i] > 0 ? (float)log(p[i]) : -30.0f;
         } else {
-            probs[ax->offset] = 1.0;
+            logits[ax->offset] = 0.0f;
         }
     }
     ac_cost_prediction parent;
     assert_int_equal(ac_cost_predict_arch(cost, ac_model_arch(f->parent), &parent), AC_OK);
     ac_budget_targets t = {.latency_ms = ratio * parent.latency_ms};
-    ac_repair_step steps[16];
+    /* without the fill (tested in test_search_discretize.c), which would move a decided 8 up */
+    ac_discretize_inputs in = {cost, ac_model_arch(f->parent), imp, &t, logits, 1.0f, 0, 0};
+    ac_discrete_choice d;
     memset(r, 0, sizeof *r);
-    assert_int_equal(ac_search_discretize(cost, ac_model_arch(f->parent), probs, imp, &t, choice, steps, 16, r), AC_OK);
+    assert_int_equal(ac_search_discretize(&in, &d, r), AC_OK);
     assert_true(r->meets);
     int hidden = r->arch.hidden;
-    ac_arch_free(&r->arch);
+    ac_search_report_free(r);
+    ac_discrete_choice_free(&d);
     return hidden;
 }
 

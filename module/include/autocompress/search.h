@@ -156,9 +156,26 @@ typedef struct {
                                     every KD batch; rank 0 writes out_dir */
     const char *device;          /* where the masked steps run: NULL or "cpu", "cuda" (one rank);
                                     the importance and the routers stay on the host */
+    int fill;                    /* after the repair, step axes up while every planned target
+                                    holds (1, the default; 0: the argmax, settled and repaired) */
+    int candidates;              /* how many distinct architectures that meet the planned targets
+                                    to list for re-ranking (default 4; 0: none) */
 } ac_search_params;
 
 ac_search_params ac_search_default_params(void);
+
+/* An architecture for re-ranking by short KDs: one of the most probable under the final
+ * routers (the argmax, its nearest alternatives), repaired and filled like the pick, that
+ * the cost model predicts to meet every planned target. */
+typedef struct {
+    ac_arch arch;
+    int *parent_layers;        /* arch.n_layers: the (reordered) parent layer each layer is cut from */
+    ac_cost_prediction predicted;
+    double log_prob;           /* sum over the axes the architecture depends on of log p under the
+                                  final routers (an axis of a removed layer counts at its most
+                                  probable value) */
+    int chosen;                /* 1 for the search's pick */
+} ac_search_candidate;
 
 typedef struct {
     int steps, resumed_from;   /* resumed_from: the state's step, -1 when started fresh */
@@ -170,13 +187,25 @@ typedef struct {
                                   second value: of those combinations, the one that meets
                                   the targets with the least slack */
     int repair_steps;          /* axis steps the greedy repair took */
+    int fill_steps;            /* axis steps up the fill took (0 when params.fill is 0) */
+    ac_cost_prediction unfilled; /* the choice's prediction before the fill */
+    const char *binding;       /* the planned target the choice uses most of: "latency",
+                                  "memory", "throughput" ("" when there is none) */
+    double binding_use;        /* its use: predicted / planned (planned / predicted for
+                                  throughput); 1 = exactly on it */
+    double unfilled_use;       /* the same target's use before the fill */
     int meets;                 /* the chosen architecture meets every target */
     double last_kd, last_budget;
     ac_cost_prediction last_expected; /* the routers' expected cost at the end (the final
                                          distributions, at temp_end, without noise) */
     double multipliers[AC_BUDGET_TARGETS]; /* the learned multipliers at the end (DUAL; 0 with HINGE) */
-    ac_arch arch;              /* the chosen architecture (free with ac_arch_free) */
+    ac_arch arch;              /* the chosen architecture (free with ac_search_report_free) */
+    int n_candidates;          /* params.candidates or fewer: the distinct ones found */
+    ac_search_candidate *candidates;
 } ac_search_report;
+
+/* Frees the report's architecture and candidates. */
+void ac_search_report_free(ac_search_report *r);
 
 /* Searches `parent` for `contract` with the cost model of `tables`. Resumes from
  * out_dir's state when it holds one made with the same settings (another is refused). */
