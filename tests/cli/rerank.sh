@@ -44,13 +44,21 @@ run() { # compress's exit status in $rc: 0 or 3 (measured), 2 (no candidate met 
   case $rc in 0 | 2 | 3) ;; *) fail "compress exited $rc: $(cat "$out.err")" ;; esac
 }
 
-# the search's single pick (no candidates listed yet): ranked alone, with no short KD
+# the search's own candidates: the first three it lists are ranked, in its order, and
+# the short KDs fit in the search tokens
 run
 [ -s "$out/search/rank/rank.json" ] && [ -s "$out/search/rank/rank.md" ] || fail "no ranking table: $(cat "$out.err")"
 python3 - "$out" <<'EOF'
 import json, sys
-r = json.load(open(sys.argv[1] + "/search/rank/rank.json"))
-assert len(r["candidates"]) == 1 and r["tokens"] == 0, r
+d = sys.argv[1]
+s = json.load(open(d + "/search/search.json"))
+r = json.load(open(d + "/search/rank/rank.json"))
+listed = s["candidates"][:3]
+assert len(r["candidates"]) == max(1, len(listed)), (len(listed), r)
+for c, l in zip(r["candidates"], listed):
+    assert c["parent_layers"] == l["parent_layers"] and c["hidden"] == l["config"]["hidden_size"], (c, l)
+assert (r["tokens"] == 0) == (len(listed) < 2 or r["survivors"] < 2), r
+assert s["search_tokens"] + r["tokens"] <= 8192, (s["search_tokens"], r["tokens"])
 EOF
 
 # four candidates listed; --rerank 3 ranks the first three

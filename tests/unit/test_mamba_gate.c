@@ -271,15 +271,17 @@ static void make_data(char *dir, char *data, size_t size)
     assert_non_null(mkdtemp(dir));
     snprintf(data, size, "%s/data", dir);
     assert_int_equal(mkdir(data, 0777), 0);
-    char path[128];
-    snprintf(path, sizeof path, "%s/train.bin", data);
-    ac_tokens_writer *tw;
-    assert_int_equal(ac_tokens_writer_open(path, V, &tw), AC_OK);
     int32_t ids[1024];
     for (int i = 0; i < 1024; i++)
         ids[i] = (int32_t)((i % 5) * 7 + (i / 5) % 3) % V;
-    assert_int_equal(ac_tokens_writer_append(tw, ids, 1024), AC_OK);
-    assert_int_equal(ac_tokens_writer_close(tw), AC_OK);
+    for (int k = 0; k < 2; k++) { /* val.bin the same: Minitron++ scores its candidates there */
+        char path[128];
+        snprintf(path, sizeof path, "%s/%s", data, k ? "val.bin" : "train.bin");
+        ac_tokens_writer *tw;
+        assert_int_equal(ac_tokens_writer_open(path, V, &tw), AC_OK);
+        assert_int_equal(ac_tokens_writer_append(tw, ids, 1024), AC_OK);
+        assert_int_equal(ac_tokens_writer_close(tw), AC_OK);
+    }
 }
 
 static void remove_dir(const char *dir)
@@ -296,10 +298,14 @@ static void test_minitron_grid_removes_mamba_layers(void **state)
     (void)state;
     world w;
     open_world(&w, AC_MAMBA_REMOVAL_GATE);
-    char dir[] = "/tmp/ac-mamba-gate-XXXXXX", data[64], out[128];
+    char dir[] = "/tmp/ac-mamba-gate-XXXXXX", data[64], out[128], parent_dir[128];
     make_data(dir, data, sizeof data);
     snprintf(out, sizeof out, "%s/minitron", dir);
+    snprintf(parent_dir, sizeof parent_dir, "%s/parent", dir);
+    assert_int_equal(ac_model_save(w.parent, parent_dir, AC_DTYPE_F32), AC_OK);
     ac_minitron_params p = ac_minitron_default_params();
+    p.parent_dir = parent_dir;
+    p.measure = 0; /* synthetic tables: the cost on this machine is not theirs */
     p.data_dir = data;
     p.out_dir = out;
     p.calib_seqs = 2;

@@ -257,9 +257,9 @@ static void test_candidates_read_from_search_json(void **state)
     assert_int_equal(ac_config_json_format(&f->cand[2].arch, AC_DTYPE_F32, &config), AC_OK);
     snprintf(text, sizeof text,
              "{\"parent_layers\": [0, 1], \"chosen_predicted\": {\"latency_ms\": 3},\n"
-             " \"candidates\": [{\"arch\": %s, \"parent_layers\": [0, 1], \"log_prob\": -0.5,\n"
+             " \"candidates\": [{\"config\": %s, \"parent_layers\": [0, 1], \"log_prob\": -0.5,\n"
              "   \"predicted\": {\"latency_ms\": 1.5, \"memory_mib\": 2}},\n"
-             "  {\"arch\": %s, \"parent_layers\": [1, 3]}, {\"arch\": %s, \"parent_layers\": [0, 3]}]}",
+             "  {\"config\": %s, \"parent_layers\": [1, 3]}, {\"config\": %s, \"parent_layers\": [0, 3]}]}",
              config, config, config);
     write_file(search, text);
     ac_rank_candidate *c = NULL;
@@ -282,7 +282,7 @@ static void test_candidates_read_from_search_json(void **state)
     assert_true(c[0].predicted.latency_ms == 3);
     ac_rank_candidates_free(c, n);
     /* a list entry with kept layers of the wrong length is refused, naming it */
-    snprintf(text, sizeof text, "{\"candidates\": [{\"arch\": %s, \"parent_layers\": [0]}]}", config);
+    snprintf(text, sizeof text, "{\"candidates\": [{\"config\": %s, \"parent_layers\": [0]}]}", config);
     write_file(search, text);
     assert_int_equal(ac_rank_read_candidates(search, arch, 4, &c, &n), AC_ERR_INVALID);
     assert_non_null(strstr(ac_error_message(), "candidates[0].parent_layers"));

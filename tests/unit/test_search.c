@@ -303,6 +303,7 @@ static void set_old_optimisation(ac_search_params *p)
     p->router_optim = AC_ROUTER_ADAMW;
     p->lr_schedule = AC_LR_CONSTANT;
     p->warmup_from = AC_WARMUP_FROM_PARENT;
+    p->fill = 0;
 }
 
 /* The fraction of search.csv's rows from `from` on whose overall ||grad KD|| /
