@@ -6,7 +6,8 @@
 #   examples/experiments/ablation.sh [RUNS_DIR] [ARM...]
 #
 # An arm is the search with one change turned back to what it was before issue 37 (the
-# flags below); "base" is the search as shipped, "before" every change off at once. Each
+# flags below), or one option tried ("scores", "train-weights"); "base" is the search as
+# shipped without the ranking, "rerank" compress with it, "before" every change off. Each
 # (contract, arm, seed) is a directory RUNS_DIR/CONTRACT/ARM/seedS holding search/, pruned/,
 # kd/ and eval.json; every step is skipped when its output exists and the search and the
 # KD resume from their checkpoints, so the script can be stopped and rerun (one arm or a
@@ -23,12 +24,20 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 runs=${1:-$root/build/ablation}
 shift || true
 
+# search-level arms: search, prune, distill and eval as compress runs them, with the
+# search's options; "rerank" is compress itself (its rank stage short-KDs the search's
+# top candidates inside the same search tokens), the others have no ranking
 declare -A arm_flags=(
   [base]=""
+  [old-optim]="--budget hinge --router-optim adamw --lr-schedule constant --warmup-from parent"
   [mamba-heads]="--mamba-removal heads"
-  [before]="--mamba-removal heads"
+  [no-fill]="--fill off"
+  [scores]="--expert-masking scores"
+  [train-weights]="--train-weights"
+  [before]="--budget hinge --router-optim adamw --lr-schedule constant --warmup-from parent --mamba-removal heads --fill off"
+  [rerank]="compress"
 )
-arm_order=(base mamba-heads before)
+arm_order=(base rerank old-optim mamba-heads no-fill scores train-weights before)
 arms=("$@")
 [ ${#arms[@]} -gt 0 ] || arms=("${arm_order[@]}")
 for a in "${arms[@]}"; do
@@ -56,11 +65,26 @@ step() { # step NAME LOG COMMAND... : runs it, its output in LOG; exit 0 and 3 a
   [ "$rc" = 0 ] || [ "$rc" = 3 ] || { echo "$name failed ($rc), see $log" >&2; tail -3 "$log" >&2; return 1; }
 }
 
+kd_options=(--batch 8 --seq-len 128 --lr 1e-3 --seed) # compress's KD settings; the seed follows
+
+compress_run() { # compress_run CONTRACT DIR SEED: the whole pipeline with its ranking
+  local cfg="$root/examples/contracts/$1.cfg" dir=$2 seed=$3
+  [ -f "$dir/compress/report.json" ] ||
+    step compress "$dir/compress.log" "$ac" compress --model "$parent" --contract "$cfg" --data "$data" \
+      --tables "$runs/tables/$1.json" --out "$dir/compress" --search-tokens "$search_tokens" \
+      --kd-tokens $((kd_steps * 8 * 128)) --eval-batches "$eval_batches" "${kd_options[@]}" "$seed" --progress off ||
+    return 0
+  mkdir -p "$dir/search" "$dir/pruned"
+  cp "$dir/compress/search/search.json" "$dir/search/" && cp "$dir/compress/model/config.json" "$dir/pruned/"
+  cp "$dir/compress/eval.json" "$dir/eval.json"
+}
+
 one_run() { # one_run CONTRACT ARM SEED
   local contract=$1 arm=$2 seed=$3
   local cfg="$root/examples/contracts/$contract.cfg" tables="$runs/tables/$contract.json"
   local dir="$runs/$contract/$arm/seed$seed"
   mkdir -p "$dir"
+  if [ "$arm" = rerank ]; then compress_run "$contract" "$dir" "$seed"; return 0; fi
   # shellcheck disable=SC2086 # the arm's flags are words
   [ -f "$dir/search/search.json" ] ||
     step search "$dir/search.log" "$ac" search --model "$parent" --contract "$cfg" --tables "$tables" --data "$data" \
@@ -70,12 +94,12 @@ one_run() { # one_run CONTRACT ARM SEED
   [ -f "$dir/pruned/config.json" ] ||
     step prune "$dir/prune.log" "$ac" prune --model "${from[0]}" "${ordered[@]}" --arch "$dir/search/arch.json" \
       --importance "$dir/search/importance.safetensors" --search "$dir/search/search.json" --out "$dir/pruned" || return 0
-  [ -f "$dir/kd/model/config.json" ] ||
+  [ -f "$dir/kd/model.safetensors" ] ||
     step distill "$dir/kd.log" "$ac" distill --teacher "$parent" --student "$dir/pruned" --data "$data" --out "$dir/kd" \
-      --steps "$kd_steps" --batch 8 --seq-len 128 --lr 1e-3 --warmup 10 --weight-decay 0 --seed "$seed" \
+      --steps "$kd_steps" --warmup $((kd_steps / 20)) --weight-decay 0 "${kd_options[@]}" "$seed" \
       --eval-every 0 --progress off || return 0
   [ -f "$dir/eval.json" ] ||
-    step eval "$dir/eval.log" "$ac" eval --model "$dir/kd/model" --teacher "$parent" --data "$data" \
+    step eval "$dir/eval.log" "$ac" eval --model "$dir/kd" --teacher "$parent" --data "$data" \
       --batches "$eval_batches" --batch 8 --seq-len 128 --lines 0 --json "$dir/eval.json" --progress off || return 0
 }
 

@@ -1,7 +1,13 @@
 /* Candidates for re-ranking by short KDs: the search's pick and the architectures the
  * most probable choices under the final routers become once repaired and filled like
- * the pick, those the cost model says meet the planned targets, distinct, in descending
- * log-probability. The most probable choices are enumerated exactly, best first: each
+ * the pick, and the argmax at each other hidden size likewise, those the cost model says
+ * meet the planned targets, distinct. Listed as the ranking reads them: the pick, then
+ * the most probable of each hidden size not yet listed, then the rest by log-probability.
+ * The hidden sizes come first because the routers learn from the frozen parent's
+ * zero-shot KD, to which a hidden cut hurts every layer at once while a short KD
+ * recovers most of it: the routers' order over-values width, and the ranking's real KDs
+ * should see the best shape at each width. The most probable choices are enumerated
+ * exactly, best first: each
  * axis's values ranked by probability, a choice is a vector of ranks r, and every r but
  * the argmax (all zero) has one parent, r less one at its last non-zero axis, at least as
  * probable as it; so popping the most probable open vector and opening its children
@@ -205,6 +211,48 @@ static ac_status enumerate(collector *c, int seeds)
     return st;
 }
 
+/* The argmax with the hidden axis at each of its other values, repaired and filled. */
+static ac_status try_each_hidden(collector *c, int hidden)
+{
+    int *rank = calloc((size_t)c->n_axes, sizeof *rank), *choice = malloc((size_t)c->n_axes * sizeof *choice);
+    ac_status st = rank && choice ? AC_OK : ac_fail(AC_ERR_NOMEM, "search: out of memory");
+    for (int r = 1; st == AC_OK && r < ac_cost_model_axis(c->in->cost, hidden)->count; r++) {
+        rank[hidden] = r;
+        st = try_seed(c, rank, choice);
+    }
+    free(rank);
+    free(choice);
+    return st;
+}
+
+static int hidden_axis(const ac_cost_model *cost)
+{
+    for (int a = 0; a < ac_cost_model_axis_count(cost); a++)
+        if (ac_cost_model_axis(cost, a)->kind == AC_AXIS_HIDDEN)
+            return a;
+    return -1;
+}
+
+/* order[0 .. c->n): the pick, then the first (most probable) of each hidden value not
+ * yet listed, then the others, in the list's (log-probability) order. */
+static void reading_order(const collector *c, int hidden, int *order)
+{
+    int n = 0;
+    for (int i = 0; i < c->n; i++)
+        if (c->list[i].chosen)
+            order[n++] = i;
+    for (int pass = 0; pass < 2; pass++)
+        for (int i = 0; i < c->n; i++) {
+            int listed = 0, seen = 0;
+            for (int j = 0; j < n; j++) {
+                listed |= order[j] == i;
+                seen |= hidden >= 0 && c->list[order[j]].choice[hidden] == c->list[i].choice[hidden];
+            }
+            if (!listed && (pass == 1 || !seen))
+                order[n++] = i;
+        }
+}
+
 static int by_log_prob(const void *a, const void *b)
 {
     const found *x = a, *y = b;
@@ -213,19 +261,20 @@ static int by_log_prob(const void *a, const void *b)
     return x->order - y->order;
 }
 
-/* The first k of the sorted list into the report, the pick replacing the last of them
- * when it is not among them. */
+/* The first k of the sorted list in reading order into the report. */
 static ac_status to_report(const collector *c, int k, ac_search_report *report)
 {
-    int n = c->n < k ? c->n : k, pick = 0;
-    while (pick < c->n && !c->list[pick].chosen)
-        pick++;
+    int n = c->n < k ? c->n : k;
+    int *order = malloc(((size_t)c->n + 1) * sizeof *order);
     report->candidates = calloc((size_t)n + 1, sizeof *report->candidates);
-    if (!report->candidates)
+    if (!report->candidates || !order) {
+        free(order);
         return ac_fail(AC_ERR_NOMEM, "search: out of memory");
+    }
+    reading_order(c, hidden_axis(c->in->cost), order);
     ac_status st = AC_OK;
     for (int i = 0; st == AC_OK && i < n; i++) {
-        const found *f = &c->list[i == n - 1 && pick >= n && pick < c->n ? pick : i];
+        const found *f = &c->list[order[i]];
         ac_search_candidate *out = &report->candidates[i];
         out->parent_layers = malloc(((size_t)c->in->parent->n_layers + 1) * sizeof *out->parent_layers);
         st = out->parent_layers ? ac_cost_choice_arch(c->in->cost, f->choice, &out->arch, out->parent_layers)
@@ -235,6 +284,7 @@ static ac_status to_report(const collector *c, int k, ac_search_report *report)
         out->chosen = f->chosen;
         report->n_candidates = i + 1;
     }
+    free(order);
     return st;
 }
 
@@ -254,6 +304,8 @@ ac_status ac_search_candidates(const ac_discretize_inputs *in, const double *log
         st = add(&c, choice, &report->chosen, 1);
     if (st == AC_OK)
         st = enumerate(&c, SEEDS_PER_CANDIDATE * in->max_candidates);
+    if (st == AC_OK && hidden_axis(in->cost) >= 0)
+        st = try_each_hidden(&c, hidden_axis(in->cost));
     if (st == AC_OK) {
         qsort(c.list, (size_t)c.n, sizeof *c.list, by_log_prob);
         st = to_report(&c, in->max_candidates, report);

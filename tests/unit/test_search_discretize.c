@@ -2,9 +2,10 @@
  * with the block's size (as in test_search.c): the fill ends on a choice that meets every
  * planned target and from which no single step up one axis still meets them (every step
  * tried by the test with the cost model), and uses more of the budget than the argmax
- * left alone; the candidates are distinct, feasible, in descending log-probability, each
- * with the log-probability of the most probable choice that gives its architecture
- * (found by enumerating the whole space); every repair step's importance is on one
+ * left alone; the candidates are distinct, feasible, the pick first, then one per hidden
+ * size, then the rest in descending log-probability, each with the log-probability of
+ * the most probable choice that gives its architecture (found by enumerating the whole
+ * space); every repair step's importance is on one
  * scale: a layer's removal at full width costs its share of the depth scores, a step
  * inside it no more. */
 #include <setjmp.h>
@@ -364,7 +365,7 @@ static void test_candidates_distinct_feasible_ordered(void **state)
     assert_true(r.n_candidates >= 2 && r.n_candidates <= 4);
     double best[4];
     best_log_probs(f, logp, &r, best);
-    int chosen = 0;
+    int chosen = 0, phase[4];
     for (int i = 0; i < r.n_candidates; i++) {
         const ac_search_candidate *c = &r.candidates[i];
         ac_cost_prediction p;
@@ -374,7 +375,16 @@ static void test_candidates_distinct_feasible_ordered(void **state)
         assert_float_equal(p.latency_ms, c->predicted.latency_ms, 1e-9 * p.latency_ms);
         assert_true(within(&t, &p));
         assert_float_equal(c->log_prob, best[i], 1e-9);
+        /* the reading order: the pick, then each hidden size's most probable, then the rest
+         * by log-probability */
+        int new_hidden = 1;
+        for (int j = 0; j < i; j++)
+            new_hidden &= r.candidates[j].arch.hidden != c->arch.hidden;
+        phase[i] = i == 0 ? 0 : new_hidden ? 1 : 2;
+        assert_int_equal(c->chosen, i == 0);
         if (i > 0)
+            assert_true(phase[i] >= phase[i - 1]);
+        if (i > 1 && phase[i] == phase[i - 1])
             assert_true(c->log_prob <= r.candidates[i - 1].log_prob);
         for (int j = 0; j < i; j++)
             assert_false(same_arch(&c->arch, c->parent_layers, &r.candidates[j].arch, r.candidates[j].parent_layers));
@@ -388,6 +398,7 @@ static void test_candidates_distinct_feasible_ordered(void **state)
         }
     }
     assert_int_equal(chosen, 1);
+    assert_true(r.n_candidates >= 2 && r.candidates[1].arch.hidden != r.candidates[0].arch.hidden);
     ac_search_report_free(&r);
     ac_discrete_choice_free(&d);
 }
