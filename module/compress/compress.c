@@ -13,6 +13,7 @@
 #include "util/path.h"
 
 #include <cjson/cJSON.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -171,15 +172,24 @@ static ac_status check_inputs(const ac_compress_ctx *c)
     return st;
 }
 
+/* `path` as reruns from another directory or through another spelling give it: absolute,
+ * links resolved (as given when it cannot be resolved). */
+static const char *resolved(const char *path, char *buf)
+{
+    return path && realpath(path, buf) ? buf : path;
+}
+
 static void describe_settings(ac_compress_ctx *c, uint64_t contract_hash)
 {
     const ac_compress_params *p = c->p;
+    char model[PATH_MAX], data[PATH_MAX], tables[PATH_MAX];
     snprintf(c->settings, sizeof c->settings,
              "model=%s contract=%s#%016llx data=%s tables=%s method=%s search_tokens=%lld kd_tokens=%lld batch=%d "
              "seq_len=%d kd_lr=%g candidates=%d candidate_tokens=%lld rerank=%d rerank_share=%g measure_candidates=%d "
              "profile_repeats=%d seed=%llu",
-             p->model_dir, c->contract.name, (unsigned long long)contract_hash, p->data_dir,
-             p->tables_path ? p->tables_path : "(profiled)", ac_compress_method_name(p->method),
+             resolved(p->model_dir, model), c->contract.name, (unsigned long long)contract_hash,
+             resolved(p->data_dir, data), p->tables_path ? resolved(p->tables_path, tables) : "(profiled)",
+             ac_compress_method_name(p->method),
              (long long)c->search_tokens, (long long)c->kd_tokens, p->batch, p->seq_len, (double)p->kd_lr,
              p->candidates, (long long)c->candidate_tokens, p->rerank, p->rerank_share, p->measure_candidates,
              p->profile_repeats, (unsigned long long)p->seed);
