@@ -179,11 +179,11 @@ static const char *resolved(const char *path, char *buf)
     return path && realpath(path, buf) ? buf : path;
 }
 
-static void describe_settings(ac_compress_ctx *c, uint64_t contract_hash)
+static ac_status describe_settings(ac_compress_ctx *c, uint64_t contract_hash)
 {
     const ac_compress_params *p = c->p;
     char model[PATH_MAX], data[PATH_MAX], tables[PATH_MAX];
-    snprintf(c->settings, sizeof c->settings,
+    int n = snprintf(c->settings, sizeof c->settings,
              "model=%s contract=%s#%016llx data=%s tables=%s method=%s search_tokens=%lld kd_tokens=%lld batch=%d "
              "seq_len=%d kd_lr=%g candidates=%d candidate_tokens=%lld rerank=%d rerank_share=%g measure_candidates=%d "
              "profile_repeats=%d seed=%llu",
@@ -193,6 +193,10 @@ static void describe_settings(ac_compress_ctx *c, uint64_t contract_hash)
              (long long)c->search_tokens, (long long)c->kd_tokens, p->batch, p->seq_len, (double)p->kd_lr,
              p->candidates, (long long)c->candidate_tokens, p->rerank, p->rerank_share, p->measure_candidates,
              p->profile_repeats, (unsigned long long)p->seed);
+    if (n < 0 || (size_t)n >= sizeof c->settings)
+        return ac_fail(AC_ERR_INVALID, "compress: the paths of the parent, data and tables are too long (%d characters "
+                                       "of settings, at most %zu)", n, sizeof c->settings - 1);
+    return AC_OK;
 }
 
 /* ---- compress.json ---- */
@@ -329,8 +333,9 @@ ac_status ac_compress_run(const ac_compress_params *p, ac_compress_report *repor
     if (st == AC_OK)
         st = check_inputs(&c);
     if (st == AC_OK) {
-        describe_settings(&c, hash);
-        st = ac_make_dirs(p->out_dir);
+        st = describe_settings(&c, hash);
+        if (st == AC_OK)
+            st = ac_make_dirs(p->out_dir);
     }
     if (st == AC_OK)
         st = load_state(&c);

@@ -22,7 +22,7 @@ typedef struct {
     int64_t rerank_tokens;      /* AutoCompress with rerank: each candidate's selection tokens */
     int rerank_k;               /* candidates the budget lets the ranking take (1: the pick alone) */
     int kd_steps;
-    char settings[2048];        /* what decides the artifacts: a resume must match */
+    char settings[4096];        /* what decides the artifacts: a resume must match */
     int done[AC_STAGE_COUNT];
     double seconds[AC_STAGE_COUNT];
 } ac_compress_ctx;

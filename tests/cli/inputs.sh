@@ -66,7 +66,7 @@ AC_PROGRESS_INTERVAL=0 "$ac" "${train[@]}" --progress off --out "$tmp/t3" >/dev/
 grep -q '^train' "$tmp/t3.err" && fail "--progress off printed: $(cat "$tmp/t3.err")"
 for cmd in compress search profile train distill eval measure tokenize "costmodel validate"; do
   # shellcheck disable=SC2086
-  "$ac" $cmd --help | grep -q -- "--progress auto|bar|lines|json|off" || fail "$cmd --help lists no lines mode"
+  "$ac" $cmd --help | grep -- "--progress auto|bar|lines|json|off" >/dev/null || fail "$cmd --help lists no lines mode"
 done
 
 # ---- inputs checked first ----
