@@ -75,8 +75,18 @@ compress_run() { # compress_run CONTRACT DIR SEED: the whole pipeline with its r
       --kd-tokens $((kd_steps * 8 * 128)) --eval-batches "$eval_batches" "${kd_options[@]}" "$seed" --progress off ||
     return 0
   mkdir -p "$dir/search" "$dir/pruned"
-  cp "$dir/compress/search/search.json" "$dir/search/" && cp "$dir/compress/model/config.json" "$dir/pruned/"
-  cp "$dir/compress/eval.json" "$dir/eval.json"
+  cp "$dir/compress/model/config.json" "$dir/pruned/" && cp "$dir/compress/eval.json" "$dir/eval.json"
+  # the search's summary as the table reads it, with the ranked pick's prediction and
+  # every selection token (router steps, short KDs, scores)
+  python3 - "$dir" <<'EOF'
+import json, sys
+d = sys.argv[1]
+s = json.load(open(d + "/compress/search/search.json"))
+r = json.load(open(d + "/compress/report.json"))
+s["chosen_predicted"] = r["predicted"]
+s["search_tokens"] = r["search_tokens"]
+json.dump(s, open(d + "/search/search.json", "w"), indent=1)
+EOF
 }
 
 one_run() { # one_run CONTRACT ARM SEED

@@ -27,10 +27,15 @@ def mean_interval(values):
 
 
 def shape(config):
-    blocks = config.get("block_configs", [])
-    heads = sum(b.get("mamba_num_heads", 0) for b in blocks if b["block_type"] == "mamba")
-    mambas = sum(1 for b in blocks if b["block_type"] == "mamba")
-    return config["hidden_size"], len(blocks), mambas, heads
+    """hidden, layers, Mamba layers, Mamba heads summed over them: from block_configs
+    (nemotron_h_puzzle) or the pattern and the global head count (nemotron_h)."""
+    if "block_configs" in config:
+        blocks = config["block_configs"]
+        mamba = [b for b in blocks if b["block_type"] == "mamba"]
+        return config["hidden_size"], len(blocks), len(mamba), sum(b["mamba_num_heads"] for b in mamba)
+    pattern = config["hybrid_override_pattern"]
+    mambas = pattern.count("M")
+    return config["hidden_size"], len(pattern), mambas, mambas * config["mamba_num_heads"]
 
 
 def budget_use(search):
@@ -56,7 +61,7 @@ def row(runs, contract, arm):
     kd = [e["kd_loss"] for _, e, _, _ in seeds]
     ce = [e["ce"] for _, e, _, _ in seeds]
     shapes = [shape(c) for _, _, _, c in seeds]
-    picks = {json.dumps(s["choice"], sort_keys=True) for _, _, s, _ in seeds}
+    picks = {json.dumps(c, sort_keys=True) for _, _, _, c in seeds}
     shape_text = "; ".join(f"h{h} {n}L {m}M x{hd // max(m, 1)}h" for h, n, m, hd in shapes)
     use = "; ".join(budget_use(s) for _, _, s, _ in seeds)
     tokens = max(s["search_tokens"] for _, _, s, _ in seeds)
