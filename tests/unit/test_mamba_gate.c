@@ -345,7 +345,7 @@ static void test_a_state_of_the_other_layout_is_refused(void **state)
     ac_search_report r;
     if (ac_search_run(w.parent, &w.contract, w.tables, &p, &r) != AC_OK)
         fail_msg("%s", ac_error_message());
-    ac_arch_free(&r.arch);
+    ac_search_report_free(&r);
     p.mamba_removal = AC_MAMBA_REMOVAL_HEADS;
     assert_int_equal(ac_search_run(w.parent, &w.contract, w.tables, &p, &r), AC_ERR_INVALID);
     print_message("  %s\n", ac_error_message());
@@ -353,7 +353,7 @@ static void test_a_state_of_the_other_layout_is_refused(void **state)
     p.mamba_removal = AC_MAMBA_REMOVAL_GATE;
     assert_int_equal(ac_search_run(w.parent, &w.contract, w.tables, &p, &r), AC_OK);
     assert_int_equal(r.resumed_from, 4);
-    ac_arch_free(&r.arch);
+    ac_search_report_free(&r);
     remove_dir(dir);
     close_world(&w);
 }

@@ -360,7 +360,7 @@ static void test_budget_converges_on_a_binding_target(void **state)
         printf("%s: expected latency %.4f of planned at the end, chosen %.4f, multiplier %.4g, budget active on "
                "%.0f%% of the last 30 steps\n", old ? "old" : "new", end[old], chosen[old], r.multipliers[0],
                100 * active[old]);
-        ac_arch_free(&r.arch);
+        ac_search_report_free(&r);
     }
     assert_true(fabs(end[0] - 1.0) < 0.04);
     assert_true(chosen[0] > 0.9);

@@ -183,7 +183,7 @@ static int check_no_step_up_fits(const fixture *f, const int *choice, const ac_b
     for (int a = 0; a < f->n_axes; a++) {
         if (choice[a] == 0)
             continue;
-        memcpy(trial, choice, sizeof trial);
+        memcpy(trial, choice, (size_t)f->n_axes * sizeof *trial);
         trial[a]--;
         check_trial(f, choice, trial, t, &noop, &steps);
         for (int b = 0; noop && b < f->n_axes; b++)
