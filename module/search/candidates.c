@@ -307,7 +307,8 @@ ac_status ac_search_candidates(const ac_discretize_inputs *in, const double *log
     if (st == AC_OK && hidden_axis(in->cost) >= 0)
         st = try_each_hidden(&c, hidden_axis(in->cost));
     if (st == AC_OK) {
-        qsort(c.list, (size_t)c.n, sizeof *c.list, by_log_prob);
+        if (c.n > 1) /* none found: no list to sort */
+            qsort(c.list, (size_t)c.n, sizeof *c.list, by_log_prob);
         st = to_report(&c, in->max_candidates, report);
     }
     for (int i = 0; i < c.n; i++) {
