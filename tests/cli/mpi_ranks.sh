@@ -93,8 +93,10 @@ assert rows1.keys() == rows2.keys(), "the 2-rank tables hold other rows"
 for k, r in rows1.items():
     s = rows2[k]
     assert r["samples"] == s["samples"], f"{k}: {r['samples']} vs {s['samples']} samples"
+    # two profiles' times on a shared machine differ by up to ~5x under load; a merge
+    # that lost a rank's samples (0) or added them up (tens of times) lands outside
     ratio = s["prefill"]["median_us"] / r["prefill"]["median_us"]
-    assert 0.25 < ratio < 4, f"{k}: prefill {r['prefill']['median_us']} vs {s['prefill']['median_us']} us"
+    assert 0.1 < ratio < 10, f"{k}: prefill {r['prefill']['median_us']} vs {s['prefill']['median_us']} us"
 assert one["runs"] == two["runs"] and len(one["memory"]) == len(two["memory"])
 traced = [len(json.load(open(p))["traceEvents"]) for p in (sys.argv[3], sys.argv[3] + ".rank1")]
 assert all(n > 0 for n in traced), f"trace events per rank: {traced}"
