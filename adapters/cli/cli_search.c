@@ -30,14 +30,6 @@ static ac_status parse_expert_masking(const char *value, void *dst)
     return AC_OK;
 }
 
-static ac_status parse_mamba_removal(const char *value, void *dst)
-{
-    if (strcmp(value, "gate") && strcmp(value, "heads"))
-        return ac_fail(AC_ERR_INVALID, "--mamba-removal: '%s' is neither 'gate' nor 'heads'", value);
-    *(ac_mamba_removal *)dst = !strcmp(value, "heads") ? AC_MAMBA_REMOVAL_HEADS : AC_MAMBA_REMOVAL_GATE;
-    return AC_OK;
-}
-
 /* The index of `value` among `names` (n of them) into *dst, an enum; --option names the
  * option in the error. */
 static ac_status parse_choice(const char *option, const char *value, const char *const *names, int n, int *dst)
@@ -92,12 +84,20 @@ static ac_status parse_warmup_from(const char *value, void *dst)
     return st;
 }
 
+static ac_status parse_mamba_removal(const char *value, void *dst)
+{
+    const char *const names[] = {"gate", "heads"};
+    int v = 0;
+    ac_status st = parse_choice("mamba-removal", value, names, 2, &v);
+    if (st == AC_OK)
+        *(ac_mamba_removal *)dst = (ac_mamba_removal)v;
+    return st;
+}
+
 static ac_status parse_fill(const char *value, void *dst)
 {
-    if (strcmp(value, "on") && strcmp(value, "off"))
-        return ac_fail(AC_ERR_INVALID, "--fill: '%s' is neither 'on' nor 'off'", value);
-    *(int *)dst = !strcmp(value, "on");
-    return AC_OK;
+    const char *const names[] = {"off", "on"};
+    return parse_choice("fill", value, names, 2, (int *)dst);
 }
 
 /* The option table; `a` holds the defaults the help text states. */

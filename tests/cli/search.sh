@@ -76,6 +76,11 @@ truncate -s 600 "$tmp/damaged/search_state.bin"
 [ $rc -eq 2 ] && grep -q "other settings" "$tmp/err" || fail "changed budget: rc $rc, $(cat "$tmp/err")"
 "$ac" "${args[@]}" --out "$tmp/t" --router-optim momentum 2>"$tmp/err"; rc=$?
 [ $rc -eq 2 ] && grep -q -- "--router-optim: 'momentum'" "$tmp/err" || fail "bad --router-optim: rc $rc, $(cat "$tmp/err")"
+for bad in "--fill maybe" "--mamba-removal drop"; do
+  # shellcheck disable=SC2086
+  "$ac" "${args[@]}" --out "$tmp/t" $bad 2>"$tmp/err"; rc=$?
+  [ $rc -eq 2 ] && grep -q -- "${bad% *}: '${bad#* }' is not one of" "$tmp/err" || fail "bad $bad: rc $rc, $(cat "$tmp/err")"
+done
 "$ac" "${args[@]}" --out "$tmp/t" --expert-masking sideways 2>"$tmp/err"; rc=$?
 [ $rc -eq 2 ] && grep -q "sideways" "$tmp/err" || fail "bad --expert-masking: rc $rc, $(cat "$tmp/err")"
 "$ac" "${args[@]}" --out "$tmp/t" --fill sideways 2>"$tmp/err"; rc=$?
